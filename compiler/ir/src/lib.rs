@@ -1,0 +1,23 @@
+//! `kiln-ir`: the IR levels of kiln that need no LLVM.
+//!
+//! - [`ir`]-level building blocks every level shares: [`arena`], [`dtype`],
+//!   [`span`], [`attrs`], [`tensor`], [`error`].
+//! - [`relay`]: the graph IR, its operator registry, text format, type
+//!   inference and reference interpreter.
+//!
+//! `kiln-macros` depends on this crate to type-check models while it expands
+//! them; `kiln` re-exports all of it.
+
+pub mod arena;
+pub mod attrs;
+pub mod dtype;
+pub mod error;
+pub mod relay;
+pub mod span;
+pub mod tensor;
+
+pub use attrs::{AttrValue, Attrs};
+pub use dtype::DataType;
+pub use error::{Error, Result};
+pub use span::Span;
+pub use tensor::Tensor;

@@ -1,0 +1,18 @@
+//! Relay, the graph-level IR: expressions, types, operators, traversal,
+//! text format, type inference and the reference interpreter.
+
+pub mod expr;
+pub mod module;
+pub mod op;
+pub mod structural;
+pub mod ty;
+pub mod value;
+pub mod visit;
+
+pub use expr::{Call, Callee, ConstId, Expr, ExprId, ExprKind, Function, Store, Var};
+pub use module::IRModule;
+pub use op::{op_registry, OpDef, OpId, OpPattern};
+pub use structural::{structural_eq, structural_hash};
+pub use ty::{FuncType, TensorType, Type, TypeId};
+pub use value::Value;
+pub use visit::{mutate, post_order, visit, ExprMutator, ExprVisitor, Rewrites};

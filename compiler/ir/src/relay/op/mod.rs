@@ -1,0 +1,205 @@
+//! The operator registry: for each operator, its name, attribute schema with
+//! defaults, type relation, fusion pattern and reference implementation.
+//!
+//! Operators are registered once, in a fixed order, by the category modules
+//! below; an [`OpId`] is the operator's position in that order.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use indexmap::IndexMap;
+
+use crate::attrs::{AttrSpec, Attrs};
+use crate::relay::ty::Type;
+use crate::relay::value::Value;
+
+mod elemwise;
+mod nn;
+mod pending;
+mod reduce;
+mod transform;
+
+/// How an operator may fuse with its neighbours (TVM's `OpPatternKind`;
+/// the order matters: a fused group's pattern is the maximum of its members').
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OpPattern {
+    /// One output element from the same-index input element (`add` of equal shapes, `exp`).
+    ElemWise = 0,
+    /// Like elementwise, with broadcasting of some inputs (`add`, `bias_add`).
+    Broadcast = 1,
+    /// Each output element from some input elements, no reduction (`reshape`, `transpose`, `concatenate`).
+    Injective = 2,
+    /// A commutative reduction (`sum`, `max`).
+    CommReduce = 3,
+    /// A complex op whose output can take an elementwise epilogue (`conv2d`, `dense`).
+    OutEWiseFusable = 4,
+    /// A tuple node (never an operator pattern on its own).
+    Tuple = 7,
+    /// Never fused (`softmax`-like ops with their own schedule can be, but these are not).
+    Opaque = 8,
+}
+
+impl OpPattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpPattern::ElemWise => "elemwise",
+            OpPattern::Broadcast => "broadcast",
+            OpPattern::Injective => "injective",
+            OpPattern::CommReduce => "comm-reduce",
+            OpPattern::OutEWiseFusable => "out-elemwise-fusable",
+            OpPattern::Tuple => "tuple",
+            OpPattern::Opaque => "opaque",
+        }
+    }
+}
+
+/// Infers the output type from the argument types and the (normalized) attributes.
+/// The error text says what is wrong; the caller adds the operator and location.
+pub type TypeRelFn = fn(&[Type], &Attrs) -> Result<Type, String>;
+
+/// Computes the output from argument values (the reference implementation).
+pub type EvalFn = fn(&[Value], &Attrs) -> Result<Value, String>;
+
+/// One registered operator.
+#[derive(Clone)]
+pub struct OpDef {
+    /// The name as written in Relay text (`add`, `nn.conv2d`).
+    pub name: &'static str,
+    /// The names of the inputs, which also fixes their number.
+    pub inputs: &'static [&'static str],
+    /// Number of arguments (`inputs.len()`).
+    pub num_inputs: usize,
+    pub attrs: Vec<AttrSpec>,
+    pub pattern: OpPattern,
+    pub type_rel: TypeRelFn,
+    pub eval: EvalFn,
+    /// A stateful operator is never constant-folded (e.g. a random op).
+    pub stateful: bool,
+    pub doc: &'static str,
+}
+
+impl fmt::Debug for OpDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpDef")
+            .field("name", &self.name)
+            .field("inputs", &self.inputs)
+            .field("pattern", &self.pattern)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpDef {
+    /// A definition with no attributes, not stateful; chain [`OpDef::attr`] to add some.
+    pub fn new(
+        name: &'static str,
+        inputs: &'static [&'static str],
+        pattern: OpPattern,
+        type_rel: TypeRelFn,
+        eval: EvalFn,
+        doc: &'static str,
+    ) -> Self {
+        OpDef {
+            name,
+            inputs,
+            num_inputs: inputs.len(),
+            attrs: Vec::new(),
+            pattern,
+            type_rel,
+            eval,
+            stateful: false,
+            doc,
+        }
+    }
+
+    /// Add an attribute to the schema.
+    pub fn attr(mut self, spec: AttrSpec) -> Self {
+        self.attrs.push(spec);
+        self
+    }
+}
+
+/// The index of an operator in the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(u16);
+
+/// All registered operators.
+#[derive(Debug)]
+pub struct OpRegistry {
+    ops: IndexMap<&'static str, OpDef>,
+}
+
+impl OpRegistry {
+    fn build() -> Self {
+        let mut defs = Vec::new();
+        elemwise::register(&mut defs);
+        nn::register(&mut defs);
+        reduce::register(&mut defs);
+        transform::register(&mut defs);
+        let mut ops = IndexMap::new();
+        for d in defs {
+            let name = d.name;
+            let previous = ops.insert(name, d);
+            assert!(previous.is_none(), "operator `{name}` registered twice");
+        }
+        OpRegistry { ops }
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<OpId> {
+        self.ops.get_index_of(name).map(|i| OpId(i as u16))
+    }
+
+    pub fn get(&self, id: OpId) -> &OpDef {
+        &self.ops[id.0 as usize]
+    }
+
+    /// The definition of the operator named `name`.
+    pub fn by_name(&self, name: &str) -> Option<&OpDef> {
+        self.ops.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (OpId, &OpDef)> {
+        self.ops.values().enumerate().map(|(i, d)| (OpId(i as u16), d))
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The registered name nearest to `name` (for "did you mean" hints), if
+    /// one is close enough to be a plausible typo. `relu` suggests `nn.relu`.
+    pub fn suggest(&self, name: &str) -> Option<&'static str> {
+        let mut best: Option<(usize, &'static str)> = None;
+        for &candidate in self.ops.keys() {
+            let short = candidate.rsplit('.').next().unwrap_or(candidate);
+            let d = edit_distance(name, candidate).min(edit_distance(name, short));
+            if best.is_none_or(|(bd, _)| d < bd) {
+                best = Some((d, candidate));
+            }
+        }
+        best.filter(|&(d, _)| d <= name.len().div_ceil(3).max(1)).map(|(_, n)| n)
+    }
+}
+
+/// Levenshtein distance.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + (ca != cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The process-wide operator registry.
+pub fn op_registry() -> &'static OpRegistry {
+    static REGISTRY: OnceLock<OpRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(OpRegistry::build)
+}

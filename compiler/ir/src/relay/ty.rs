@@ -1,0 +1,150 @@
+//! Relay types: tensors with static shapes, tuples and function types.
+//!
+//! `Type` is a plain value; a `Store` hash-conses them so that an expression's
+//! annotation or checked type is a `TypeId` handle.
+
+use std::fmt;
+
+use crate::arena::Handle;
+use crate::dtype::DataType;
+
+/// A handle to a hash-consed [`Type`] in a [`Store`](super::Store).
+pub type TypeId = Handle<Type>;
+
+/// A tensor type: static shape and element type. A scalar has an empty shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub shape: Vec<usize>,
+    pub dtype: DataType,
+}
+
+impl TensorType {
+    pub fn new(shape: impl Into<Vec<usize>>, dtype: DataType) -> Self {
+        TensorType { shape: shape.into(), dtype }
+    }
+
+    pub fn scalar(dtype: DataType) -> Self {
+        TensorType { shape: vec![], dtype }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of one tensor of this type.
+    pub fn size_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_bytes()
+    }
+}
+
+/// A function type: parameter types and result type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FuncType {
+    pub params: Vec<Type>,
+    pub ret: Box<Type>,
+}
+
+/// A Relay type.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    Tensor(TensorType),
+    Tuple(Vec<Type>),
+    Func(FuncType),
+}
+
+impl Type {
+    pub fn tensor(shape: impl Into<Vec<usize>>, dtype: DataType) -> Type {
+        Type::Tensor(TensorType::new(shape, dtype))
+    }
+
+    /// The tensor type, if this is one.
+    pub fn as_tensor(&self) -> Option<&TensorType> {
+        match self {
+            Type::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The field types, if this is a tuple.
+    pub fn as_tuple(&self) -> Option<&[Type]> {
+        match self {
+            Type::Tuple(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+impl From<TensorType> for Type {
+    fn from(t: TensorType) -> Type {
+        Type::Tensor(t)
+    }
+}
+
+impl fmt::Display for TensorType {
+    /// TVM's syntax: `Tensor[(1, 784), float32]`; a scalar is `float32`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.shape.is_empty() {
+            return write!(f, "{}", self.dtype);
+        }
+        f.write_str("Tensor[(")?;
+        for (i, d) in self.shape.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "), {}]", self.dtype)
+    }
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Tensor(t) => write!(f, "{t}"),
+            Type::Tuple(fields) => {
+                f.write_str("(")?;
+                for (i, t) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                // A one-element tuple keeps its comma, as in Python and TVM.
+                if fields.len() == 1 {
+                    f.write_str(",")?;
+                }
+                f.write_str(")")
+            }
+            Type::Func(ft) => {
+                f.write_str("fn (")?;
+                for (i, t) in ft.params.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                write!(f, ") -> {}", ft.ret)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_matches_tvm() {
+        assert_eq!(Type::tensor([1, 784], DataType::F32).to_string(), "Tensor[(1, 784), float32]");
+        assert_eq!(Type::tensor([10], DataType::I64).to_string(), "Tensor[(10), int64]");
+        assert_eq!(Type::tensor([], DataType::Bool).to_string(), "bool");
+        let t = Type::Tuple(vec![Type::tensor([2], DataType::F32)]);
+        assert_eq!(t.to_string(), "(Tensor[(2), float32],)");
+        let f = Type::Func(FuncType { params: vec![t.clone()], ret: Box::new(t) });
+        assert_eq!(f.to_string(), "fn ((Tensor[(2), float32],)) -> (Tensor[(2), float32],)");
+    }
+}

@@ -1,0 +1,54 @@
+//! Run-time values of the reference interpreter.
+
+use crate::tensor::Tensor;
+
+use super::expr::ExprId;
+
+/// A value: a tensor, a tuple of values, or a closure (a function with the
+/// values of the variables it captured).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Tensor(Tensor),
+    Tuple(Vec<Value>),
+    Closure(Closure),
+}
+
+/// A function value: the `Function` node and the captured environment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Closure {
+    pub function: ExprId,
+    pub captured: Vec<(ExprId, Value)>,
+}
+
+impl Value {
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The tensor, or an error naming what was found instead.
+    pub fn tensor(&self) -> Result<&Tensor, String> {
+        match self {
+            Value::Tensor(t) => Ok(t),
+            Value::Tuple(_) => Err("expected a tensor, found a tuple".into()),
+            Value::Closure(_) => Err("expected a tensor, found a function".into()),
+        }
+    }
+
+    /// The tuple fields, or an error naming what was found instead.
+    pub fn tuple(&self) -> Result<&[Value], String> {
+        match self {
+            Value::Tuple(v) => Ok(v),
+            Value::Tensor(_) => Err("expected a tuple, found a tensor".into()),
+            Value::Closure(_) => Err("expected a tuple, found a function".into()),
+        }
+    }
+}
+
+impl From<Tensor> for Value {
+    fn from(t: Tensor) -> Value {
+        Value::Tensor(t)
+    }
+}

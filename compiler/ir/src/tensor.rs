@@ -1,0 +1,183 @@
+//! Host tensors: constants in the IR and values in the reference interpreter.
+//!
+//! Data is kept as little-endian bytes of the element type, so a tensor hashes,
+//! compares and serializes the same way whatever its dtype, and constants can be
+//! hash-consed. Arithmetic goes through `f64` (exact for every float16/float32
+//! value and for integers up to 2^53), which is what the interpreter wants of
+//! an oracle: simple and at least as precise as the kernels it checks.
+
+use std::fmt;
+
+use half::f16;
+
+use crate::dtype::DataType;
+
+/// A dense, row-major tensor with a static shape.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Tensor {
+    dtype: DataType,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{:?}, {}>", self.shape, self.dtype)?;
+        if self.numel() <= 16 {
+            write!(f, "{:?}", self.to_f64_vec())?;
+        }
+        Ok(())
+    }
+}
+
+/// Number of elements of a shape (1 for a scalar).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major strides of a shape, in elements.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+impl Tensor {
+    /// A tensor from raw little-endian bytes; `None` if the length does not fit the shape.
+    pub fn from_bytes(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Option<Tensor> {
+        (data.len() == numel(&shape) * dtype.size_bytes()).then_some(Tensor { dtype, shape, data })
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(dtype: DataType, shape: Vec<usize>) -> Tensor {
+        let n = numel(&shape) * dtype.size_bytes();
+        Tensor { dtype, shape, data: vec![0; n] }
+    }
+
+    /// A tensor whose elements are `values` converted to `dtype` (floats are
+    /// rounded to nearest, integers truncated toward zero and wrapped, bools are `!= 0`).
+    /// `values.len()` must equal the shape's element count.
+    pub fn from_f64(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> Tensor {
+        assert_eq!(values.len(), numel(&shape), "Tensor::from_f64: {} values for shape {shape:?}", values.len());
+        let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
+        for &v in values {
+            encode(dtype, v, &mut data);
+        }
+        Tensor { dtype, shape, data }
+    }
+
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Tensor {
+        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        Tensor::from_f64(DataType::F32, shape, &v)
+    }
+
+    pub fn from_i64(shape: Vec<usize>, values: &[i64]) -> Tensor {
+        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
+        Tensor::from_f64(DataType::I64, shape, &v)
+    }
+
+    /// A 0-d tensor.
+    pub fn scalar(dtype: DataType, value: f64) -> Tensor {
+        Tensor::from_f64(dtype, vec![], &[value])
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    pub fn full(dtype: DataType, shape: Vec<usize>, value: f64) -> Tensor {
+        let n = numel(&shape);
+        Tensor::from_f64(dtype, shape, &vec![value; n])
+    }
+
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The element at flat index `i`, as `f64`.
+    pub fn get_f64(&self, i: usize) -> f64 {
+        let w = self.dtype.size_bytes();
+        decode(self.dtype, &self.data[i * w..(i + 1) * w])
+    }
+
+    /// Every element as `f64`, row-major.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let w = self.dtype.size_bytes();
+        self.data.chunks_exact(w).map(|c| decode(self.dtype, c)).collect()
+    }
+
+    /// Every element as `f32`, row-major.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        self.to_f64_vec().into_iter().map(|x| x as f32).collect()
+    }
+
+    /// The same data under another shape with the same element count.
+    pub fn reshaped(&self, shape: Vec<usize>) -> Option<Tensor> {
+        (numel(&shape) == self.numel()).then(|| Tensor { dtype: self.dtype, shape, data: self.data.clone() })
+    }
+
+    /// Element-wise conversion to another dtype.
+    pub fn cast(&self, dtype: DataType) -> Tensor {
+        Tensor::from_f64(dtype, self.shape.clone(), &self.to_f64_vec())
+    }
+}
+
+fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
+    // Integer conversion follows C/Rust `as` casts: truncate toward zero, wrap on overflow.
+    let as_int = |v: f64| -> i64 {
+        if v.is_nan() {
+            0
+        } else {
+            v.trunc().clamp(i64::MIN as f64, i64::MAX as f64) as i64
+        }
+    };
+    match dtype {
+        DataType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        DataType::F16 => out.extend_from_slice(&f16::from_f64(v).to_le_bytes()),
+        DataType::I64 => out.extend_from_slice(&as_int(v).to_le_bytes()),
+        DataType::I32 => out.extend_from_slice(&(as_int(v) as i32).to_le_bytes()),
+        DataType::I8 => out.push(as_int(v) as i8 as u8),
+        DataType::U8 => out.push(as_int(v) as u8),
+        DataType::Bool => out.push((v != 0.0) as u8),
+    }
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> f64 {
+    match dtype {
+        DataType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        DataType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f64(),
+        DataType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
+        DataType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        DataType::I8 => b[0] as i8 as f64,
+        DataType::U8 => b[0] as f64,
+        DataType::Bool => (b[0] != 0) as u8 as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions() {
+        let t = Tensor::from_f64(DataType::I8, vec![3], &[1.7, -1.7, 200.0]);
+        assert_eq!(t.to_f64_vec(), vec![1.0, -1.0, -56.0]);
+        let b = Tensor::from_f64(DataType::Bool, vec![2], &[0.0, 3.0]);
+        assert_eq!(b.to_f64_vec(), vec![0.0, 1.0]);
+        let h = Tensor::from_f64(DataType::F16, vec![1], &[0.1]);
+        assert!((h.get_f64(0) - 0.1).abs() < 1e-3);
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(Tensor::scalar(DataType::F32, 2.5).shape(), &[] as &[usize]);
+    }
+}

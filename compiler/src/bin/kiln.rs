@@ -1,0 +1,3 @@
+//! The `kiln` command line.
+
+fn main() {}

@@ -1,0 +1,7 @@
+//! kiln: compile deep-learning models into machine code at `cargo build` time.
+//!
+//! The IR levels without LLVM live in `kiln-ir` and are re-exported here.
+
+extern crate self as kiln;
+
+pub use kiln_ir::*;
