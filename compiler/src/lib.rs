@@ -5,3 +5,5 @@
 extern crate self as kiln;
 
 pub use kiln_ir::*;
+
+pub mod relay;

@@ -1,0 +1,123 @@
+//! SimplifyExpr: algebraic identities and chains of data-movement ops.
+//!
+//! - `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` → `x` when the
+//!   constant is all zeros/ones and the result has `x`'s type (so no broadcast is lost);
+//! - `negative(negative(x))` → `x`; `cast(x, dtype of x)` → `x`;
+//! - `reshape(reshape(x))` → one `reshape`; a reshape to the same shape → `x`;
+//! - `transpose(transpose(x))` → one `transpose`, or `x` when the permutations cancel.
+//!
+//! Types come from the original (pre-rewrite) nodes, which inference has seen.
+
+use kiln_ir::attrs::{AttrValue, Attrs};
+use kiln_ir::relay::{mutate, ExprId, ExprKind, ExprMutator, Store, Type};
+
+struct Simplify;
+
+fn is_constant_all(store: &Store, id: ExprId, value: f64) -> bool {
+    match store.kind(id) {
+        ExprKind::Constant(c) => {
+            let t = store.constant_data(*c);
+            t.numel() > 0 && t.to_f64_vec().iter().all(|&v| v == value)
+        }
+        _ => false,
+    }
+}
+
+fn args(store: &Store, id: ExprId) -> Vec<ExprId> {
+    store.as_call(id).map(|c| c.args.clone()).unwrap_or_default()
+}
+
+fn same_type(store: &Store, a: ExprId, b: ExprId) -> bool {
+    matches!((store.checked_type(a), store.checked_type(b)), (Some(x), Some(y)) if x == y)
+}
+
+fn rank(store: &Store, id: ExprId) -> Option<usize> {
+    store.checked_type(id).and_then(Type::as_tensor).map(|t| t.rank())
+}
+
+/// The permutation of a `transpose` call (reversed axes when `axes` is None), normalized.
+fn permutation(store: &Store, call: ExprId, rank: usize) -> Option<Vec<usize>> {
+    let c = store.as_call(call)?;
+    match c.attrs.opt_ints("axes").ok()? {
+        None => Some((0..rank).rev().collect()),
+        Some(axes) => axes
+            .iter()
+            .map(|&a| {
+                let a = if a < 0 { a + rank as i64 } else { a };
+                (0..rank as i64).contains(&a).then_some(a as usize)
+            })
+            .collect(),
+    }
+}
+
+impl ExprMutator for Simplify {
+    fn rewrite_call(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
+        let Some(name) = store.op_name(post) else { return post };
+        let (pre_args, post_args) = (args(store, pre), args(store, post));
+        match name {
+            "add" | "subtract" | "multiply" | "divide" => {
+                let identity = if matches!(name, "add" | "subtract") { 0.0 } else { 1.0 };
+                let commutes = matches!(name, "add" | "multiply");
+                if is_constant_all(store, post_args[1], identity) && same_type(store, pre, pre_args[0]) {
+                    return post_args[0];
+                }
+                if commutes && is_constant_all(store, post_args[0], identity) && same_type(store, pre, pre_args[1]) {
+                    return post_args[1];
+                }
+                post
+            }
+            "negative" => match store.op_name(post_args[0]) {
+                Some("negative") => args(store, post_args[0])[0],
+                _ => post,
+            },
+            "cast" => {
+                if same_type(store, pre, pre_args[0]) {
+                    post_args[0]
+                } else {
+                    post
+                }
+            }
+            "reshape" => {
+                if same_type(store, pre, pre_args[0]) {
+                    return post_args[0];
+                }
+                let inner = post_args[0];
+                if store.op_name(inner) != Some("reshape") {
+                    return post;
+                }
+                let source = args(store, inner)[0];
+                // The outer `newshape` may use 0 or -1, which mean something else over
+                // another input: the merged reshape spells out the inferred shape.
+                let Some(Type::Tensor(out)) = store.checked_type(pre).cloned() else { return post };
+                let newshape: Vec<i64> = out.shape.iter().map(|&d| d as i64).collect();
+                let a = Attrs::from_pairs([("newshape", AttrValue::Ints(newshape))]);
+                let span = store.span(post).clone();
+                store.call_op_at("reshape", vec![source], a, span).unwrap_or(post)
+            }
+            "transpose" => {
+                let inner = post_args[0];
+                if store.op_name(inner) != Some("transpose") {
+                    return post;
+                }
+                let Some(r) = rank(store, pre) else { return post };
+                let (Some(outer_p), Some(inner_p)) = (permutation(store, post, r), permutation(store, inner, r)) else {
+                    return post;
+                };
+                let composed: Vec<usize> = outer_p.iter().map(|&i| inner_p[i]).collect();
+                let source = args(store, inner)[0];
+                if composed.iter().enumerate().all(|(i, &a)| i == a) {
+                    return source;
+                }
+                let a = Attrs::from_pairs([("axes", AttrValue::Ints(composed.iter().map(|&a| a as i64).collect()))]);
+                let span = store.span(post).clone();
+                store.call_op_at("transpose", vec![source], a, span).unwrap_or(post)
+            }
+            _ => post,
+        }
+    }
+}
+
+/// Simplify one function; returns the new function handle.
+pub fn simplify_expr(store: &mut Store, func: ExprId) -> ExprId {
+    mutate(store, func, &mut Simplify)
+}
