@@ -2,6 +2,7 @@
 
 pub mod common_subexpr;
 pub mod dead_code;
+pub mod fold_constant;
 pub mod fold_scale_axis;
 pub mod fuse_ops;
 pub mod simplify_expr;

@@ -1,0 +1,166 @@
+//! FoldConstant: evaluate at compile time what only depends on constants
+//! (the seeds' `ConstantChecker` + `ConstantFolder`).
+//!
+//! - An expression is constant if it is a `Constant`, or a `Tuple` whose fields
+//!   are all constant (memoized per node).
+//! - `let %x = <constant>; body` propagates the constant into `body` and drops the binding.
+//! - `(c0, c1, …).i` becomes `ci`.
+//! - An operator call whose arguments are all constant is evaluated with the
+//!   operator's reference implementation — except calls with no arguments
+//!   (folding `ones(shape=(4, 5))` would only bloat the program) and stateful ops.
+//! - `if (<constant>) { a } else { b }` becomes the branch taken.
+//!
+//! The walk is iterative over handles. Primitive (fused) functions are left alone.
+//! An evaluation error (say, integer division by zero) leaves the call as it is.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use kiln_ir::relay::visit::post_order_filtered;
+use kiln_ir::relay::{op_registry, Callee, ExprId, ExprKind, Store, Type, Value};
+
+/// Whether `id` is a constant or a tuple of constants (recursively).
+fn is_constant(store: &Store, id: ExprId, memo: &mut FxHashMap<ExprId, bool>) -> bool {
+    if let Some(&known) = memo.get(&id) {
+        return known;
+    }
+    // Children first, without recursion: tuples nest only as deep as the program wrote them.
+    let order = post_order_filtered(store, &[id], |n| matches!(store.kind(n), ExprKind::Tuple(_)));
+    for n in order {
+        let v = match store.kind(n) {
+            ExprKind::Constant(_) => true,
+            ExprKind::Tuple(fields) => fields.iter().all(|f| memo.get(f).copied().unwrap_or(false)),
+            _ => false,
+        };
+        memo.insert(n, v);
+    }
+    memo.get(&id).copied().unwrap_or(false)
+}
+
+/// The value of a constant expression (a constant or a tuple of them).
+fn to_value(store: &Store, id: ExprId) -> Option<Value> {
+    match store.kind(id) {
+        ExprKind::Constant(c) => Some(Value::Tensor(store.constant_data(*c).clone())),
+        ExprKind::Tuple(fields) => fields.iter().map(|&f| to_value(store, f)).collect::<Option<Vec<_>>>().map(Value::Tuple),
+        _ => None,
+    }
+}
+
+/// An expression for a value: a constant, or a tuple of them.
+fn from_value(store: &mut Store, v: Value) -> Option<ExprId> {
+    match v {
+        Value::Tensor(t) => {
+            let ty = Type::tensor(t.shape().to_vec(), t.dtype());
+            let c = store.constant(t);
+            store.set_checked_type(c, ty);
+            Some(c)
+        }
+        Value::Tuple(fields) => {
+            let ids = fields.into_iter().map(|f| from_value(store, f)).collect::<Option<Vec<_>>>()?;
+            Some(store.tuple(ids))
+        }
+        Value::Closure(_) => None,
+    }
+}
+
+/// Fold the constants of one function; returns the new function handle.
+pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
+    let order = post_order_filtered(store, &[func], |id| {
+        !matches!(store.kind(id), ExprKind::Function(f) if f.is_primitive() && id != func)
+    });
+    // The value each let-bound variable stands for.
+    let mut let_value: FxHashMap<ExprId, ExprId> = FxHashMap::default();
+    for &id in &order {
+        if let ExprKind::Let { var, value, .. } = *store.kind(id) {
+            let_value.insert(var, value);
+        }
+    }
+    let mut new_of: FxHashMap<ExprId, ExprId> = FxHashMap::default();
+    let mut constant_memo: FxHashMap<ExprId, bool> = FxHashMap::default();
+    // Let-bound variables some use of which could not be replaced by the constant.
+    let mut kept_vars: FxHashSet<ExprId> = FxHashSet::default();
+
+    for &id in &order {
+        let kind = store.kind(id).clone();
+        // A child's new version; a let-bound variable whose value folded to a constant becomes that constant.
+        let mut resolve = |c: ExprId, store: &Store, memo: &mut FxHashMap<ExprId, bool>| -> ExprId {
+            if let Some(&value) = let_value.get(&c) {
+                match new_of.get(&value) {
+                    Some(&v) if is_constant(store, v, memo) => return v,
+                    Some(_) => {}
+                    None => {
+                        kept_vars.insert(c);
+                    }
+                }
+            }
+            new_of.get(&c).copied().unwrap_or(c)
+        };
+        let mut children = Vec::new();
+        kind.for_each_child(|c| children.push(c));
+        let mut mapped = Vec::with_capacity(children.len());
+        for &c in &children {
+            // Binders stay variables.
+            let is_binder = match &kind {
+                ExprKind::Let { var, .. } => *var == c,
+                ExprKind::Function(f) => f.params.contains(&c),
+                _ => false,
+            };
+            mapped.push(if is_binder { c } else { resolve(c, store, &mut constant_memo) });
+        }
+        let changed = mapped.iter().zip(&children).any(|(a, b)| a != b);
+        let mut it = mapped.into_iter();
+        let rebuilt = if changed {
+            let span = store.span(id).clone();
+            let k = kind.map_children(|c| it.next().unwrap_or(c));
+            store.add(k, span)
+        } else {
+            id
+        };
+        let result = match store.kind(rebuilt).clone() {
+            ExprKind::Let { var, value, body } => {
+                if is_constant(store, value, &mut constant_memo) && !kept_vars.contains(&var) {
+                    body
+                } else {
+                    rebuilt
+                }
+            }
+            ExprKind::TupleGetItem { tuple, index } => match store.kind(tuple) {
+                ExprKind::Tuple(fields) if index < fields.len() => fields[index],
+                _ => rebuilt,
+            },
+            ExprKind::If { cond, then_branch, else_branch } => match store.kind(cond) {
+                ExprKind::Constant(c) if store.constant_data(*c).numel() == 1 => {
+                    if store.constant_data(*c).get_f64(0) != 0.0 {
+                        then_branch
+                    } else {
+                        else_branch
+                    }
+                }
+                _ => rebuilt,
+            },
+            ExprKind::Call(call) => {
+                let evaluated = match call.callee {
+                    Callee::Op(op)
+                        if !call.args.is_empty()
+                            && !op_registry().get(op).stateful
+                            && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo)) =>
+                    {
+                        let values: Option<Vec<Value>> = call.args.iter().map(|&a| to_value(store, a)).collect();
+                        values
+                            .and_then(|vals| (op_registry().get(op).eval)(&vals, &call.attrs).ok())
+                            .and_then(|v| from_value(store, v))
+                    }
+                    _ => None,
+                };
+                evaluated.unwrap_or(rebuilt)
+            }
+            _ => rebuilt,
+        };
+        if result != id {
+            if let (Some(t), None) = (store.checked_type(id).cloned(), store.checked_type(result)) {
+                store.set_checked_type(result, t);
+            }
+        }
+        new_of.insert(id, result);
+    }
+    new_of.get(&func).copied().unwrap_or(func)
+}
