@@ -6,4 +6,7 @@ extern crate self as kiln;
 
 pub use kiln_ir::*;
 
+pub mod arith;
 pub mod relay;
+pub mod tir;
+

@@ -1,0 +1,405 @@
+//! TIR expressions: scalar (and vector) arithmetic over loop variables and buffer loads.
+//!
+//! TIR trees are small — their depth is the nesting of one kernel's index
+//! arithmetic, never the size of a model — so they are plain boxed trees.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use kiln_ir::DataType;
+
+/// A TIR value type: an element type and a vector width (`lanes == 1` for scalars).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TirType {
+    pub elem: DataType,
+    pub lanes: u16,
+}
+
+impl TirType {
+    pub const fn scalar(elem: DataType) -> Self {
+        TirType { elem, lanes: 1 }
+    }
+    /// The type of loop variables and indices.
+    pub const INDEX: TirType = TirType::scalar(DataType::I64);
+    pub const BOOL: TirType = TirType::scalar(DataType::Bool);
+
+    pub fn with_lanes(self, lanes: u16) -> Self {
+        TirType { lanes, ..self }
+    }
+}
+
+impl fmt::Display for TirType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lanes == 1 {
+            write!(f, "{}", self.elem)
+        } else {
+            write!(f, "{}x{}", self.elem, self.lanes)
+        }
+    }
+}
+
+static NEXT_VAR: AtomicU32 = AtomicU32::new(0);
+
+/// A scalar variable (loop index, `let` binding). Identity is `id`; the name is for printing.
+#[derive(Clone, Debug)]
+pub struct Var {
+    pub id: u32,
+    pub name: Arc<str>,
+    pub ty: TirType,
+}
+
+impl Var {
+    pub fn new(name: &str, ty: TirType) -> Var {
+        Var { id: NEXT_VAR.fetch_add(1, Ordering::Relaxed), name: Arc::from(name), ty }
+    }
+
+    /// An index variable (int64).
+    pub fn index(name: &str) -> Var {
+        Var::new(name, TirType::INDEX)
+    }
+}
+
+impl PartialEq for Var {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for Var {}
+impl std::hash::Hash for Var {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state)
+    }
+}
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Main memory: kernel parameters and arena slices.
+    Global,
+    /// A kernel-local temporary (registers or stack).
+    Local,
+    /// GPU shared memory (per block).
+    Shared,
+}
+
+/// A multi-dimensional array with a static shape, row-major.
+#[derive(Debug)]
+pub struct BufferNode {
+    pub id: u32,
+    pub name: String,
+    pub elem: DataType,
+    pub shape: Vec<usize>,
+    pub scope: Scope,
+}
+
+/// A shared handle to a buffer; identity is the buffer's id.
+#[derive(Clone, Debug)]
+pub struct Buffer(pub Arc<BufferNode>);
+
+impl Buffer {
+    pub fn new(name: &str, elem: DataType, shape: Vec<usize>, scope: Scope) -> Buffer {
+        Buffer(Arc::new(BufferNode {
+            id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            elem,
+            shape,
+            scope,
+        }))
+    }
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+    pub fn elem(&self) -> DataType {
+        self.0.elem
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    pub fn scope(&self) -> Scope {
+        self.0.scope
+    }
+    pub fn numel(&self) -> usize {
+        self.0.shape.iter().product()
+    }
+    pub fn id(&self) -> u32 {
+        self.0.id
+    }
+}
+
+impl PartialEq for Buffer {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Buffer {}
+impl std::hash::Hash for Buffer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Float division, or integer division truncating toward zero.
+    Div,
+    /// Integer division rounding toward negative infinity (index arithmetic).
+    FloorDiv,
+    /// The remainder matching `FloorDiv` (never negative for a positive divisor).
+    FloorMod,
+    Min,
+    Max,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::FloorDiv => "//",
+            BinOp::FloorMod => "%",
+            BinOp::Min => "min",
+            BinOp::Max => "max",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+/// Math intrinsics; `tir::transform::lower_intrinsics` turns the transcendental
+/// ones into polynomial code every backend can vectorize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Intrinsic {
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Erf,
+    Pow,
+    Fabs,
+    Floor,
+}
+
+impl Intrinsic {
+    pub fn name(self) -> &'static str {
+        match self {
+            Intrinsic::Exp => "exp",
+            Intrinsic::Log => "log",
+            Intrinsic::Sqrt => "sqrt",
+            Intrinsic::Rsqrt => "rsqrt",
+            Intrinsic::Tanh => "tanh",
+            Intrinsic::Sigmoid => "sigmoid",
+            Intrinsic::Erf => "erf",
+            Intrinsic::Pow => "pow",
+            Intrinsic::Fabs => "fabs",
+            Intrinsic::Floor => "floor",
+        }
+    }
+}
+
+/// A TIR expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    /// An integer (or bool) constant of the given type.
+    Int(i64, TirType),
+    Float(f64, TirType),
+    Var(Var),
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    /// `cond ? a : b`, both sides evaluated.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    Cast(TirType, Box<Expr>),
+    /// A buffer element; one index per dimension until buffers are flattened, then one.
+    Load(Buffer, Vec<Expr>),
+    Call(Intrinsic, Vec<Expr>, TirType),
+    /// `[base, base + stride, …]` with `lanes` elements (vectorized indices).
+    Ramp {
+        base: Box<Expr>,
+        stride: Box<Expr>,
+        lanes: u16,
+    },
+    /// A scalar repeated over `lanes`.
+    Broadcast(Box<Expr>, u16),
+}
+
+impl Expr {
+    pub fn int(v: i64) -> Expr {
+        Expr::Int(v, TirType::INDEX)
+    }
+
+    pub fn float(v: f64, elem: DataType) -> Expr {
+        Expr::Float(v, TirType::scalar(elem))
+    }
+
+    /// A constant of element type `elem` (integers and bools become `Int`).
+    pub fn constant(v: f64, elem: DataType) -> Expr {
+        if elem.is_float() {
+            Expr::Float(v, TirType::scalar(elem))
+        } else {
+            Expr::Int(v as i64, TirType::scalar(elem))
+        }
+    }
+
+    pub fn var(v: &Var) -> Expr {
+        Expr::Var(v.clone())
+    }
+
+    pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+
+    pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+        Expr::Cmp(op, Box::new(a), Box::new(b))
+    }
+
+    pub fn select(c: Expr, a: Expr, b: Expr) -> Expr {
+        Expr::Select(Box::new(c), Box::new(a), Box::new(b))
+    }
+
+    pub fn cast(ty: TirType, e: Expr) -> Expr {
+        Expr::Cast(ty, Box::new(e))
+    }
+
+    pub fn call(f: Intrinsic, args: Vec<Expr>, ty: TirType) -> Expr {
+        Expr::Call(f, args, ty)
+    }
+
+    pub fn and(a: Expr, b: Expr) -> Expr {
+        Expr::And(Box::new(a), Box::new(b))
+    }
+
+    /// The constant value, if this is an integer constant.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Expr::Int(v, _) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The value type of the expression.
+    pub fn ty(&self) -> TirType {
+        match self {
+            Expr::Int(_, t) | Expr::Float(_, t) | Expr::Cast(t, _) | Expr::Call(_, _, t) => *t,
+            Expr::Var(v) => v.ty,
+            Expr::Bin(_, a, _) => a.ty(),
+            Expr::Cmp(_, a, _) => TirType::BOOL.with_lanes(a.ty().lanes),
+            Expr::And(a, _) | Expr::Or(a, _) | Expr::Not(a) => a.ty(),
+            Expr::Select(_, a, _) => a.ty(),
+            Expr::Load(b, idx) => TirType::scalar(b.elem()).with_lanes(idx.first().map_or(1, |i| i.ty().lanes)),
+            Expr::Ramp { lanes, .. } => TirType::INDEX.with_lanes(*lanes),
+            Expr::Broadcast(e, lanes) => e.ty().with_lanes(*lanes),
+        }
+    }
+
+    /// Calls `f` on each direct sub-expression.
+    pub fn for_each_child(&self, mut f: impl FnMut(&Expr)) {
+        match self {
+            Expr::Int(..) | Expr::Float(..) | Expr::Var(_) => {}
+            Expr::Bin(_, a, b) | Expr::Cmp(_, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                f(a);
+                f(b);
+            }
+            Expr::Not(a) | Expr::Cast(_, a) | Expr::Broadcast(a, _) => f(a),
+            Expr::Select(c, a, b) => {
+                f(c);
+                f(a);
+                f(b);
+            }
+            Expr::Load(_, idx) => idx.iter().for_each(f),
+            Expr::Call(_, args, _) => args.iter().for_each(f),
+            Expr::Ramp { base, stride, .. } => {
+                f(base);
+                f(stride);
+            }
+        }
+    }
+
+    /// The same node with each direct sub-expression replaced by `f(child)`.
+    pub fn map_children(&self, mut f: impl FnMut(&Expr) -> Expr) -> Expr {
+        let mut b = |e: &Expr| Box::new(f(e));
+        match self {
+            Expr::Int(..) | Expr::Float(..) | Expr::Var(_) => self.clone(),
+            Expr::Bin(op, x, y) => Expr::Bin(*op, b(x), b(y)),
+            Expr::Cmp(op, x, y) => Expr::Cmp(*op, b(x), b(y)),
+            Expr::And(x, y) => Expr::And(b(x), b(y)),
+            Expr::Or(x, y) => Expr::Or(b(x), b(y)),
+            Expr::Not(x) => Expr::Not(b(x)),
+            Expr::Cast(t, x) => Expr::Cast(*t, b(x)),
+            Expr::Broadcast(x, l) => Expr::Broadcast(b(x), *l),
+            Expr::Select(c, x, y) => Expr::Select(b(c), b(x), b(y)),
+            Expr::Load(buf, idx) => Expr::Load(buf.clone(), idx.iter().map(|e| *b(e)).collect()),
+            Expr::Call(i, args, t) => Expr::Call(*i, args.iter().map(|e| *b(e)).collect(), *t),
+            Expr::Ramp { base, stride, lanes } => Expr::Ramp { base: b(base), stride: b(stride), lanes: *lanes },
+        }
+    }
+
+    /// Replace variables by expressions.
+    pub fn substitute(&self, map: &dyn Fn(&Var) -> Option<Expr>) -> Expr {
+        match self {
+            Expr::Var(v) => map(v).unwrap_or_else(|| self.clone()),
+            _ => self.map_children(|c| c.substitute(map)),
+        }
+    }
+
+    /// Whether `v` occurs in the expression.
+    pub fn uses_var(&self, v: &Var) -> bool {
+        match self {
+            Expr::Var(w) => w == v,
+            _ => {
+                let mut found = false;
+                self.for_each_child(|c| found |= c.uses_var(v));
+                found
+            }
+        }
+    }
+}
+
+impl std::ops::Add for Expr {
+    type Output = Expr;
+    fn add(self, rhs: Expr) -> Expr {
+        Expr::bin(BinOp::Add, self, rhs)
+    }
+}
+impl std::ops::Sub for Expr {
+    type Output = Expr;
+    fn sub(self, rhs: Expr) -> Expr {
+        Expr::bin(BinOp::Sub, self, rhs)
+    }
+}
+impl std::ops::Mul for Expr {
+    type Output = Expr;
+    fn mul(self, rhs: Expr) -> Expr {
+        Expr::bin(BinOp::Mul, self, rhs)
+    }
+}

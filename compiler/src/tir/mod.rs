@@ -1,0 +1,9 @@
+//! TIR, the loop-level IR: `PrimFunc`s of loops, stores and loads over buffers.
+
+pub mod expr;
+pub mod printer;
+pub mod stmt;
+
+pub use expr::{BinOp, Buffer, CmpOp, Expr, Intrinsic, Scope, TirType, Var};
+pub use printer::{print_expr, print_prim_func, print_stmt};
+pub use stmt::{For, ForKind, PrimFunc, Stmt, ThreadAxis};
