@@ -40,7 +40,9 @@ fn is_constant(store: &Store, id: ExprId, memo: &mut FxHashMap<ExprId, bool>) ->
 fn to_value(store: &Store, id: ExprId) -> Option<Value> {
     match store.kind(id) {
         ExprKind::Constant(c) => Some(Value::Tensor(store.constant_data(*c).clone())),
-        ExprKind::Tuple(fields) => fields.iter().map(|&f| to_value(store, f)).collect::<Option<Vec<_>>>().map(Value::Tuple),
+        ExprKind::Tuple(fields) => {
+            fields.iter().map(|&f| to_value(store, f)).collect::<Option<Vec<_>>>().map(Value::Tuple)
+        }
         _ => None,
     }
 }
@@ -64,9 +66,11 @@ fn from_value(store: &mut Store, v: Value) -> Option<ExprId> {
 
 /// Fold the constants of one function; returns the new function handle.
 pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
-    let order = post_order_filtered(store, &[func], |id| {
-        !matches!(store.kind(id), ExprKind::Function(f) if f.is_primitive() && id != func)
-    });
+    let order = post_order_filtered(
+        store,
+        &[func],
+        |id| !matches!(store.kind(id), ExprKind::Function(f) if f.is_primitive() && id != func),
+    );
     // The value each let-bound variable stands for.
     let mut let_value: FxHashMap<ExprId, ExprId> = FxHashMap::default();
     for &id in &order {

@@ -80,7 +80,14 @@ impl Backward {
     }
 
     /// `anchor_post * scale` with `anchor_pre` the original anchor (conv2d/dense/matmul).
-    fn fold_into(&self, store: &mut Store, anchor_pre: ExprId, anchor_post: ExprId, scale: ExprId, scale_shape: &[usize]) -> Option<ExprId> {
+    fn fold_into(
+        &self,
+        store: &mut Store,
+        anchor_pre: ExprId,
+        anchor_post: ExprId,
+        scale: ExprId,
+        scale_shape: &[usize],
+    ) -> Option<ExprId> {
         let op = store.op_name(anchor_post)?;
         let out = shape(store, anchor_pre)?;
         let pre_args = args(store, anchor_pre);
