@@ -7,6 +7,8 @@ extern crate self as kiln;
 pub use kiln_ir::*;
 
 pub mod arith;
+pub mod codegen;
 pub mod relay;
+pub mod te;
 pub mod tir;
 

@@ -251,6 +251,66 @@ pub enum Expr {
     },
     /// A scalar repeated over `lanes`.
     Broadcast(Box<Expr>, u16),
+    /// A reduction over `axes` (TE only: lowering turns it into loops).
+    Reduce(Box<Reduce>),
+}
+
+/// How a reduction combines values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Combiner {
+    Sum,
+    Max,
+    Min,
+}
+
+impl Combiner {
+    pub fn name(self) -> &'static str {
+        match self {
+            Combiner::Sum => "sum",
+            Combiner::Max => "max",
+            Combiner::Min => "min",
+        }
+    }
+
+    /// The identity element for `elem`.
+    pub fn identity(self, elem: DataType) -> Expr {
+        let v = match self {
+            Combiner::Sum => 0.0,
+            Combiner::Max if elem.is_float() => f64::NEG_INFINITY,
+            Combiner::Min if elem.is_float() => f64::INFINITY,
+            Combiner::Max => match elem {
+                DataType::I64 => i64::MIN as f64,
+                DataType::I32 => i32::MIN as f64,
+                DataType::I8 => i8::MIN as f64,
+                _ => 0.0,
+            },
+            Combiner::Min => match elem {
+                DataType::I64 => i64::MAX as f64,
+                DataType::I32 => i32::MAX as f64,
+                DataType::I8 => i8::MAX as f64,
+                DataType::U8 => u8::MAX as f64,
+                _ => 1.0,
+            },
+        };
+        Expr::constant(v, elem)
+    }
+
+    /// `acc ⊕ value`.
+    pub fn combine(self, acc: Expr, value: Expr) -> Expr {
+        match self {
+            Combiner::Sum => Expr::bin(BinOp::Add, acc, value),
+            Combiner::Max => Expr::bin(BinOp::Max, acc, value),
+            Combiner::Min => Expr::bin(BinOp::Min, acc, value),
+        }
+    }
+}
+
+/// `combiner` over `source` for every value of the reduction `axes` (variable, extent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduce {
+    pub combiner: Combiner,
+    pub source: Expr,
+    pub axes: Vec<(Var, usize)>,
 }
 
 impl Expr {
@@ -319,6 +379,7 @@ impl Expr {
             Expr::Load(b, idx) => TirType::scalar(b.elem()).with_lanes(idx.first().map_or(1, |i| i.ty().lanes)),
             Expr::Ramp { lanes, .. } => TirType::INDEX.with_lanes(*lanes),
             Expr::Broadcast(e, lanes) => e.ty().with_lanes(*lanes),
+            Expr::Reduce(r) => r.source.ty(),
         }
     }
 
@@ -342,6 +403,7 @@ impl Expr {
                 f(base);
                 f(stride);
             }
+            Expr::Reduce(r) => f(&r.source),
         }
     }
 
@@ -361,6 +423,9 @@ impl Expr {
             Expr::Load(buf, idx) => Expr::Load(buf.clone(), idx.iter().map(|e| *b(e)).collect()),
             Expr::Call(i, args, t) => Expr::Call(*i, args.iter().map(|e| *b(e)).collect(), *t),
             Expr::Ramp { base, stride, lanes } => Expr::Ramp { base: b(base), stride: b(stride), lanes: *lanes },
+            Expr::Reduce(r) => {
+                Expr::Reduce(Box::new(Reduce { combiner: r.combiner, source: *b(&r.source), axes: r.axes.clone() }))
+            }
         }
     }
 

@@ -72,6 +72,10 @@ fn expr(e: &Expr, names: &mut Names) -> String {
             format!("T.Ramp({}, {}, {lanes})", expr(base, names), expr(stride, names))
         }
         Expr::Broadcast(a, lanes) => format!("T.Broadcast({}, {lanes})", expr(a, names)),
+        Expr::Reduce(r) => {
+            let axes: Vec<String> = r.axes.iter().map(|(v, n)| format!("{}: {n}", names.var(v))).collect();
+            format!("T.reduce_{}({}, axes=[{}])", r.combiner.name(), expr(&r.source, names), axes.join(", "))
+        }
     }
 }
 

@@ -1,0 +1,288 @@
+//! TIR → portable C99. Compiled with the system C compiler (through `cc` in
+//! build scripts); needs no LLVM. Vectorization is left to the C compiler.
+
+use std::fmt::Write;
+
+use kiln_ir::DataType;
+
+use super::CodegenError;
+use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, TirType, Var};
+
+/// Largest kernel-local buffer placed on the stack.
+const MAX_LOCAL_BYTES: usize = 1 << 20;
+
+/// The helpers every generated file starts with.
+pub const PRELUDE: &str = "\
+#include <stdint.h>
+#include <math.h>
+static inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t kiln_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+";
+
+struct Emitter<'a> {
+    kernel: &'a str,
+    out: String,
+    names: std::collections::HashMap<u32, String>,
+    used: std::collections::HashMap<String, usize>,
+    /// The outermost parallel loop has been sliced already.
+    sliced: bool,
+}
+
+fn c_type(kernel: &str, t: DataType) -> Result<&'static str, CodegenError> {
+    Ok(match t {
+        DataType::F32 => "float",
+        DataType::I64 => "int64_t",
+        DataType::I32 => "int32_t",
+        DataType::I8 => "int8_t",
+        DataType::U8 | DataType::Bool => "uint8_t",
+        DataType::F16 => {
+            return Err(CodegenError::Unsupported { kernel: kernel.into(), backend: "C", what: "float16".into() })
+        }
+    })
+}
+
+impl Emitter<'_> {
+    fn unsupported(&self, what: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported { kernel: self.kernel.to_string(), backend: "C", what: what.into() }
+    }
+
+    fn name(&mut self, id: u32, base: &str) -> String {
+        if let Some(n) = self.names.get(&id) {
+            return n.clone();
+        }
+        let clean: String = base.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let clean = if clean.starts_with(|c: char| c.is_ascii_digit()) || clean.is_empty() {
+            format!("v_{clean}")
+        } else {
+            clean
+        };
+        let n = self.used.entry(clean.clone()).or_insert(0);
+        let name = if *n == 0 { clean } else { format!("{clean}_{n}") };
+        *n += 1;
+        self.names.insert(id, name.clone());
+        name
+    }
+
+    fn var(&mut self, v: &Var) -> String {
+        self.name(v.id, &v.name)
+    }
+
+    fn buffer(&mut self, b: &Buffer) -> String {
+        self.name(b.id(), b.name())
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<String, CodegenError> {
+        let ty = e.ty();
+        if ty.lanes != 1 {
+            return Err(self.unsupported("a vector expression"));
+        }
+        Ok(match e {
+            Expr::Int(v, t) => match t.elem {
+                DataType::I64 => format!("INT64_C({v})"),
+                _ => format!("(({}){v})", c_type(self.kernel, t.elem)?),
+            },
+            Expr::Float(v, _) => {
+                if v.is_nan() {
+                    "NAN".into()
+                } else if v.is_infinite() {
+                    if *v > 0.0 {
+                        "INFINITY".into()
+                    } else {
+                        "(-INFINITY)".into()
+                    }
+                } else {
+                    format!("{:?}f", *v as f32)
+                }
+            }
+            Expr::Var(v) => self.var(v),
+            Expr::Bin(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let float = ty.elem.is_float();
+                match op {
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => format!("({x} {} {y})", op.symbol()),
+                    BinOp::FloorDiv if float => format!("floorf({x} / {y})"),
+                    BinOp::FloorMod if float => format!("({x} - floorf({x} / {y}) * {y})"),
+                    BinOp::FloorDiv => format!("kiln_floordiv({x}, {y})"),
+                    BinOp::FloorMod => format!("kiln_floormod({x}, {y})"),
+                    // NaN-propagating like the reference interpreter would be costly; C's
+                    // fmaxf/fminf ignore NaN, as TVM's LLVM backend does.
+                    BinOp::Min if float => format!("fminf({x}, {y})"),
+                    BinOp::Max if float => format!("fmaxf({x}, {y})"),
+                    BinOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
+                    BinOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
+                }
+            }
+            Expr::Cmp(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                let sym = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                format!("({x} {sym} {y})")
+            }
+            Expr::And(a, b) => format!("({} && {})", self.expr(a)?, self.expr(b)?),
+            Expr::Or(a, b) => format!("({} || {})", self.expr(a)?, self.expr(b)?),
+            Expr::Not(a) => format!("(!{})", self.expr(a)?),
+            Expr::Select(c, a, b) => format!("({} ? {} : {})", self.expr(c)?, self.expr(a)?, self.expr(b)?),
+            Expr::Cast(t, a) => {
+                let inner = self.expr(a)?;
+                if t.elem == DataType::Bool {
+                    format!("((uint8_t)({inner} != 0))")
+                } else {
+                    format!("(({})({inner}))", c_type(self.kernel, t.elem)?)
+                }
+            }
+            Expr::Load(b, idx) => {
+                if idx.len() != 1 {
+                    return Err(self.unsupported("a multi-dimensional access (run flatten_buffers first)"));
+                }
+                let (name, i) = (self.buffer(b), self.expr(&idx[0])?);
+                format!("{name}[{i}]")
+            }
+            Expr::Call(f, args, _) => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect::<Result<_, _>>()?;
+                let first = a.first().cloned().unwrap_or_default();
+                match f {
+                    Intrinsic::Exp => format!("expf({first})"),
+                    Intrinsic::Log => format!("logf({first})"),
+                    Intrinsic::Sqrt => format!("sqrtf({first})"),
+                    Intrinsic::Rsqrt => format!("(1.0f / sqrtf({first}))"),
+                    Intrinsic::Tanh => format!("tanhf({first})"),
+                    Intrinsic::Sigmoid => format!("(1.0f / (1.0f + expf(-({first}))))"),
+                    Intrinsic::Erf => format!("erff({first})"),
+                    Intrinsic::Pow => format!("powf({first}, {})", a.get(1).cloned().unwrap_or_default()),
+                    Intrinsic::Fabs => format!("fabsf({first})"),
+                    Intrinsic::Floor => format!("floorf({first})"),
+                }
+            }
+            Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),
+            Expr::Reduce(_) => return Err(self.unsupported("an unlowered reduction")),
+        })
+    }
+
+    fn line(&mut self, depth: usize, s: &str) {
+        let _ = writeln!(self.out, "{}{s}", "  ".repeat(depth));
+    }
+
+    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<(), CodegenError> {
+        match s {
+            Stmt::For(l) => {
+                let v = self.var(&l.var);
+                let (min, ext) = (self.expr(&l.min)?, self.expr(&l.extent)?);
+                if l.kind == ForKind::Parallel && !self.sliced {
+                    // This task's contiguous slice of the iterations.
+                    self.sliced = true;
+                    self.line(depth, &format!("const int64_t {v}_n = {ext};"));
+                    self.line(depth, &format!("const int64_t {v}_begin = {min} + {v}_n * task_id / num_tasks;"));
+                    self.line(depth, &format!("const int64_t {v}_end = {min} + {v}_n * (task_id + 1) / num_tasks;"));
+                    self.line(depth, &format!("for (int64_t {v} = {v}_begin; {v} < {v}_end; ++{v}) {{"));
+                } else {
+                    self.line(depth, &format!("for (int64_t {v} = {min}; {v} < {min} + {ext}; ++{v}) {{"));
+                }
+                self.stmt(&l.body, depth + 1)?;
+                self.line(depth, "}");
+            }
+            Stmt::Store { buffer, indices, value } => {
+                if indices.len() != 1 {
+                    return Err(self.unsupported("a multi-dimensional store (run flatten_buffers first)"));
+                }
+                let (b, i, v) = (self.buffer(buffer), self.expr(&indices[0])?, self.expr(value)?);
+                self.line(depth, &format!("{b}[{i}] = {v};"));
+            }
+            Stmt::Allocate { buffer, body } => {
+                let bytes = buffer.numel() * buffer.elem().size_bytes();
+                if bytes > MAX_LOCAL_BYTES {
+                    return Err(self.unsupported(format!("a {bytes}-byte kernel-local buffer `{}`", buffer.name())));
+                }
+                let (t, b) = (c_type(self.kernel, buffer.elem())?, self.buffer(buffer));
+                self.line(depth, &format!("{t} {b}[{}];", buffer.numel().max(1)));
+                self.stmt(body, depth)?;
+            }
+            Stmt::If { cond, then_case, else_case } => {
+                let c = self.expr(cond)?;
+                self.line(depth, &format!("if ({c}) {{"));
+                self.stmt(then_case, depth + 1)?;
+                if let Some(e) = else_case {
+                    self.line(depth, "} else {");
+                    self.stmt(e, depth + 1)?;
+                }
+                self.line(depth, "}");
+            }
+            Stmt::Seq(v) => {
+                for s in v {
+                    self.stmt(s, depth)?;
+                }
+            }
+            Stmt::Let { var, value, body } => {
+                let t = c_type(self.kernel, var.ty.elem)?;
+                let (n, v) = (self.var(var), self.expr(value)?);
+                self.line(depth, &format!("const {t} {n} = {v};"));
+                self.stmt(body, depth)?;
+            }
+            Stmt::Evaluate(e) => {
+                if !s.is_nop() {
+                    let v = self.expr(e)?;
+                    self.line(depth, &format!("(void)({v});"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn has_parallel_loop(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
+    found
+}
+
+/// The C definition of one kernel (without the prelude).
+pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
+    let mut e = Emitter {
+        kernel: &f.name,
+        out: String::new(),
+        names: Default::default(),
+        used: Default::default(),
+        sliced: false,
+    };
+    let n_in = f.params.len().saturating_sub(f.num_outputs);
+    let mut params = Vec::new();
+    for (i, b) in f.params.iter().enumerate() {
+        if b.scope() != Scope::Global {
+            return Err(e.unsupported(format!("parameter `{}` outside global memory", b.name())));
+        }
+        let t = c_type(&f.name, b.elem())?;
+        let constness = if i < n_in { "const " } else { "" };
+        let name = e.buffer(b);
+        params.push(format!("{constness}{t}* restrict {name}"));
+    }
+    params.push("int64_t task_id".into());
+    params.push("int64_t num_tasks".into());
+    let _ = writeln!(e.out, "void {}({}) {{", f.name, params.join(", "));
+    if !has_parallel_loop(&f.body) {
+        e.line(1, "(void)num_tasks;");
+        e.line(1, "if (task_id != 0) return;");
+    }
+    e.stmt(&f.body, 1)?;
+    e.out.push_str("}\n");
+    Ok(e.out)
+}
+
+/// A complete C file: the prelude, then every kernel.
+pub fn codegen_module(funcs: &[PrimFunc]) -> Result<String, CodegenError> {
+    let mut out = String::from(PRELUDE);
+    for f in funcs {
+        out.push('\n');
+        out.push_str(&codegen_prim_func(f)?);
+    }
+    Ok(out)
+}
+
+/// The type a kernel parameter is declared with (for glue code).
+pub fn param_c_type(t: TirType) -> Option<&'static str> {
+    c_type("", t.elem).ok()
+}

@@ -1,0 +1,146 @@
+//! TE → TIR: one `PrimFunc` for a set of output tensors.
+//!
+//! Every compute tensor that is not an output and does not reduce is inlined
+//! into its consumers (its body substituted at each load). The others are
+//! materialized in dependency order, each as a loop nest over its axes: an
+//! output into its parameter buffer, an intermediate into a kernel-local buffer.
+//! A reduction becomes `init; for k…: acc = acc ⊕ source`.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::tir::{Buffer, Expr, ForKind, PrimFunc, Scope, Stmt};
+
+use super::{Operation, Tensor};
+
+/// Why a set of tensors cannot become one kernel.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LowerError {
+    #[error("kernel `{kernel}`: tensor `{tensor}` is read but is neither an input nor computed")]
+    MissingInput { kernel: String, tensor: String },
+}
+
+/// All tensors reachable from `outputs`, producers before consumers.
+fn topo_order(outputs: &[Tensor]) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut done: HashSet<u32> = HashSet::new();
+    // Explicit stack of (tensor, dependencies already pushed).
+    let mut stack: Vec<(Tensor, bool)> = outputs.iter().rev().map(|t| (t.clone(), false)).collect();
+    while let Some((t, expanded)) = stack.pop() {
+        let id = t.buffer().id();
+        if done.contains(&id) {
+            continue;
+        }
+        if expanded {
+            done.insert(id);
+            order.push(t);
+            continue;
+        }
+        stack.push((t.clone(), true));
+        for dep in t.0.deps.iter().rev() {
+            if !done.contains(&dep.buffer().id()) {
+                stack.push((dep.clone(), false));
+            }
+        }
+    }
+    order
+}
+
+/// Substitute the bodies of inlined tensors into `e`.
+fn inline(e: &Expr, inlined: &HashMap<u32, Tensor>) -> Expr {
+    match e {
+        Expr::Load(b, idx) => {
+            let idx: Vec<Expr> = idx.iter().map(|i| inline(i, inlined)).collect();
+            match inlined.get(&b.id()).map(|t| &t.0.op) {
+                Some(Operation::Compute { axes, body }) => {
+                    let substituted = body.substitute(&|v| axes.iter().position(|a| a == v).map(|k| idx[k].clone()));
+                    inline(&substituted, inlined)
+                }
+                _ => Expr::Load(b.clone(), idx),
+            }
+        }
+        _ => e.map_children(|c| inline(c, inlined)),
+    }
+}
+
+/// The loop nest computing `t` into `target`.
+fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> Stmt {
+    let Operation::Compute { axes, body } = &t.0.op else { return Stmt::nop() };
+    let idx: Vec<Expr> = axes.iter().map(Expr::var).collect();
+    let inner = match body {
+        Expr::Reduce(r) => {
+            let source = inline(&r.source, inlined);
+            let init =
+                Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.identity(t.dtype()) };
+            let acc = Expr::Load(target.clone(), idx.clone());
+            let mut update =
+                Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.combine(acc, source) };
+            for (v, extent) in r.axes.iter().rev() {
+                update = Stmt::for_loop(v.clone(), *extent, ForKind::Serial, update);
+            }
+            Stmt::seq(vec![init, update])
+        }
+        _ => Stmt::Store { buffer: target.clone(), indices: idx, value: inline(body, inlined) },
+    };
+    let mut s = inner;
+    for (v, extent) in axes.iter().zip(t.shape()).rev() {
+        s = Stmt::for_loop(v.clone(), *extent, ForKind::Serial, s);
+    }
+    s
+}
+
+/// Lower `outputs` (computed from `inputs`) into the kernel `name`, whose
+/// parameters are the inputs' buffers then the outputs' buffers.
+pub fn lower(name: &str, inputs: &[Tensor], outputs: &[Tensor]) -> Result<PrimFunc, LowerError> {
+    let order = topo_order(outputs);
+    let is_output = |t: &Tensor| outputs.contains(t);
+    let mut inlined: HashMap<u32, Tensor> = HashMap::new();
+    let mut stages: Vec<(Tensor, Buffer)> = Vec::new();
+    for t in &order {
+        match &t.0.op {
+            Operation::Placeholder => {
+                if !inputs.contains(t) {
+                    return Err(LowerError::MissingInput { kernel: name.to_string(), tensor: t.name().to_string() });
+                }
+            }
+            Operation::Compute { .. } if !is_output(t) && !t.is_reduction() => {
+                inlined.insert(t.buffer().id(), t.clone());
+            }
+            Operation::Compute { .. } => {
+                let target = if is_output(t) {
+                    t.buffer().clone()
+                } else {
+                    Buffer::new(t.name(), t.dtype(), t.shape().to_vec(), Scope::Local)
+                };
+                stages.push((t.clone(), target));
+            }
+        }
+    }
+    // Loads of a materialized intermediate read its local buffer.
+    let remap: HashMap<u32, Buffer> = stages.iter().map(|(t, b)| (t.buffer().id(), b.clone())).collect();
+    let mut body_stmts = Vec::new();
+    let mut locals = Vec::new();
+    for (t, target) in &stages {
+        let s = materialize(t, target, &inlined);
+        let s = s.map_exprs(&mut |e| retarget(e, &remap));
+        body_stmts.push(s);
+        if target.scope() == Scope::Local {
+            locals.push(target.clone());
+        }
+    }
+    let mut body = Stmt::seq(body_stmts);
+    for b in locals.into_iter().rev() {
+        body = Stmt::Allocate { buffer: b, body: Box::new(body) };
+    }
+    let params = inputs.iter().chain(outputs).map(|t| t.buffer().clone()).collect();
+    Ok(PrimFunc { name: name.to_string(), params, num_outputs: outputs.len(), body, attrs: Default::default() })
+}
+
+fn retarget(e: Expr, remap: &HashMap<u32, Buffer>) -> Expr {
+    match e {
+        Expr::Load(b, idx) => {
+            let idx = idx.into_iter().map(|i| retarget(i, remap)).collect();
+            Expr::Load(remap.get(&b.id()).cloned().unwrap_or(b), idx)
+        }
+        other => other.map_children(|c| retarget(c.clone(), remap)),
+    }
+}
