@@ -7,8 +7,10 @@ extern crate self as kiln;
 pub use kiln_ir::*;
 
 pub mod arith;
+pub mod backend;
 pub mod codegen;
 pub mod relay;
 pub mod te;
 pub mod tir;
+pub mod topi;
 

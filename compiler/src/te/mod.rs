@@ -150,6 +150,21 @@ pub fn compute(name: &str, shape: &[usize], f: impl FnOnce(&[Expr]) -> Expr) -> 
     })
 }
 
+/// [`compute`] with a body that may fail.
+pub fn try_compute<E>(name: &str, shape: &[usize], f: impl FnOnce(&[Expr]) -> Result<Expr, E>) -> Result<Tensor, E> {
+    let mut err = None;
+    let t = compute(name, shape, |idx| {
+        f(idx).unwrap_or_else(|e| {
+            err = Some(e);
+            Expr::int(0)
+        })
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(t),
+    }
+}
+
 /// A reduction axis of `extent` iterations.
 pub fn reduce_axis(extent: usize, name: &str) -> (Var, usize) {
     (Var::new(name, TirType::INDEX), extent)

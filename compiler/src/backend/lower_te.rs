@@ -1,0 +1,129 @@
+//! LowerTE: each `Primitive` function (made by FuseOps) becomes one TIR kernel.
+//!
+//! The function's parameters become TE placeholders; its operator calls
+//! become TOPI computes, in post-order; its result (a tensor or a tuple of
+//! them) becomes the kernel's outputs. `te::lower` then inlines the injective
+//! producers into their consumers, so the stage with the highest pattern
+//! anchors the loop nest. Structurally equal primitive functions share one kernel.
+
+use kiln_ir::relay::visit::post_order_filtered;
+use kiln_ir::relay::{op_registry, Callee, ExprId, ExprKind, Store, Type};
+use rustc_hash::FxHashMap;
+
+use crate::te::{self, compute, placeholder, Tensor};
+use crate::tir::PrimFunc;
+use crate::topi::{compute_op, TeValue};
+
+/// Why a primitive function cannot become a kernel.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("lowering `{kernel}`: {message}")]
+pub struct LowerTeError {
+    pub kernel: String,
+    pub message: String,
+}
+
+/// A kernel name from the operators it fuses: `fused_nn_dense_add_nn_relu`.
+pub fn kernel_name(store: &Store, func: ExprId) -> String {
+    let mut name = String::from("fused");
+    if let Some(f) = store.as_function(func) {
+        for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
+            if let Some(op) = store.op_name(id) {
+                name.push('_');
+                name.push_str(&op.replace('.', "_"));
+            }
+        }
+    }
+    name
+}
+
+fn flatten_outputs(v: &TeValue, out: &mut Vec<Tensor>) {
+    match v {
+        TeValue::Tensor(t) => out.push(t.clone()),
+        TeValue::Tuple(fields) => fields.iter().for_each(|f| flatten_outputs(f, out)),
+    }
+}
+
+/// Lower the primitive function `func` (with checked types) into the kernel `name`.
+pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFunc, LowerTeError> {
+    let err = |m: String| LowerTeError { kernel: name.to_string(), message: m };
+    let f = store.as_function(func).ok_or_else(|| err("not a function".into()))?;
+    let mut values: FxHashMap<ExprId, TeValue> = FxHashMap::default();
+    let mut inputs = Vec::new();
+    for (k, &p) in f.params.iter().enumerate() {
+        let ty = store
+            .checked_type(p)
+            .cloned()
+            .or_else(|| store.as_var(p).and_then(|v| v.ty).map(|t| store.ty(t).clone()))
+            .ok_or_else(|| err(format!("parameter {k} has no type")))?;
+        let Type::Tensor(tt) = ty else { return Err(err(format!("parameter {k} is not a tensor: {ty}"))) };
+        let t = placeholder(&format!("p{k}"), &tt.shape, tt.dtype);
+        inputs.push(t.clone());
+        values.insert(p, TeValue::Tensor(t));
+    }
+    for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
+        let value = match store.kind(id) {
+            ExprKind::Var(_) => {
+                if values.contains_key(&id) {
+                    continue;
+                }
+                return Err(err(format!(
+                    "free variable `%{}` in a primitive function",
+                    store.as_var(id).map_or("", |v| v.name.as_str())
+                )));
+            }
+            ExprKind::Constant(c) => {
+                let data = store.constant_data(*c);
+                if data.numel() != 1 {
+                    return Err(err(format!(
+                        "a non-scalar constant of shape {:?} inside a primitive function (FuseOps passes them as parameters)",
+                        data.shape()
+                    )));
+                }
+                let (v, dt, shape) = (data.get_f64(0), data.dtype(), data.shape().to_vec());
+                TeValue::Tensor(compute("const", &shape, |_| crate::tir::Expr::constant(v, dt)))
+            }
+            ExprKind::Call(call) => {
+                let Callee::Op(op) = call.callee else {
+                    return Err(err("a call of a function inside a primitive function".into()));
+                };
+                let op_name = op_registry().get(op).name;
+                let args: Vec<TeValue> = call
+                    .args
+                    .iter()
+                    .map(|a| values.get(a).cloned().ok_or_else(|| err(format!("`{op_name}` argument not computed"))))
+                    .collect::<Result<_, _>>()?;
+                let out = store.checked_type(id).ok_or_else(|| err("missing checked types: run InferType".into()))?;
+                compute_op(op_name, &args, &call.attrs, out).map_err(|m| err(format!("`{op_name}`: {m}")))?
+            }
+            ExprKind::Tuple(fields) => TeValue::Tuple(
+                fields
+                    .iter()
+                    .map(|a| values.get(a).cloned().ok_or_else(|| err("tuple field not computed".into())))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ExprKind::TupleGetItem { tuple, index } => {
+                let t = values.get(tuple).ok_or_else(|| err("tuple not computed".into()))?;
+                t.tuple()
+                    .map_err(err)?
+                    .get(*index)
+                    .cloned()
+                    .ok_or_else(|| err(format!("tuple index {index} out of range")))?
+            }
+            other => return Err(err(format!("{} inside a primitive function", other.kind_name()))),
+        };
+        values.insert(id, value);
+    }
+    let result = values.get(&f.body).ok_or_else(|| err("the body was not computed".into()))?;
+    let mut outputs = Vec::new();
+    flatten_outputs(result, &mut outputs);
+    // An output that is an input, or that appears twice, needs its own copy.
+    let mut seen: Vec<Tensor> = Vec::new();
+    for o in outputs.iter_mut() {
+        if inputs.contains(o) || seen.contains(o) {
+            let src = o.clone();
+            *o = compute("copy", src.shape(), |i| src.at(i));
+        }
+        seen.push(o.clone());
+    }
+    te::lower(name, &inputs, &outputs).map_err(|e| err(e.to_string()))
+}

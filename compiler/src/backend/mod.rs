@@ -1,0 +1,4 @@
+//! From an optimized Relay module to kernels: `lower_te` (each primitive
+//! function → one TIR kernel).
+
+pub mod lower_te;

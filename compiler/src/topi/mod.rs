@@ -1,0 +1,214 @@
+//! TOPI: the tensor-expression compute of every Relay operator.
+//!
+//! [`compute_op`] takes the operator's name, its TE inputs, its normalized
+//! attributes and its checked output type, and returns the TE value of its
+//! result. The shapes have been checked by the operator's type relation, so
+//! the computes trust them; anything the type relation let through but a
+//! compute cannot express is an error, never a panic.
+
+use kiln_ir::attrs::Attrs;
+use kiln_ir::relay::Type;
+use kiln_ir::DataType;
+
+use crate::te::{compute, reduce, reduce_axis, try_compute, Tensor};
+use crate::tir::{BinOp, CmpOp, Combiner, Expr, Intrinsic, TirType};
+
+mod nn;
+mod transform;
+
+/// A TE value: one tensor, or a tuple of them.
+#[derive(Clone, Debug)]
+pub enum TeValue {
+    Tensor(Tensor),
+    Tuple(Vec<TeValue>),
+}
+
+impl TeValue {
+    pub fn tensor(&self) -> Result<&Tensor, String> {
+        match self {
+            TeValue::Tensor(t) => Ok(t),
+            TeValue::Tuple(_) => Err("expected a tensor, found a tuple".into()),
+        }
+    }
+
+    pub fn tuple(&self) -> Result<&[TeValue], String> {
+        match self {
+            TeValue::Tuple(v) => Ok(v),
+            TeValue::Tensor(_) => Err("expected a tuple, found a tensor".into()),
+        }
+    }
+}
+
+/// The output shape and dtype of a single-tensor result.
+pub(crate) fn out_tensor(ty: &Type) -> Result<(Vec<usize>, DataType), String> {
+    ty.as_tensor().map(|t| (t.shape.clone(), t.dtype)).ok_or_else(|| format!("expected a tensor result, found {ty}"))
+}
+
+/// `x` read at output indices `idx` with NumPy broadcasting (right-aligned; size-1 dims read index 0).
+pub(crate) fn broadcast_at(x: &Tensor, idx: &[Expr]) -> Expr {
+    let offset = idx.len() - x.ndim();
+    let sub: Vec<Expr> = x
+        .shape()
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| if d == 1 { Expr::int(0) } else { idx[offset + k].clone() })
+        .collect();
+    x.at(&sub)
+}
+
+pub(crate) fn zero(dt: DataType) -> Expr {
+    Expr::constant(0.0, dt)
+}
+
+fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, String> {
+    let t = TirType::scalar(dt);
+    let call = |f: Intrinsic, x: Expr| Expr::call(f, vec![x], t);
+    Ok(match name {
+        "negative" => Expr::bin(BinOp::Sub, zero(dt), x),
+        "exp" => call(Intrinsic::Exp, x),
+        "log" => call(Intrinsic::Log, x),
+        "sqrt" => call(Intrinsic::Sqrt, x),
+        "rsqrt" => call(Intrinsic::Rsqrt, x),
+        "tanh" => call(Intrinsic::Tanh, x),
+        "sigmoid" => call(Intrinsic::Sigmoid, x),
+        "erf" => call(Intrinsic::Erf, x),
+        "nn.relu" => Expr::bin(BinOp::Max, x, zero(dt)),
+        "clip" => {
+            let lo = Expr::constant(attrs.float("a_min")?, dt);
+            let hi = Expr::constant(attrs.float("a_max")?, dt);
+            Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, x, lo), hi)
+        }
+        "cast" => Expr::cast(t, x),
+        _ => return Err(format!("no unary compute for `{name}`")),
+    })
+}
+
+fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
+    Ok(match name {
+        "add" => Expr::bin(BinOp::Add, a, b),
+        "subtract" => Expr::bin(BinOp::Sub, a, b),
+        "multiply" => Expr::bin(BinOp::Mul, a, b),
+        "divide" => Expr::bin(BinOp::Div, a, b),
+        "maximum" => Expr::bin(BinOp::Max, a, b),
+        "minimum" => Expr::bin(BinOp::Min, a, b),
+        "power" => Expr::call(Intrinsic::Pow, vec![a, b], TirType::scalar(dt)),
+        _ => return Err(format!("no binary compute for `{name}`")),
+    })
+}
+
+/// Normalized reduction axes of a rank-`ndim` input (`None` = all; `exclude` inverts).
+pub(crate) fn reduce_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, String> {
+    let mut axes: Vec<usize> = match attrs.opt_ints("axis")? {
+        None => (0..ndim).collect(),
+        Some(list) => list
+            .iter()
+            .map(|&a| {
+                let a = if a < 0 { a + ndim as i64 } else { a };
+                usize::try_from(a).ok().filter(|&a| a < ndim).ok_or_else(|| format!("axis {a} out of range"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if attrs.get("exclude").is_some() && attrs.bool("exclude")? {
+        axes = (0..ndim).filter(|a| !axes.contains(a)).collect();
+    }
+    axes.sort_unstable();
+    axes.dedup();
+    Ok(axes)
+}
+
+fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, String> {
+    let ndim = x.ndim();
+    let axes = reduce_axes(attrs, ndim)?;
+    let keepdims = attrs.bool("keepdims")?;
+    let raxes: Vec<_> = axes.iter().map(|&a| reduce_axis(x.shape()[a], &format!("r{a}"))).collect();
+    let combiner = match name {
+        "max" => Combiner::Max,
+        _ => Combiner::Sum,
+    };
+    let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
+    let xc = x.clone();
+    let summed = compute(&format!("{}_red", name), out_shape, |idx| {
+        let mut src = Vec::with_capacity(ndim);
+        let mut out_k = 0;
+        for d in 0..ndim {
+            if let Some(p) = axes.iter().position(|&a| a == d) {
+                src.push(Expr::var(&raxes[p].0));
+                if keepdims {
+                    out_k += 1;
+                }
+            } else {
+                src.push(idx[out_k].clone());
+                out_k += 1;
+            }
+        }
+        reduce(combiner, xc.at(&src), &raxes)
+    });
+    if name != "mean" {
+        return Ok(summed);
+    }
+    let dt = x.dtype();
+    Ok(compute("mean", out_shape, |idx| Expr::bin(BinOp::Div, summed.at(idx), Expr::constant(count as f64, dt))))
+}
+
+/// The TE value of `op(inputs…)` with output type `out`.
+pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
+    let tensor = |i: usize| -> Result<&Tensor, String> {
+        inputs.get(i).ok_or_else(|| format!("`{op}` is missing input {i}"))?.tensor()
+    };
+    let t = |x: Tensor| Ok(TeValue::Tensor(x));
+    match op {
+        "negative" | "exp" | "log" | "sqrt" | "rsqrt" | "tanh" | "sigmoid" | "erf" | "nn.relu" | "clip" | "cast" => {
+            let (shape, dt) = out_tensor(out)?;
+            let x = tensor(0)?.clone();
+            t(try_compute(op, &shape, |i| unary(op, x.at(i), dt, attrs))?)
+        }
+        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "power" => {
+            let (shape, dt) = out_tensor(out)?;
+            let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
+            t(try_compute(op, &shape, |i| binary(op, broadcast_at(&a, i), broadcast_at(&b, i), dt))?)
+        }
+        "sum" | "mean" | "max" => {
+            let (shape, _) = out_tensor(out)?;
+            t(reduction(op, tensor(0)?, attrs, &shape)?)
+        }
+        "zeros" | "ones" | "full" => {
+            let (shape, dt) = out_tensor(out)?;
+            let fill = match op {
+                "zeros" => Some(0.0),
+                "ones" => Some(1.0),
+                _ => None,
+            };
+            match fill {
+                Some(v) => t(compute(op, &shape, |_| Expr::constant(v, dt))),
+                None => {
+                    let f = tensor(0)?.clone();
+                    t(compute(op, &shape, |_| Expr::cast(TirType::scalar(dt), f.at(&[]))))
+                }
+            }
+        }
+        _ if op.starts_with("nn.") && op != "nn.batch_flatten" => nn::compute_nn(op, inputs, attrs, out),
+        _ => transform::compute_transform(op, inputs, attrs, out),
+    }
+}
+
+/// `cond ? a : b` over index conditions.
+pub(crate) fn select(cond: Expr, a: Expr, b: Expr) -> Expr {
+    Expr::select(cond, a, b)
+}
+
+/// `lo <= e < hi`.
+pub(crate) fn in_range(e: &Expr, lo: i64, hi: i64) -> Expr {
+    Expr::and(Expr::cmp(CmpOp::Ge, e.clone(), Expr::int(lo)), Expr::cmp(CmpOp::Lt, e.clone(), Expr::int(hi)))
+}
+
+/// An integer attribute list of exactly `n` values, expanding TVM's short
+/// forms (one value for all; for 4-value padding, 2 values mean [a, b, a, b]).
+pub(crate) fn expand_ints(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
+    let v = attrs.ints(name)?.to_vec();
+    Ok(match (v.len(), n) {
+        (k, n) if k == n => v,
+        (1, n) => vec![v[0]; n],
+        (2, 4) => vec![v[0], v[1], v[0], v[1]],
+        (k, n) => return Err(format!("`{name}` has {k} values, expected {n}")),
+    })
+}
