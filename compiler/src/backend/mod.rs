@@ -2,3 +2,4 @@
 //! function → one TIR kernel).
 
 pub mod lower_te;
+pub mod plan_memory;
