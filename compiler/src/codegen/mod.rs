@@ -8,6 +8,8 @@
 //! Kernels never allocate from the heap.
 
 pub mod c;
+#[cfg(feature = "llvm")]
+pub mod llvm;
 
 /// Why a kernel cannot be generated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -15,4 +17,8 @@ pub mod c;
 pub enum CodegenError {
     #[error("kernel `{kernel}`: {what} is not supported by the {backend} backend")]
     Unsupported { kernel: String, backend: &'static str, what: String },
+    #[error("target `{target}`: {message}")]
+    BadTarget { target: String, message: String },
+    #[error("kernel `{kernel}`: LLVM: {message}")]
+    Llvm { kernel: String, message: String },
 }

@@ -1,0 +1,693 @@
+//! TIR → LLVM IR through inkwell, then native code: object files, assembly,
+//! LLVM IR text, or an in-process JIT for tests and the CLI.
+//!
+//! Kernels follow the ABI in [`super`]; each also gets a packed entry point
+//! `<name>_packed(void** args, int64_t task_id, int64_t num_tasks)` so that
+//! callers (the JIT, the runtime) need one function-pointer type for all.
+//! Pointer parameters are `noalias`; loops are emitted with phi nodes and the
+//! module runs LLVM's `default<O3>` pipeline for the target CPU, whose loop
+//! vectorizer produces the vector code.
+
+use std::collections::HashMap;
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::basic_block::BasicBlock;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::module::{Linkage, Module};
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
+use kiln_ir::DataType;
+
+use super::CodegenError;
+use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, Var};
+
+/// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
+const MAX_LOCAL_BYTES: usize = 1 << 20;
+
+/// A parsed `llvm …` target string: `llvm -mcpu=native`, `llvm -mcpu=skylake-avx512 -mattr=+avx512f`,
+/// `llvm -mtriple=x86_64-unknown-linux-gnu`, `llvm -fast-math`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LlvmTarget {
+    pub triple: String,
+    pub cpu: String,
+    pub features: String,
+    pub fast_math: bool,
+}
+
+impl LlvmTarget {
+    /// The host CPU with all its features.
+    pub fn native() -> LlvmTarget {
+        LlvmTarget::parse("llvm -mcpu=native").unwrap_or(LlvmTarget {
+            triple: String::new(),
+            cpu: String::new(),
+            features: String::new(),
+            fast_math: false,
+        })
+    }
+
+    pub fn parse(s: &str) -> Result<LlvmTarget, CodegenError> {
+        let bad = |what: String| CodegenError::BadTarget { target: s.to_string(), message: what };
+        let mut words = s.split_whitespace();
+        if words.next() != Some("llvm") {
+            return Err(bad("an LLVM target string starts with `llvm`".into()));
+        }
+        let mut t = LlvmTarget {
+            triple: TargetMachine::get_default_triple().as_str().to_string_lossy().into_owned(),
+            cpu: "generic".into(),
+            features: String::new(),
+            fast_math: false,
+        };
+        for w in words {
+            if let Some(cpu) = w.strip_prefix("-mcpu=") {
+                if cpu == "native" {
+                    t.cpu = TargetMachine::get_host_cpu_name().to_string();
+                    t.features = TargetMachine::get_host_cpu_features().to_string();
+                } else {
+                    t.cpu = cpu.to_string();
+                }
+            } else if let Some(attr) = w.strip_prefix("-mattr=") {
+                if !t.features.is_empty() {
+                    t.features.push(',');
+                }
+                t.features.push_str(attr);
+            } else if let Some(triple) = w.strip_prefix("-mtriple=") {
+                t.triple = triple.to_string();
+            } else if w == "-fast-math" {
+                t.fast_math = true;
+            } else {
+                return Err(bad(format!("unknown option `{w}`; expected -mcpu=, -mattr=, -mtriple= or -fast-math")));
+            }
+        }
+        Ok(t)
+    }
+
+    fn machine(&self, target_name: &str) -> Result<TargetMachine, CodegenError> {
+        Target::initialize_all(&InitializationConfig::default());
+        let triple = TargetTriple::create(&self.triple);
+        let fail = |m: String| CodegenError::BadTarget { target: target_name.to_string(), message: m };
+        let target = Target::from_triple(&triple).map_err(|e| fail(e.to_string()))?;
+        target
+            .create_target_machine(
+                &triple,
+                &self.cpu,
+                &self.features,
+                OptimizationLevel::Aggressive,
+                RelocMode::PIC,
+                CodeModel::Default,
+            )
+            .ok_or_else(|| fail(format!("LLVM cannot make a target machine for `{}` cpu `{}`", self.triple, self.cpu)))
+    }
+}
+
+/// What to produce.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LlvmOutput {
+    pub llvm_ir: String,
+    pub assembly: String,
+    pub object: Vec<u8>,
+}
+
+struct FnGen<'a, 'ctx> {
+    ctx: &'ctx Context,
+    module: &'a Module<'ctx>,
+    b: Builder<'ctx>,
+    func: FunctionValue<'ctx>,
+    kernel: String,
+    vars: HashMap<u32, BasicValueEnum<'ctx>>,
+    buffers: HashMap<u32, PointerValue<'ctx>>,
+    task_id: IntValue<'ctx>,
+    num_tasks: IntValue<'ctx>,
+    sliced: bool,
+    entry: BasicBlock<'ctx>,
+}
+
+fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
+    CodegenError::Llvm { kernel: kernel.to_string(), message: e.to_string() }
+}
+
+fn elem_type<'ctx>(ctx: &'ctx Context, t: DataType) -> BasicTypeEnum<'ctx> {
+    match t {
+        DataType::F32 => ctx.f32_type().into(),
+        DataType::F16 => ctx.f16_type().into(),
+        DataType::I64 => ctx.i64_type().into(),
+        DataType::I32 => ctx.i32_type().into(),
+        DataType::I8 | DataType::U8 | DataType::Bool => ctx.i8_type().into(),
+    }
+}
+
+impl<'ctx> FnGen<'_, 'ctx> {
+    fn unsupported(&self, what: &str) -> CodegenError {
+        CodegenError::Unsupported { kernel: self.kernel.clone(), backend: "LLVM", what: what.to_string() }
+    }
+
+    fn e<T>(&self, r: Result<T, inkwell::builder::BuilderError>) -> Result<T, CodegenError> {
+        r.map_err(|e| llvm_err(&self.kernel, e))
+    }
+
+    fn i64c(&self, v: i64) -> IntValue<'ctx> {
+        self.ctx.i64_type().const_int(v as u64, true)
+    }
+
+    /// The register type of a value of `t`: bools are `i1`.
+    fn value_type(&self, t: DataType) -> BasicTypeEnum<'ctx> {
+        match t {
+            DataType::Bool => self.ctx.bool_type().into(),
+            other => elem_type(self.ctx, other),
+        }
+    }
+
+    fn intrinsic(
+        &self,
+        name: &str,
+        args: &[BasicValueEnum<'ctx>],
+        ty: BasicTypeEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let f = match self.module.get_function(name) {
+            Some(f) => f,
+            None => {
+                let params: Vec<BasicMetadataTypeEnum> = args.iter().map(|_| ty.into()).collect();
+                let fn_ty = ty.into_float_type().fn_type(&params, false);
+                self.module.add_function(name, fn_ty, Some(Linkage::External))
+            }
+        };
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let call = self.e(self.b.build_call(f, &args, "call"))?;
+        match call.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            inkwell::values::ValueKind::Instruction(_) => Err(self.unsupported("a void intrinsic")),
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let ty = e.ty();
+        if ty.lanes != 1 {
+            return Err(self.unsupported("a vector expression (the LLVM loop vectorizer handles vectorization)"));
+        }
+        let dt = ty.elem;
+        Ok(match e {
+            Expr::Int(v, t) => match self.value_type(t.elem) {
+                BasicTypeEnum::IntType(it) => {
+                    it.const_int(*v as u64, t.elem != DataType::U8 && t.elem != DataType::Bool).into()
+                }
+                BasicTypeEnum::FloatType(ft) => ft.const_float(*v as f64).into(),
+                _ => return Err(self.unsupported("this constant")),
+            },
+            Expr::Float(v, t) => self.value_type(t.elem).into_float_type().const_float(*v).into(),
+            Expr::Var(v) => {
+                *self.vars.get(&v.id).ok_or_else(|| self.unsupported(&format!("unbound variable `{}`", v.name)))?
+            }
+            Expr::Bin(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                if dt.is_float() {
+                    let (x, y) = (x.into_float_value(), y.into_float_value());
+                    match op {
+                        BinOp::Add => self.e(self.b.build_float_add(x, y, "add"))?.into(),
+                        BinOp::Sub => self.e(self.b.build_float_sub(x, y, "sub"))?.into(),
+                        BinOp::Mul => self.e(self.b.build_float_mul(x, y, "mul"))?.into(),
+                        BinOp::Div => self.e(self.b.build_float_div(x, y, "div"))?.into(),
+                        BinOp::Min | BinOp::Max => {
+                            let name = if *op == BinOp::Min { "llvm.minnum" } else { "llvm.maxnum" };
+                            let name = format!("{name}.{}", if dt == DataType::F16 { "f16" } else { "f32" });
+                            self.intrinsic(&name, &[x.into(), y.into()], x.get_type().into())?
+                        }
+                        BinOp::FloorDiv | BinOp::FloorMod => {
+                            let q = self.e(self.b.build_float_div(x, y, "q"))?;
+                            let name = format!("llvm.floor.{}", if dt == DataType::F16 { "f16" } else { "f32" });
+                            let fq = self.intrinsic(&name, &[q.into()], x.get_type().into())?.into_float_value();
+                            if *op == BinOp::FloorDiv {
+                                fq.into()
+                            } else {
+                                let m = self.e(self.b.build_float_mul(fq, y, "m"))?;
+                                self.e(self.b.build_float_sub(x, m, "fmod"))?.into()
+                            }
+                        }
+                    }
+                } else {
+                    let (x, y) = (x.into_int_value(), y.into_int_value());
+                    let unsigned = matches!(dt, DataType::U8 | DataType::Bool);
+                    match op {
+                        BinOp::Add => self.e(self.b.build_int_add(x, y, "add"))?.into(),
+                        BinOp::Sub => self.e(self.b.build_int_sub(x, y, "sub"))?.into(),
+                        BinOp::Mul => self.e(self.b.build_int_mul(x, y, "mul"))?.into(),
+                        BinOp::Div if unsigned => self.e(self.b.build_int_unsigned_div(x, y, "div"))?.into(),
+                        BinOp::Div => self.e(self.b.build_int_signed_div(x, y, "div"))?.into(),
+                        BinOp::Min | BinOp::Max => {
+                            let pred = match (op, unsigned) {
+                                (BinOp::Min, false) => IntPredicate::SLT,
+                                (BinOp::Min, true) => IntPredicate::ULT,
+                                (_, false) => IntPredicate::SGT,
+                                (_, true) => IntPredicate::UGT,
+                            };
+                            let c = self.e(self.b.build_int_compare(pred, x, y, "cmp"))?;
+                            self.e(self.b.build_select(c, x, y, "minmax"))?
+                        }
+                        BinOp::FloorDiv | BinOp::FloorMod => {
+                            // Truncating division, corrected toward negative infinity.
+                            let q = self.e(self.b.build_int_signed_div(x, y, "q"))?;
+                            let r = self.e(self.b.build_int_signed_rem(x, y, "r"))?;
+                            let zero = x.get_type().const_zero();
+                            let r_nz = self.e(self.b.build_int_compare(IntPredicate::NE, r, zero, "rnz"))?;
+                            let r_neg = self.e(self.b.build_int_compare(IntPredicate::SLT, r, zero, "rneg"))?;
+                            let y_neg = self.e(self.b.build_int_compare(IntPredicate::SLT, y, zero, "yneg"))?;
+                            let signs = self.e(self.b.build_xor(r_neg, y_neg, "signs"))?;
+                            let fix = self.e(self.b.build_and(r_nz, signs, "fix"))?;
+                            if *op == BinOp::FloorDiv {
+                                let q1 = self.e(self.b.build_int_sub(q, x.get_type().const_int(1, false), "q1"))?;
+                                self.e(self.b.build_select(fix, q1, q, "floordiv"))?
+                            } else {
+                                let r1 = self.e(self.b.build_int_add(r, y, "r1"))?;
+                                self.e(self.b.build_select(fix, r1, r, "floormod"))?
+                            }
+                        }
+                    }
+                }
+            }
+            Expr::Cmp(op, a, b) => {
+                let at = a.ty().elem;
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                if at.is_float() {
+                    let pred = match op {
+                        CmpOp::Eq => FloatPredicate::OEQ,
+                        CmpOp::Ne => FloatPredicate::UNE,
+                        CmpOp::Lt => FloatPredicate::OLT,
+                        CmpOp::Le => FloatPredicate::OLE,
+                        CmpOp::Gt => FloatPredicate::OGT,
+                        CmpOp::Ge => FloatPredicate::OGE,
+                    };
+                    self.e(self.b.build_float_compare(pred, x.into_float_value(), y.into_float_value(), "fcmp"))?.into()
+                } else {
+                    let unsigned = matches!(at, DataType::U8 | DataType::Bool);
+                    let pred = match (op, unsigned) {
+                        (CmpOp::Eq, _) => IntPredicate::EQ,
+                        (CmpOp::Ne, _) => IntPredicate::NE,
+                        (CmpOp::Lt, false) => IntPredicate::SLT,
+                        (CmpOp::Le, false) => IntPredicate::SLE,
+                        (CmpOp::Gt, false) => IntPredicate::SGT,
+                        (CmpOp::Ge, false) => IntPredicate::SGE,
+                        (CmpOp::Lt, true) => IntPredicate::ULT,
+                        (CmpOp::Le, true) => IntPredicate::ULE,
+                        (CmpOp::Gt, true) => IntPredicate::UGT,
+                        (CmpOp::Ge, true) => IntPredicate::UGE,
+                    };
+                    self.e(self.b.build_int_compare(pred, x.into_int_value(), y.into_int_value(), "icmp"))?.into()
+                }
+            }
+            Expr::And(a, b) => {
+                let (x, y) = (self.expr(a)?.into_int_value(), self.expr(b)?.into_int_value());
+                self.e(self.b.build_and(x, y, "and"))?.into()
+            }
+            Expr::Or(a, b) => {
+                let (x, y) = (self.expr(a)?.into_int_value(), self.expr(b)?.into_int_value());
+                self.e(self.b.build_or(x, y, "or"))?.into()
+            }
+            Expr::Not(a) => {
+                let x = self.expr(a)?.into_int_value();
+                self.e(self.b.build_not(x, "not"))?.into()
+            }
+            Expr::Select(c, a, b) => {
+                let c = self.expr(c)?.into_int_value();
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                self.e(self.b.build_select(c, x, y, "select"))?
+            }
+            Expr::Cast(t, a) => {
+                let from = a.ty().elem;
+                let v = self.expr(a)?;
+                self.cast(v, from, t.elem)?
+            }
+            Expr::Load(buf, idx) => {
+                let ptr = self.address(buf, idx)?;
+                let v = self.e(self.b.build_load(ptr, "load"))?;
+                if buf.elem() == DataType::Bool {
+                    let zero = self.ctx.i8_type().const_zero();
+                    self.e(self.b.build_int_compare(IntPredicate::NE, v.into_int_value(), zero, "tobool"))?.into()
+                } else {
+                    v
+                }
+            }
+            Expr::Call(f, args, t) => {
+                let vals: Vec<BasicValueEnum> = args.iter().map(|a| self.expr(a)).collect::<Result<_, _>>()?;
+                let ft = self.value_type(t.elem);
+                let suffix = if t.elem == DataType::F16 { "f16" } else { "f32" };
+                let libm =
+                    |n: &str| if t.elem == DataType::F16 { n.trim_end_matches('f').to_string() } else { n.to_string() };
+                let x = vals.first().copied().ok_or_else(|| self.unsupported("an intrinsic without arguments"))?;
+                match f {
+                    Intrinsic::Exp => self.intrinsic(&format!("llvm.exp.{suffix}"), &[x], ft)?,
+                    Intrinsic::Log => self.intrinsic(&format!("llvm.log.{suffix}"), &[x], ft)?,
+                    Intrinsic::Sqrt => self.intrinsic(&format!("llvm.sqrt.{suffix}"), &[x], ft)?,
+                    Intrinsic::Fabs => self.intrinsic(&format!("llvm.fabs.{suffix}"), &[x], ft)?,
+                    Intrinsic::Floor => self.intrinsic(&format!("llvm.floor.{suffix}"), &[x], ft)?,
+                    Intrinsic::Pow => {
+                        let y = vals.get(1).copied().ok_or_else(|| self.unsupported("pow with one argument"))?;
+                        self.intrinsic(&format!("llvm.pow.{suffix}"), &[x, y], ft)?
+                    }
+                    Intrinsic::Rsqrt => {
+                        let s = self.intrinsic(&format!("llvm.sqrt.{suffix}"), &[x], ft)?.into_float_value();
+                        let one = ft.into_float_type().const_float(1.0);
+                        self.e(self.b.build_float_div(one, s, "rsqrt"))?.into()
+                    }
+                    Intrinsic::Sigmoid => {
+                        let neg = self.e(self.b.build_float_neg(x.into_float_value(), "neg"))?;
+                        let ex = self.intrinsic(&format!("llvm.exp.{suffix}"), &[neg.into()], ft)?.into_float_value();
+                        let one = ft.into_float_type().const_float(1.0);
+                        let den = self.e(self.b.build_float_add(one, ex, "den"))?;
+                        self.e(self.b.build_float_div(one, den, "sigmoid"))?.into()
+                    }
+                    Intrinsic::Tanh => self.intrinsic(&libm("tanhf"), &[x], ft)?,
+                    Intrinsic::Erf => self.intrinsic(&libm("erff"), &[x], ft)?,
+                }
+            }
+            Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),
+            Expr::Reduce(_) => return Err(self.unsupported("an unlowered reduction")),
+        })
+    }
+
+    fn cast(
+        &self,
+        v: BasicValueEnum<'ctx>,
+        from: DataType,
+        to: DataType,
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let target = self.value_type(to);
+        if from == to {
+            return Ok(v);
+        }
+        Ok(match (from.is_float(), to.is_float()) {
+            (true, true) => {
+                self.e(self.b.build_float_cast(v.into_float_value(), target.into_float_type(), "fcast"))?.into()
+            }
+            (true, false) if to == DataType::Bool => {
+                let zero = v.into_float_value().get_type().const_zero();
+                self.e(self.b.build_float_compare(FloatPredicate::UNE, v.into_float_value(), zero, "tobool"))?.into()
+            }
+            (true, false) if to == DataType::U8 => self
+                .e(self.b.build_float_to_unsigned_int(v.into_float_value(), target.into_int_type(), "fptoui"))?
+                .into(),
+            (true, false) => {
+                self.e(self.b.build_float_to_signed_int(v.into_float_value(), target.into_int_type(), "fptosi"))?.into()
+            }
+            (false, true) if matches!(from, DataType::U8 | DataType::Bool) => self
+                .e(self.b.build_unsigned_int_to_float(v.into_int_value(), target.into_float_type(), "uitofp"))?
+                .into(),
+            (false, true) => {
+                self.e(self.b.build_signed_int_to_float(v.into_int_value(), target.into_float_type(), "sitofp"))?.into()
+            }
+            (false, false) if to == DataType::Bool => {
+                let zero = v.into_int_value().get_type().const_zero();
+                self.e(self.b.build_int_compare(IntPredicate::NE, v.into_int_value(), zero, "tobool"))?.into()
+            }
+            (false, false) => {
+                let signed = !matches!(from, DataType::U8 | DataType::Bool);
+                self.e(self.b.build_int_cast_sign_flag(v.into_int_value(), target.into_int_type(), signed, "icast"))?
+                    .into()
+            }
+        })
+    }
+
+    fn address(&mut self, buf: &Buffer, idx: &[Expr]) -> Result<PointerValue<'ctx>, CodegenError> {
+        if idx.len() != 1 {
+            return Err(self.unsupported("a multi-dimensional access (run flatten_buffers first)"));
+        }
+        let base = *self
+            .buffers
+            .get(&buf.id())
+            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
+        let i = self.expr(&idx[0])?.into_int_value();
+        // SAFETY (of the generated code): indices come from loops over the buffer's static shape.
+        unsafe { self.e(self.b.build_in_bounds_gep(base, &[i], "addr")) }
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), CodegenError> {
+        match s {
+            Stmt::For(l) => self.for_loop(&l.var, &l.min, &l.extent, l.kind, &l.body),
+            Stmt::Store { buffer, indices, value } => {
+                let mut v = self.expr(value)?;
+                if buffer.elem() == DataType::Bool {
+                    v = self.e(self.b.build_int_z_extend(v.into_int_value(), self.ctx.i8_type(), "frombool"))?.into();
+                }
+                let ptr = self.address(buffer, indices)?;
+                self.e(self.b.build_store(ptr, v))?;
+                Ok(())
+            }
+            Stmt::Allocate { buffer, body } => {
+                let bytes = buffer.numel() * buffer.elem().size_bytes();
+                if bytes > MAX_LOCAL_BYTES {
+                    return Err(self.unsupported(&format!("a {bytes}-byte kernel-local buffer `{}`", buffer.name())));
+                }
+                // Allocas go in the entry block so they are static stack slots.
+                let here = self.b.get_insert_block();
+                match self.entry.get_first_instruction() {
+                    Some(i) => self.b.position_before(&i),
+                    None => self.b.position_at_end(self.entry),
+                }
+                let ty = elem_type(self.ctx, buffer.elem());
+                let n = self.i64c(buffer.numel().max(1) as i64);
+                let ptr = self.e(self.b.build_array_alloca(ty, n, buffer.name()))?;
+                if let Some(bb) = here {
+                    self.b.position_at_end(bb);
+                }
+                self.buffers.insert(buffer.id(), ptr);
+                self.stmt(body)
+            }
+            Stmt::If { cond, then_case, else_case } => {
+                let c = self.expr(cond)?.into_int_value();
+                let then_bb = self.ctx.append_basic_block(self.func, "then");
+                let else_bb = self.ctx.append_basic_block(self.func, "else");
+                let join = self.ctx.append_basic_block(self.func, "endif");
+                self.e(self.b.build_conditional_branch(c, then_bb, else_bb))?;
+                self.b.position_at_end(then_bb);
+                self.stmt(then_case)?;
+                self.e(self.b.build_unconditional_branch(join))?;
+                self.b.position_at_end(else_bb);
+                if let Some(e) = else_case {
+                    self.stmt(e)?;
+                }
+                self.e(self.b.build_unconditional_branch(join))?;
+                self.b.position_at_end(join);
+                Ok(())
+            }
+            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
+            Stmt::Let { var, value, body } => {
+                let v = self.expr(value)?;
+                self.vars.insert(var.id, v);
+                self.stmt(body)
+            }
+            Stmt::Evaluate(e) => {
+                if !s.is_nop() {
+                    self.expr(e)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn for_loop(
+        &mut self,
+        var: &Var,
+        min: &Expr,
+        extent: &Expr,
+        kind: ForKind,
+        body: &Stmt,
+    ) -> Result<(), CodegenError> {
+        let min_v = self.expr(min)?.into_int_value();
+        let ext_v = self.expr(extent)?.into_int_value();
+        let (begin, end) = if kind == ForKind::Parallel && !self.sliced {
+            // This task's contiguous slice of the iterations.
+            self.sliced = true;
+            let lo = self.e(self.b.build_int_mul(ext_v, self.task_id, "lo"))?;
+            let lo = self.e(self.b.build_int_signed_div(lo, self.num_tasks, "lo"))?;
+            let next = self.e(self.b.build_int_add(self.task_id, self.i64c(1), "next"))?;
+            let hi = self.e(self.b.build_int_mul(ext_v, next, "hi"))?;
+            let hi = self.e(self.b.build_int_signed_div(hi, self.num_tasks, "hi"))?;
+            (self.e(self.b.build_int_add(min_v, lo, "begin"))?, self.e(self.b.build_int_add(min_v, hi, "end"))?)
+        } else {
+            (min_v, self.e(self.b.build_int_add(min_v, ext_v, "end"))?)
+        };
+        let pre = self.b.get_insert_block().ok_or_else(|| self.unsupported("a loop outside a block"))?;
+        let header = self.ctx.append_basic_block(self.func, "for.header");
+        let body_bb = self.ctx.append_basic_block(self.func, "for.body");
+        let exit = self.ctx.append_basic_block(self.func, "for.exit");
+        self.e(self.b.build_unconditional_branch(header))?;
+        self.b.position_at_end(header);
+        let phi = self.e(self.b.build_phi(self.ctx.i64_type(), &var.name))?;
+        phi.add_incoming(&[(&begin, pre)]);
+        let i = phi.as_basic_value().into_int_value();
+        let cond = self.e(self.b.build_int_compare(IntPredicate::SLT, i, end, "cond"))?;
+        self.e(self.b.build_conditional_branch(cond, body_bb, exit))?;
+        self.b.position_at_end(body_bb);
+        self.vars.insert(var.id, i.into());
+        self.stmt(body)?;
+        let latch = self.b.get_insert_block().ok_or_else(|| self.unsupported("a loop body outside a block"))?;
+        let next = self.e(self.b.build_int_add(i, self.i64c(1), "next"))?;
+        self.e(self.b.build_unconditional_branch(header))?;
+        phi.add_incoming(&[(&next, latch)]);
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+}
+
+fn has_parallel_loop(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
+    found
+}
+
+/// Emit `f` and its packed entry point into `module`.
+fn emit_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) -> Result<(), CodegenError> {
+    let i64t = ctx.i64_type();
+    let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+    for b in &f.params {
+        params.push(elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into());
+    }
+    params.push(i64t.into());
+    params.push(i64t.into());
+    let fn_ty = ctx.void_type().fn_type(&params, false);
+    let func = module.add_function(&f.name, fn_ty, Some(Linkage::External));
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    let nocapture = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("nocapture"), 0);
+    for i in 0..f.params.len() {
+        func.add_attribute(AttributeLoc::Param(i as u32), noalias);
+        func.add_attribute(AttributeLoc::Param(i as u32), nocapture);
+    }
+    let entry = ctx.append_basic_block(func, "entry");
+    let b = ctx.create_builder();
+    b.position_at_end(entry);
+    let n = f.params.len() as u32;
+    let task_id = func.get_nth_param(n).map(|p| p.into_int_value()).ok_or_else(|| llvm_err(&f.name, "no task_id"))?;
+    let num_tasks =
+        func.get_nth_param(n + 1).map(|p| p.into_int_value()).ok_or_else(|| llvm_err(&f.name, "no num_tasks"))?;
+    let mut buffers = HashMap::new();
+    for (i, buf) in f.params.iter().enumerate() {
+        let p = func.get_nth_param(i as u32).ok_or_else(|| llvm_err(&f.name, "missing parameter"))?;
+        p.set_name(buf.name());
+        buffers.insert(buf.id(), p.into_pointer_value());
+    }
+    let mut g = FnGen {
+        ctx,
+        module,
+        b,
+        func,
+        kernel: f.name.clone(),
+        vars: HashMap::new(),
+        buffers,
+        task_id,
+        num_tasks,
+        sliced: false,
+        entry,
+    };
+    if !has_parallel_loop(&f.body) {
+        // Serial kernels do all the work in task 0.
+        let work = ctx.append_basic_block(func, "work");
+        let done = ctx.append_basic_block(func, "done");
+        let is_first = g.e(g.b.build_int_compare(IntPredicate::EQ, task_id, i64t.const_zero(), "first"))?;
+        g.e(g.b.build_conditional_branch(is_first, work, done))?;
+        g.b.position_at_end(done);
+        g.e(g.b.build_return(None))?;
+        g.b.position_at_end(work);
+    }
+    g.stmt(&f.body)?;
+    g.e(g.b.build_return(None))?;
+
+    // `<name>_packed(i8** args, i64 task_id, i64 num_tasks)`.
+    let i8pp = ctx.i8_type().ptr_type(AddressSpace::default()).ptr_type(AddressSpace::default());
+    let packed_ty = ctx.void_type().fn_type(&[i8pp.into(), i64t.into(), i64t.into()], false);
+    let packed = module.add_function(&format!("{}_packed", f.name), packed_ty, Some(Linkage::External));
+    let bb = ctx.append_basic_block(packed, "entry");
+    let pb = ctx.create_builder();
+    pb.position_at_end(bb);
+    let kernel = f.name.clone();
+    let e = move |x: inkwell::builder::BuilderError| llvm_err(&kernel, x);
+    let args = packed.get_nth_param(0).ok_or_else(|| llvm_err(&f.name, "packed args"))?.into_pointer_value();
+    let mut call_args: Vec<BasicMetadataValueEnum> = Vec::new();
+    for (i, buf) in f.params.iter().enumerate() {
+        let slot = unsafe { pb.build_in_bounds_gep(args, &[i64t.const_int(i as u64, false)], "slot").map_err(&e)? };
+        let raw = pb.build_load(slot, "raw").map_err(&e)?.into_pointer_value();
+        let typed = pb
+            .build_pointer_cast(raw, elem_type(ctx, buf.elem()).ptr_type(AddressSpace::default()), "arg")
+            .map_err(&e)?;
+        call_args.push(typed.into());
+    }
+    for k in 1..3 {
+        call_args.push(packed.get_nth_param(k).ok_or_else(|| llvm_err(&f.name, "packed task"))?.into());
+    }
+    pb.build_call(func, &call_args, "").map_err(&e)?;
+    pb.build_return(None).map_err(&e)?;
+    Ok(())
+}
+
+fn build_module<'ctx>(
+    ctx: &'ctx Context,
+    name: &str,
+    funcs: &[PrimFunc],
+    target: &LlvmTarget,
+) -> Result<Module<'ctx>, CodegenError> {
+    let module = ctx.create_module(name);
+    for f in funcs {
+        emit_kernel(ctx, &module, f)?;
+    }
+    module.verify().map_err(|m| llvm_err(name, format!("invalid LLVM IR: {m}")))?;
+    let tm = target.machine("llvm")?;
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    module
+        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .map_err(|m| llvm_err(name, format!("optimization pipeline: {m}")))?;
+    Ok(module)
+}
+
+/// Compile `funcs` for `target`: optimized LLVM IR, assembly and an object file.
+pub fn compile(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<LlvmOutput, CodegenError> {
+    let ctx = Context::create();
+    let module = build_module(&ctx, name, funcs, target)?;
+    let tm = target.machine("llvm")?;
+    let asm = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|m| llvm_err(name, m))?;
+    let obj = tm.write_to_memory_buffer(&module, FileType::Object).map_err(|m| llvm_err(name, m))?;
+    Ok(LlvmOutput {
+        llvm_ir: module.print_to_string().to_string(),
+        assembly: String::from_utf8_lossy(asm.as_slice()).into_owned(),
+        object: obj.as_slice().to_vec(),
+    })
+}
+
+/// The packed kernel entry point: `args` holds one pointer per kernel parameter.
+pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
+
+/// Kernels compiled in process. The LLVM context is leaked on purpose: the
+/// JIT'd code must outlive every borrow of it, and a process JITs few modules.
+pub struct Jit {
+    engine: ExecutionEngine<'static>,
+    _module: Module<'static>,
+}
+
+impl std::fmt::Debug for Jit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Jit")
+    }
+}
+
+impl Jit {
+    /// JIT-compile `funcs` for the host.
+    pub fn new(name: &str, funcs: &[PrimFunc]) -> Result<Jit, CodegenError> {
+        Target::initialize_native(&InitializationConfig::default()).map_err(|m| llvm_err(name, m))?;
+        let ctx: &'static Context = Box::leak(Box::new(Context::create()));
+        let module = build_module(ctx, name, funcs, &LlvmTarget::native())?;
+        let engine =
+            module.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(|m| llvm_err(name, m))?;
+        Ok(Jit { engine, _module: module })
+    }
+
+    /// The packed entry point of kernel `name`.
+    pub fn kernel(&self, name: &str) -> Result<PackedKernel, CodegenError> {
+        let addr = self
+            .engine
+            .get_function_address(&format!("{name}_packed"))
+            .map_err(|e| llvm_err(name, format!("no JIT'd kernel: {e}")))?;
+        // SAFETY: `<name>_packed` was emitted with exactly the `PackedKernel` signature.
+        Ok(unsafe { std::mem::transmute::<usize, PackedKernel>(addr) })
+    }
+}
