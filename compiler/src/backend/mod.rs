@@ -1,5 +1,7 @@
 //! From an optimized Relay module to kernels: `lower_te` (each primitive
 //! function → one TIR kernel).
 
+pub mod aot;
+pub mod host;
 pub mod lower_te;
 pub mod plan_memory;

@@ -269,6 +269,19 @@ pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
     }
     e.stmt(&f.body, 1)?;
     e.out.push_str("}\n");
+    // The packed entry point shared by every backend (see `codegen`).
+    let mut casts = Vec::new();
+    for (i, b) in f.params.iter().enumerate() {
+        casts.push(format!("({}*)args[{i}]", c_type(&f.name, b.elem())?));
+    }
+    casts.push("task_id".into());
+    casts.push("num_tasks".into());
+    let _ = writeln!(
+        e.out,
+        "void {name}_packed(void** args, int64_t task_id, int64_t num_tasks) {{\n  {name}({});\n}}",
+        casts.join(", "),
+        name = f.name
+    );
     Ok(e.out)
 }
 

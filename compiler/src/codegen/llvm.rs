@@ -23,7 +23,7 @@ use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, Int
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::DataType;
 
-use super::CodegenError;
+use super::{CodegenError, PackedKernel};
 use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, Var};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
@@ -653,9 +653,6 @@ pub fn compile(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<Ll
         object: obj.as_slice().to_vec(),
     })
 }
-
-/// The packed kernel entry point: `args` holds one pointer per kernel parameter.
-pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
 
 /// Kernels compiled in process. The LLVM context is leaked on purpose: the
 /// JIT'd code must outlive every borrow of it, and a process JITs few modules.

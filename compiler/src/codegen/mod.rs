@@ -5,11 +5,16 @@
 //! inputs first (read-only) and the outputs last. Its outermost parallel loop
 //! is split into `num_tasks` contiguous slices and the call computes slice
 //! `task_id`; a kernel without a parallel loop does all the work in task 0.
-//! Kernels never allocate from the heap.
+//! Kernels never allocate from the heap. Every kernel also has a packed entry
+//! point `void name_packed(void** args, int64_t task_id, int64_t num_tasks)`
+//! ([`PackedKernel`]), so callers need one function-pointer type for all.
 
 pub mod c;
 #[cfg(feature = "llvm")]
 pub mod llvm;
+
+/// The packed kernel entry point: `args` holds one pointer per kernel parameter.
+pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
 
 /// Why a kernel cannot be generated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,252 @@
+//! AOT executor planning: the fused `@main` becomes an ordered list of kernel
+//! calls over numbered tensors, each tensor stored as an input, an output, a
+//! constant, or a slice of one arena placed by [`super::plan_memory`].
+//!
+//! This is the executor as data; `build` turns it into generated code, and
+//! [`super::host`] runs it in process for tests and the CLI.
+
+use rustc_hash::FxHashMap;
+
+use kiln_ir::relay::visit::post_order_filtered;
+use kiln_ir::relay::{structural_eq, structural_hash, Callee, ExprId, ExprKind, IRModule, Type};
+use kiln_ir::{DataType, Tensor};
+
+use super::lower_te::{kernel_name, lower_primitive};
+use super::plan_memory::{plan, Lifetime};
+use crate::tir::PrimFunc;
+
+/// Arena offsets are multiples of this (a cache line; enough for AVX-512 loads).
+pub const ARENA_ALIGN: usize = 64;
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// The `i`-th input of the model.
+    Input(usize),
+    /// The `i`-th output of the model.
+    Output(usize),
+    /// The `i`-th constant (read-only data).
+    Constant(usize),
+    /// A slice of the arena.
+    Arena { offset: usize },
+}
+
+/// One tensor of the executor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorSlot {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub dtype: DataType,
+    pub storage: Storage,
+}
+
+impl TensorSlot {
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size_bytes()
+    }
+}
+
+/// One kernel call: the kernel and its arguments (inputs then outputs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelCall {
+    pub kernel: usize,
+    pub args: Vec<usize>,
+}
+
+/// The whole executor of a model.
+#[derive(Clone, Debug)]
+pub struct ExecutorPlan {
+    pub kernels: Vec<PrimFunc>,
+    pub tensors: Vec<TensorSlot>,
+    pub calls: Vec<KernelCall>,
+    pub constants: Vec<Tensor>,
+    /// Tensor ids of the inputs and outputs, in order.
+    pub inputs: Vec<usize>,
+    pub outputs: Vec<usize>,
+    pub arena_bytes: usize,
+    /// The peak of simultaneously live intermediate bytes (no plan can do better).
+    pub arena_lower_bound: usize,
+}
+
+/// Why `@main` cannot become an executor.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("building the executor: {0}")]
+pub struct AotError(pub String);
+
+/// A value of `@main`: one tensor or a tuple of them.
+#[derive(Clone, Debug)]
+enum Val {
+    T(usize),
+    Tuple(Vec<Val>),
+}
+
+fn flatten(v: &Val, out: &mut Vec<usize>) {
+    match v {
+        Val::T(t) => out.push(*t),
+        Val::Tuple(f) => f.iter().for_each(|x| flatten(x, out)),
+    }
+}
+
+fn leaf_types(ty: &Type, out: &mut Vec<(Vec<usize>, DataType)>) -> Result<(), AotError> {
+    match ty {
+        Type::Tensor(t) => out.push((t.shape.clone(), t.dtype)),
+        Type::Tuple(f) => f.iter().try_for_each(|x| leaf_types(x, out))?,
+        Type::Func(_) => return Err(AotError("a function value cannot be a model output".into())),
+    }
+    Ok(())
+}
+
+/// Plan the executor of a fused, type-checked module.
+pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
+    let err = |s: String| AotError(s);
+    let main = m.main().map_err(|e| err(e.to_string()))?;
+    let f = m.store.as_function(main).ok_or_else(|| err("@main is not a function".into()))?;
+    let store = &m.store;
+    let mut p = ExecutorPlan {
+        kernels: Vec::new(),
+        tensors: Vec::new(),
+        calls: Vec::new(),
+        constants: Vec::new(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        arena_bytes: 0,
+        arena_lower_bound: 0,
+    };
+    let mut vals: FxHashMap<ExprId, Val> = FxHashMap::default();
+    for (i, &param) in f.params.iter().enumerate() {
+        let ty = store.checked_type(param).ok_or_else(|| err("run InferType before planning".into()))?;
+        let t = ty.as_tensor().ok_or_else(|| err(format!("input {i} is not a tensor")))?;
+        let name = store.as_var(param).map(|v| v.name.clone()).unwrap_or_default();
+        p.tensors.push(TensorSlot { name, shape: t.shape.clone(), dtype: t.dtype, storage: Storage::Input(i) });
+        p.inputs.push(p.tensors.len() - 1);
+        vals.insert(param, Val::T(p.tensors.len() - 1));
+    }
+    // Kernel dedup: structurally equal primitive functions share one kernel.
+    let mut kernel_of: Vec<(u64, ExprId, usize)> = Vec::new();
+    let order = post_order_filtered(store, &[f.body], |id| !matches!(store.kind(id), ExprKind::Function(_)));
+    for id in order {
+        let v = match store.kind(id) {
+            ExprKind::Var(_) if vals.contains_key(&id) => continue,
+            ExprKind::Function(_) => continue,
+            ExprKind::Constant(c) => {
+                let data = store.constant_data(*c).clone();
+                p.tensors.push(TensorSlot {
+                    name: format!("constant{}", p.constants.len()),
+                    shape: data.shape().to_vec(),
+                    dtype: data.dtype(),
+                    storage: Storage::Constant(p.constants.len()),
+                });
+                p.constants.push(data);
+                Val::T(p.tensors.len() - 1)
+            }
+            ExprKind::Call(call) => {
+                let Callee::Expr(callee) = call.callee else {
+                    return Err(err(format!(
+                        "operator `{}` outside a fused function: run FuseOps first",
+                        store.op_name(id).unwrap_or("?")
+                    )));
+                };
+                let is_primitive = store.as_function(callee).is_some_and(|g| g.is_primitive());
+                if !is_primitive {
+                    return Err(err("only calls of primitive (fused) functions can be compiled ahead of time".into()));
+                }
+                let h = structural_hash(store, callee);
+                let existing =
+                    kernel_of.iter().find(|(kh, kf, _)| *kh == h && structural_eq(store, *kf, store, callee));
+                let kernel = match existing {
+                    Some(&(_, _, k)) => k,
+                    None => {
+                        let mut name = kernel_name(store, callee);
+                        if p.kernels.iter().any(|k| k.name == name) {
+                            name = format!("{name}_{}", p.kernels.len());
+                        }
+                        let prim = lower_primitive(store, callee, &name).map_err(|e| err(e.to_string()))?;
+                        p.kernels.push(prim);
+                        kernel_of.push((h, callee, p.kernels.len() - 1));
+                        p.kernels.len() - 1
+                    }
+                };
+                let mut args = Vec::new();
+                for a in &call.args {
+                    let v = vals.get(a).ok_or_else(|| err("an argument was not computed".into()))?;
+                    flatten(v, &mut args);
+                }
+                let ty = store.checked_type(id).ok_or_else(|| err("run InferType before planning".into()))?;
+                let mut leaves = Vec::new();
+                leaf_types(ty, &mut leaves)?;
+                let mut outs = Vec::new();
+                for (shape, dtype) in leaves {
+                    p.tensors.push(TensorSlot {
+                        name: format!("t{}", p.tensors.len()),
+                        shape,
+                        dtype,
+                        storage: Storage::Arena { offset: 0 },
+                    });
+                    outs.push(p.tensors.len() - 1);
+                }
+                args.extend(&outs);
+                p.calls.push(KernelCall { kernel, args });
+                if outs.len() == 1 && ty.as_tensor().is_some() {
+                    Val::T(outs[0])
+                } else {
+                    Val::Tuple(outs.into_iter().map(Val::T).collect())
+                }
+            }
+            ExprKind::Tuple(fields) => Val::Tuple(
+                fields
+                    .iter()
+                    .map(|x| vals.get(x).cloned().ok_or_else(|| err("a tuple field was not computed".into())))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ExprKind::TupleGetItem { tuple, index } => match vals.get(tuple) {
+                Some(Val::Tuple(fs)) => {
+                    fs.get(*index).cloned().ok_or_else(|| err("tuple index out of range".into()))?
+                }
+                _ => return Err(err("a projection of a non-tuple".into())),
+            },
+            other => return Err(err(format!("{} in @main is not supported ahead of time", other.kind_name()))),
+        };
+        vals.insert(id, v);
+    }
+    let result = vals.get(&f.body).ok_or_else(|| err("@main's result was not computed".into()))?;
+    let mut outs = Vec::new();
+    flatten(result, &mut outs);
+    for (i, &t) in outs.iter().enumerate() {
+        match p.tensors[t].storage {
+            Storage::Arena { .. } if !p.outputs.contains(&t) => {
+                p.tensors[t].storage = Storage::Output(i);
+                p.outputs.push(t);
+            }
+            _ => {
+                return Err(err(format!(
+                    "output {i} is an input, a constant or another output; kiln needs each output computed by a kernel"
+                )))
+            }
+        }
+    }
+    place_intermediates(&mut p);
+    Ok(p)
+}
+
+/// Live ranges of the arena tensors (from the call that writes them to the last that reads them), then placement.
+fn place_intermediates(p: &mut ExecutorPlan) {
+    let mut first: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut last: FxHashMap<usize, usize> = FxHashMap::default();
+    for (step, c) in p.calls.iter().enumerate() {
+        for &t in &c.args {
+            if matches!(p.tensors[t].storage, Storage::Arena { .. }) {
+                first.entry(t).or_insert(step);
+                last.insert(t, step);
+            }
+        }
+    }
+    let ids: Vec<usize> = (0..p.tensors.len()).filter(|t| first.contains_key(t)).collect();
+    let lives: Vec<Lifetime> =
+        ids.iter().map(|t| Lifetime { bytes: p.tensors[*t].bytes(), first: first[t], last: last[t] }).collect();
+    let mp = plan(&lives, ARENA_ALIGN);
+    for (k, &t) in ids.iter().enumerate() {
+        p.tensors[t].storage = Storage::Arena { offset: mp.offsets[k] };
+    }
+    p.arena_bytes = mp.arena_bytes;
+    p.arena_lower_bound = mp.lower_bound;
+}
