@@ -1,4 +1,108 @@
 //! `kiln-runtime`: what a binary with a kiln-compiled model links at run time.
 //!
-//! Not written yet: see the build-script issue. `no_std` by default.
-#![no_std]
+//! kiln compiles a model in `build.rs` into a static library of kernels and a
+//! Rust file of glue; [`include_model!`] includes that glue, which defines a
+//! typed `Model` whose `run` calls the kernels in order over one arena. This
+//! crate holds only what the glue needs: the kernel ABI, the error type, and
+//! (with feature `std`) a persistent thread pool that spreads task-sliced
+//! kernels over threads. No allocation happens in `run`.
+//!
+//! `no_std` unless feature `std` (on by default) is enabled.
+#![cfg_attr(not(feature = "std"), no_std)]
+
+#[cfg(feature = "std")]
+mod pool;
+
+#[cfg(feature = "std")]
+pub use pool::ThreadPool;
+
+/// The packed entry point every kernel has:
+/// `void name_packed(void** args, int64_t task_id, int64_t num_tasks)`.
+pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
+
+/// Errors of the generated glue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The arena given to `Model::new` is smaller than the model's `ARENA_BYTES`.
+    ArenaTooSmall { needed: usize, given: usize },
+    /// An input or output slice has the wrong number of elements.
+    WrongLength { name: &'static str, expected: usize, given: usize },
+}
+
+impl core::fmt::Display for Error {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Error::ArenaTooSmall { needed, given } => {
+                write!(f, "the arena has {given} bytes, the model needs {needed}")
+            }
+            Error::WrongLength { name, expected, given } => {
+                write!(f, "`{name}` has {given} elements, the model expects {expected}")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for Error {}
+
+/// Call one kernel with `num_tasks` task slices on the calling thread, in order.
+///
+/// # Safety
+/// `args` must hold one valid pointer per kernel parameter, each to a buffer
+/// of the size the kernel was compiled for.
+#[inline]
+pub unsafe fn run_serial(kernel: PackedKernel, args: &[*mut u8]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { kernel(args.as_ptr(), 0, 1) }
+}
+
+/// The arena offset alignment kiln plans with; an arena must start at a multiple of it.
+pub const ARENA_ALIGN: usize = 64;
+
+/// Split a caller-provided buffer into the 64-byte-aligned arena of `bytes`.
+pub fn align_arena(buf: &mut [u8], bytes: usize) -> Result<&mut [u8], Error> {
+    let skip = buf.as_ptr().align_offset(ARENA_ALIGN);
+    let given = buf.len();
+    if skip == usize::MAX || given < skip || given - skip < bytes {
+        return Err(Error::ArenaTooSmall { needed: bytes + ARENA_ALIGN - 1, given });
+    }
+    Ok(&mut buf[skip..skip + bytes])
+}
+
+/// An owned, 64-byte-aligned arena.
+#[cfg(feature = "std")]
+#[derive(Debug)]
+pub struct OwnedArena {
+    blocks: std::vec::Vec<Block>,
+}
+
+/// 64 bytes with 64-byte alignment: a `Vec<Block>` is an aligned byte buffer.
+#[cfg(feature = "std")]
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug)]
+struct Block([u8; ARENA_ALIGN]);
+
+#[cfg(feature = "std")]
+impl OwnedArena {
+    /// A zeroed arena of at least `bytes` bytes.
+    pub fn new(bytes: usize) -> Self {
+        OwnedArena { blocks: std::vec![Block([0u8; ARENA_ALIGN]); bytes.div_ceil(ARENA_ALIGN).max(1)] }
+    }
+
+    /// The arena as bytes, 64-byte aligned.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.blocks.len() * ARENA_ALIGN;
+        // SAFETY: the blocks are contiguous initialized bytes.
+        unsafe { core::slice::from_raw_parts_mut(self.blocks.as_mut_ptr() as *mut u8, len) }
+    }
+}
+
+/// Include the glue kiln generated for `model` in `build.rs`:
+/// `kiln_runtime::include_model!("mlp");` defines the module `mlp`.
+#[macro_export]
+macro_rules! include_model {
+    ($name:literal) => {
+        include!(concat!(env!("OUT_DIR"), "/kiln/", $name, ".rs"));
+    };
+}

@@ -21,15 +21,20 @@ impl KernelLibrary for crate::codegen::llvm::Jit {
     }
 }
 
+/// 64 bytes with 64-byte alignment: a `Vec<Block>` is an aligned byte buffer.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Block([u8; ARENA_ALIGN]);
+
 /// A 64-byte-aligned, zeroed byte buffer.
 struct Aligned {
-    words: Vec<[u8; ARENA_ALIGN]>,
+    words: Vec<Block>,
     len: usize,
 }
 
 impl Aligned {
     fn new(len: usize) -> Self {
-        Aligned { words: vec![[0u8; ARENA_ALIGN]; len.div_ceil(ARENA_ALIGN).max(1)], len }
+        Aligned { words: vec![Block([0u8; ARENA_ALIGN]); len.div_ceil(ARENA_ALIGN).max(1)], len }
     }
     fn ptr(&mut self) -> *mut u8 {
         self.words.as_mut_ptr() as *mut u8

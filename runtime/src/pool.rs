@@ -1,0 +1,201 @@
+//! A persistent thread pool for task-sliced kernels.
+//!
+//! A parallel kernel call hands `num_tasks` slices to the pool; the caller
+//! works too, and returns when every slice is done. Workers spin briefly on
+//! an atomic generation counter between calls (consecutive kernels of one
+//! model run arrive microseconds apart) and only then sleep on a condition
+//! variable, so a call costs a few microseconds, not a thread wake-up.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::PackedKernel;
+
+/// How long an idle worker spins before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+
+#[derive(Clone, Copy)]
+struct Job {
+    kernel: PackedKernel,
+    args: usize,
+    num_tasks: i64,
+    /// The low 32 bits of the generation this job was published with.
+    generation: u64,
+}
+
+struct Shared {
+    generation: AtomicU64,
+    job: Mutex<Option<Job>>,
+    wake: Condvar,
+    sleepers: Mutex<()>,
+    /// `generation << 32 | next task index`: a worker still busy with an old
+    /// job cannot claim a slice of a newer one.
+    ticket: AtomicU64,
+    remaining: AtomicUsize,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// Take task slices of `job` until none is left.
+    fn work(&self, job: Job) {
+        loop {
+            let ticket = self.ticket.load(Ordering::Acquire);
+            let t = (ticket & 0xFFFF_FFFF) as i64;
+            if ticket >> 32 != job.generation || t >= job.num_tasks {
+                break;
+            }
+            if self.ticket.compare_exchange(ticket, ticket + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                continue;
+            }
+            // SAFETY: `run` keeps `args` alive and valid until `remaining` reaches zero.
+            unsafe { (job.kernel)(job.args as *const *mut u8, t, job.num_tasks) };
+            self.remaining.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A fixed set of worker threads that run the slices of parallel kernels.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    threads: usize,
+    busy: Mutex<()>,
+}
+
+impl core::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ThreadPool").field("threads", &self.threads).finish()
+    }
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads in all (the caller counts as one).
+    pub fn new(threads: usize) -> ThreadPool {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            wake: Condvar::new(),
+            sleepers: Mutex::new(()),
+            ticket: AtomicU64::new(0),
+            remaining: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers = (1..threads)
+            .map(|_| {
+                let s = Arc::clone(&shared);
+                std::thread::spawn(move || worker(&s))
+            })
+            .collect();
+        ThreadPool { shared, workers, threads, busy: Mutex::new(()) }
+    }
+
+    /// One thread per available core.
+    pub fn with_available_parallelism() -> ThreadPool {
+        ThreadPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Run `kernel` as `self.threads()` task slices and wait for all of them.
+    ///
+    /// # Safety
+    /// `args` must hold one valid pointer per kernel parameter, as for the kernel itself.
+    pub unsafe fn run(&self, kernel: PackedKernel, args: &[*mut u8]) {
+        let n = self.threads as i64;
+        if n == 1 {
+            // SAFETY: forwarded from the caller.
+            unsafe { kernel(args.as_ptr(), 0, 1) };
+            return;
+        }
+        // One job at a time per pool.
+        let _guard = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = (self.shared.generation.load(Ordering::Acquire) + 1) & 0xFFFF_FFFF;
+        let job = Job { kernel, args: args.as_ptr() as usize, num_tasks: n, generation };
+        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        self.shared.remaining.store(n as usize, Ordering::Release);
+        self.shared.ticket.store(generation << 32, Ordering::Release);
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        {
+            let _l = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        self.shared.work(job);
+        while self.shared.remaining.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn worker(s: &Shared) {
+    let mut seen = s.generation.load(Ordering::Acquire);
+    loop {
+        // Spin for a new job, then sleep until woken.
+        let start = Instant::now();
+        loop {
+            if s.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let g = s.generation.load(Ordering::Acquire);
+            if g != seen {
+                seen = g;
+                break;
+            }
+            if start.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let guard = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+                let _woken = s.wake.wait_timeout(guard, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(job) = job {
+            s.work(job);
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        {
+            let _l = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    static HITS: [AtomicU32; 8] = [const { AtomicU32::new(0) }; 8];
+
+    unsafe extern "C" fn count(args: *const *mut u8, task: i64, n: i64) {
+        assert_eq!(n, 4);
+        let _ = args;
+        HITS[task as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn every_task_runs_once_per_call() {
+        let pool = ThreadPool::new(4);
+        for _ in 0..1000 {
+            unsafe { pool.run(count, &[]) };
+        }
+        for h in &HITS[..4] {
+            assert_eq!(h.load(Ordering::Relaxed), 1000);
+        }
+        assert_eq!(HITS[4].load(Ordering::Relaxed), 0);
+    }
+}
