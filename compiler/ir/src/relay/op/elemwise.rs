@@ -1,44 +1,297 @@
-//! Elementwise and broadcasting operators: arithmetic, comparisons of the
-//! unary math functions, `clip`, `cast`, `nn.relu`.
+//! Elementwise and broadcasting operators: arithmetic, the unary math
+//! functions, `clip`, `cast`, `nn.relu`.
 
-use super::pending::{eval_pending, rel_pending};
+use super::util::{broadcast_index_map, broadcast_shapes, float_dtype, same_dtype, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
-use crate::attrs::{AttrKind, AttrSpec};
+use crate::attrs::{AttrKind, AttrSpec, Attrs};
+use crate::dtype::DataType;
+use crate::relay::ty::Type;
+use crate::relay::value::Value;
+use crate::tensor::Tensor;
+
+/// Binary ops: same dtype, NumPy broadcasting.
+fn rel_broadcast(args: &[Type], _: &Attrs) -> Result<Type, String> {
+    let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
+    let dtype = same_dtype(a.dtype, b.dtype)?;
+    Ok(Type::tensor(broadcast_shapes(&a.shape, &b.shape)?, dtype))
+}
+
+/// Unary ops defined on every numeric dtype.
+fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, String> {
+    let t = tensor_arg(args, 0, "data")?;
+    if t.dtype == DataType::Bool {
+        return Err("data must be numeric, found bool".into());
+    }
+    Ok(Type::Tensor(t.clone()))
+}
+
+/// Unary math functions, defined on floating-point tensors only.
+fn rel_unary_float(args: &[Type], _: &Attrs) -> Result<Type, String> {
+    let t = tensor_arg(args, 0, "data")?;
+    float_dtype(t, "data")?;
+    Ok(Type::Tensor(t.clone()))
+}
+
+fn rel_clip(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (lo, hi) = (attrs.float("a_min")?, attrs.float("a_max")?);
+    if lo > hi {
+        return Err(format!("a_min ({lo}) is greater than a_max ({hi})"));
+    }
+    rel_unary(args, attrs)
+}
+
+fn rel_cast(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let t = tensor_arg(args, 0, "data")?;
+    Ok(Type::tensor(t.shape.clone(), attrs.dtype("dtype")?))
+}
+
+/// Apply `f` elementwise with broadcasting, in `f64`.
+fn binary(args: &[Value], f: impl Fn(f64, f64) -> Result<f64, String>) -> Result<Value, String> {
+    let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let dtype = same_dtype(a.dtype(), b.dtype())?;
+    let shape = broadcast_shapes(a.shape(), b.shape())?;
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let (ia, ib) = (broadcast_index_map(a.shape(), &shape), broadcast_index_map(b.shape(), &shape));
+    let out = ia.iter().zip(&ib).map(|(&i, &j)| f(av[i], bv[j])).collect::<Result<Vec<f64>, String>>()?;
+    Ok(Value::Tensor(Tensor::from_f64(dtype, shape, &out)))
+}
+
+fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let out: Vec<f64> = x.to_f64_vec().into_iter().map(f).collect();
+    Ok(Value::Tensor(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &out)))
+}
+
+/// Whether integer semantics apply (truncating division, exact integer powers).
+fn is_int(args: &[Value]) -> bool {
+    tensor_val(args, 0).map(|t| !t.dtype().is_float()).unwrap_or(false)
+}
+
+fn eval_add(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    binary(args, |a, b| Ok(a + b))
+}
+fn eval_subtract(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    binary(args, |a, b| Ok(a - b))
+}
+fn eval_multiply(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    binary(args, |a, b| Ok(a * b))
+}
+fn eval_divide(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    if is_int(args) {
+        binary(args, |a, b| if b == 0.0 { Err("integer division by zero".into()) } else { Ok((a / b).trunc()) })
+    } else {
+        binary(args, |a, b| Ok(a / b))
+    }
+}
+fn eval_maximum(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }))
+}
+fn eval_minimum(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }))
+}
+fn eval_power(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    if is_int(args) {
+        binary(
+            args,
+            |a, b| {
+                if b < 0.0 {
+                    Err("integer power with a negative exponent".into())
+                } else {
+                    Ok(a.powi(b as i32))
+                }
+            },
+        )
+    } else {
+        binary(args, |a, b| Ok(a.powf(b)))
+    }
+}
+fn eval_negative(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, |x| -x)
+}
+fn eval_exp(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, f64::exp)
+}
+fn eval_log(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, f64::ln)
+}
+fn eval_sqrt(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, f64::sqrt)
+}
+fn eval_rsqrt(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, |x| 1.0 / x.sqrt())
+}
+fn eval_tanh(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, f64::tanh)
+}
+fn eval_sigmoid(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, |x| 1.0 / (1.0 + (-x).exp()))
+}
+fn eval_erf(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, libm::erf)
+}
+fn eval_relu(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    unary(args, |x| if x.is_nan() { x } else { x.max(0.0) })
+}
+fn eval_clip(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (lo, hi) = (attrs.float("a_min")?, attrs.float("a_max")?);
+    unary(args, |x| if x.is_nan() { x } else { x.max(lo).min(hi) })
+}
+fn eval_cast(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    Ok(Value::Tensor(x.cast(attrs.dtype("dtype")?)))
+}
 
 pub(super) fn register(defs: &mut Vec<OpDef>) {
-    let binary: [(&'static str, &'static str); 7] = [
-        ("add", "Elementwise sum with NumPy broadcasting."),
-        ("subtract", "Elementwise difference with NumPy broadcasting."),
-        ("multiply", "Elementwise product with NumPy broadcasting."),
-        ("divide", "Elementwise quotient with NumPy broadcasting (integer division truncates)."),
-        ("maximum", "Elementwise maximum with NumPy broadcasting."),
-        ("minimum", "Elementwise minimum with NumPy broadcasting."),
-        ("power", "Elementwise power `lhs ^ rhs` with NumPy broadcasting."),
+    use OpPattern::{Broadcast, ElemWise};
+    let binary: [(&'static str, super::EvalFn, &'static str); 7] = [
+        ("add", eval_add, "Elementwise sum with NumPy broadcasting."),
+        ("subtract", eval_subtract, "Elementwise difference with NumPy broadcasting."),
+        ("multiply", eval_multiply, "Elementwise product with NumPy broadcasting."),
+        ("divide", eval_divide, "Elementwise quotient with NumPy broadcasting (integer division truncates)."),
+        ("maximum", eval_maximum, "Elementwise maximum with NumPy broadcasting."),
+        ("minimum", eval_minimum, "Elementwise minimum with NumPy broadcasting."),
+        ("power", eval_power, "Elementwise power `lhs ^ rhs` with NumPy broadcasting."),
     ];
-    for (name, doc) in binary {
-        defs.push(OpDef::new(name, &["lhs", "rhs"], OpPattern::Broadcast, rel_pending, eval_pending, doc));
+    for (name, eval, doc) in binary {
+        defs.push(OpDef::new(name, &["lhs", "rhs"], Broadcast, rel_broadcast, eval, doc));
     }
-    let unary: [(&'static str, &'static str); 9] = [
-        ("negative", "Elementwise negation."),
-        ("exp", "Elementwise e^x."),
-        ("log", "Elementwise natural logarithm."),
-        ("sqrt", "Elementwise square root."),
-        ("rsqrt", "Elementwise 1/sqrt(x)."),
-        ("tanh", "Elementwise hyperbolic tangent."),
-        ("sigmoid", "Elementwise 1/(1+e^-x)."),
-        ("erf", "Elementwise Gauss error function."),
-        ("nn.relu", "Elementwise max(x, 0)."),
+    let unary: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 9] = [
+        ("negative", rel_unary, eval_negative, "Elementwise negation."),
+        ("exp", rel_unary_float, eval_exp, "Elementwise e^x."),
+        ("log", rel_unary_float, eval_log, "Elementwise natural logarithm."),
+        ("sqrt", rel_unary_float, eval_sqrt, "Elementwise square root."),
+        ("rsqrt", rel_unary_float, eval_rsqrt, "Elementwise 1/sqrt(x)."),
+        ("tanh", rel_unary_float, eval_tanh, "Elementwise hyperbolic tangent."),
+        ("sigmoid", rel_unary_float, eval_sigmoid, "Elementwise 1/(1+e^-x)."),
+        ("erf", rel_unary_float, eval_erf, "Elementwise Gauss error function."),
+        ("nn.relu", rel_unary, eval_relu, "Elementwise max(x, 0)."),
     ];
-    for (name, doc) in unary {
-        defs.push(OpDef::new(name, &["data"], OpPattern::ElemWise, rel_pending, eval_pending, doc));
+    for (name, rel, eval, doc) in unary {
+        defs.push(OpDef::new(name, &["data"], ElemWise, rel, eval, doc));
     }
     defs.push(
-        OpDef::new("clip", &["data"], OpPattern::ElemWise, rel_pending, eval_pending, "Clamp to [a_min, a_max].")
+        OpDef::new("clip", &["data"], ElemWise, rel_clip, eval_clip, "Clamp to [a_min, a_max].")
             .attr(AttrSpec::required("a_min", AttrKind::Float))
             .attr(AttrSpec::required("a_max", AttrKind::Float)),
     );
     defs.push(
-        OpDef::new("cast", &["data"], OpPattern::ElemWise, rel_pending, eval_pending, "Convert to another dtype.")
+        OpDef::new("cast", &["data"], ElemWise, rel_cast, eval_cast, "Convert to another dtype.")
             .attr(AttrSpec::required("dtype", AttrKind::DType)),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::attrs::{AttrValue, Attrs};
+    use crate::dtype::DataType::{self, *};
+    use crate::relay::op::op_registry;
+    use crate::relay::ty::Type;
+    use crate::relay::value::Value;
+    use crate::tensor::Tensor;
+
+    fn rel(op: &str, args: &[Type], attrs: &[(&str, AttrValue)]) -> Result<Type, String> {
+        let def = op_registry().by_name(op).unwrap();
+        let a = Attrs::normalize(&Attrs::from_pairs(attrs.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)?;
+        (def.type_rel)(args, &a)
+    }
+
+    fn eval(op: &str, args: &[Tensor], attrs: &[(&str, AttrValue)]) -> Result<Tensor, String> {
+        let def = op_registry().by_name(op).unwrap();
+        let a = Attrs::normalize(&Attrs::from_pairs(attrs.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)?;
+        let vals: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+        match (def.eval)(&vals, &a)? {
+            Value::Tensor(t) => Ok(t),
+            other => Err(format!("not a tensor: {other:?}")),
+        }
+    }
+
+    fn t(shape: &[usize], dt: DataType) -> Type {
+        Type::tensor(shape.to_vec(), dt)
+    }
+
+    fn f32s(shape: &[usize], v: &[f64]) -> Tensor {
+        Tensor::from_f64(F32, shape.to_vec(), v)
+    }
+
+    #[test]
+    fn broadcast_type_relation() {
+        assert_eq!(rel("add", &[t(&[2, 1, 3], F32), t(&[4, 1], F32)], &[]).unwrap(), t(&[2, 4, 3], F32));
+        assert_eq!(rel("multiply", &[t(&[], F32), t(&[5], F32)], &[]).unwrap(), t(&[5], F32));
+        let e = rel("add", &[t(&[2, 3], F32), t(&[4], F32)], &[]).unwrap_err();
+        assert_eq!(e, "cannot broadcast shapes (2, 3) and (4,)");
+        let e = rel("subtract", &[t(&[2], F32), t(&[2], I32)], &[]).unwrap_err();
+        assert_eq!(e, "dtype mismatch: float32 vs int32");
+        let tuple = Type::Tuple(vec![t(&[2], F32)]);
+        assert!(rel("add", &[tuple, t(&[2], F32)], &[]).unwrap_err().contains("must be a tensor"));
+    }
+
+    #[test]
+    fn unary_type_relations() {
+        assert_eq!(rel("exp", &[t(&[3], F16)], &[]).unwrap(), t(&[3], F16));
+        assert!(rel("exp", &[t(&[3], I32)], &[]).unwrap_err().contains("floating-point"));
+        assert_eq!(rel("nn.relu", &[t(&[3], I8)], &[]).unwrap(), t(&[3], I8));
+        assert!(rel("negative", &[t(&[3], Bool)], &[]).is_err());
+        assert_eq!(rel("cast", &[t(&[2], F32)], &[("dtype", AttrValue::Str("int64".into()))]).unwrap(), t(&[2], I64));
+        let clip = [("a_min", AttrValue::Float(1.0)), ("a_max", AttrValue::Float(0.0))];
+        assert!(rel("clip", &[t(&[2], F32)], &clip).unwrap_err().contains("greater"));
+    }
+
+    #[test]
+    fn binary_values() {
+        let a = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = f32s(&[2], &[10.0, 20.0]);
+        assert_eq!(eval("add", &[a.clone(), b.clone()], &[]).unwrap().to_f64_vec(), vec![11.0, 22.0, 13.0, 24.0]);
+        assert_eq!(
+            eval("subtract", &[a.clone(), b.clone()], &[]).unwrap().to_f64_vec(),
+            vec![-9.0, -18.0, -7.0, -16.0]
+        );
+        assert_eq!(eval("multiply", &[a.clone(), b.clone()], &[]).unwrap().to_f64_vec(), vec![10.0, 40.0, 30.0, 80.0]);
+        assert_eq!(eval("divide", &[b.clone(), f32s(&[], &[4.0])], &[]).unwrap().to_f64_vec(), vec![2.5, 5.0]);
+        assert_eq!(
+            eval("maximum", &[a.clone(), f32s(&[], &[2.5])], &[]).unwrap().to_f64_vec(),
+            vec![2.5, 2.5, 3.0, 4.0]
+        );
+        assert_eq!(
+            eval("minimum", &[a.clone(), f32s(&[], &[2.5])], &[]).unwrap().to_f64_vec(),
+            vec![1.0, 2.0, 2.5, 2.5]
+        );
+        assert_eq!(eval("power", &[a, f32s(&[], &[2.0])], &[]).unwrap().to_f64_vec(), vec![1.0, 4.0, 9.0, 16.0]);
+        let i = Tensor::from_i64(vec![3], &[7, -7, 6]);
+        let d = Tensor::from_i64(vec![], &[2]);
+        assert_eq!(eval("divide", &[i.clone(), d], &[]).unwrap().to_f64_vec(), vec![3.0, -3.0, 3.0]);
+        let zero = Tensor::from_i64(vec![], &[0]);
+        assert!(eval("divide", &[i, zero], &[]).unwrap_err().contains("division by zero"));
+    }
+
+    #[test]
+    fn unary_values() {
+        let x = f32s(&[4], &[-1.0, 0.0, 0.5, 2.0]);
+        let close = |a: Vec<f64>, b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
+        assert_eq!(eval("negative", &[x.clone()], &[]).unwrap().to_f64_vec(), vec![1.0, -0.0, -0.5, -2.0]);
+        assert_eq!(eval("nn.relu", &[x.clone()], &[]).unwrap().to_f64_vec(), vec![0.0, 0.0, 0.5, 2.0]);
+        assert!(close(
+            eval("exp", &[x.clone()], &[]).unwrap().to_f64_vec(),
+            &[0.367_879_4, 1.0, 1.648_721_3, 7.389_056]
+        ));
+        assert!(close(
+            eval("sigmoid", &[x.clone()], &[]).unwrap().to_f64_vec(),
+            &[0.268_941_4, 0.5, 0.622_459_3, 0.880_797_1]
+        ));
+        assert!(close(
+            eval("tanh", &[x.clone()], &[]).unwrap().to_f64_vec(),
+            &[-0.761_594_2, 0.0, 0.462_117_2, 0.964_027_6]
+        ));
+        assert!(close(
+            eval("erf", &[x.clone()], &[]).unwrap().to_f64_vec(),
+            &[-0.842_700_8, 0.0, 0.520_499_9, 0.995_322_3]
+        ));
+        let p = f32s(&[3], &[1.0, 4.0, 0.25]);
+        assert!(close(eval("sqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 2.0, 0.5]));
+        assert!(close(eval("rsqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 0.5, 2.0]));
+        assert!(close(eval("log", &[p], &[]).unwrap().to_f64_vec(), &[0.0, 1.386_294_4, -1.386_294_4]));
+        let clip = [("a_min", AttrValue::Float(-0.5)), ("a_max", AttrValue::Float(1.0))];
+        assert_eq!(eval("clip", &[x.clone()], &clip).unwrap().to_f64_vec(), vec![-0.5, 0.0, 0.5, 1.0]);
+        let c = eval("cast", &[x], &[("dtype", AttrValue::Str("int32".into()))]).unwrap();
+        assert_eq!((c.dtype(), c.to_f64_vec()), (I32, vec![-1.0, 0.0, 0.0, 2.0]));
+    }
 }

@@ -15,9 +15,9 @@ use crate::relay::value::Value;
 
 mod elemwise;
 mod nn;
-mod pending;
 mod reduce;
 mod transform;
+pub(crate) mod util;
 
 /// How an operator may fuse with its neighbours (TVM's `OpPatternKind`;
 /// the order matters: a fused group's pattern is the maximum of its members').

@@ -1,52 +1,626 @@
 //! Neural-network operators: dense and matmul, convolution, pooling,
 //! normalization, softmax, dropout, bias_add.
 
-use super::pending::{eval_pending, rel_pending};
+use super::util::{float_dtype, norm_axis, same_dtype, shape_str, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
-use crate::attrs::AttrSpec;
+use crate::attrs::{AttrSpec, Attrs};
+use crate::relay::ty::{TensorType, Type};
+use crate::relay::value::Value;
+use crate::tensor::Tensor;
+
+fn out(t: Tensor) -> Result<Value, String> {
+    Ok(Value::Tensor(t))
+}
+
+// ---- dense, matmul, batch_matmul ------------------------------------------------
+
+fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
+    let dtype = same_dtype(x.dtype, w.dtype)?;
+    if x.rank() < 1 || w.rank() != 2 {
+        return Err(format!(
+            "dense needs data of rank >= 1 and a 2-D weight, found {} and {}",
+            shape_str(&x.shape),
+            shape_str(&w.shape)
+        ));
+    }
+    let k = x.shape[x.rank() - 1];
+    if w.shape[1] != k {
+        return Err(format!(
+            "data {} and weight {} disagree on the reduction size ({k} vs {})",
+            shape_str(&x.shape),
+            shape_str(&w.shape),
+            w.shape[1]
+        ));
+    }
+    if let Some(units) = attrs.opt_int("units")? {
+        if units as usize != w.shape[0] {
+            return Err(format!("units={units} but the weight has {} rows", w.shape[0]));
+        }
+    }
+    let mut shape = x.shape.clone();
+    *shape.last_mut().ok_or("empty shape")? = w.shape[0];
+    Ok(Type::tensor(shape, dtype))
+}
+
+fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let ty =
+        rel_dense(&[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let (k, units) = (w.shape()[1], w.shape()[0]);
+    let rows = x.numel() / k.max(1);
+    let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
+    let mut o = vec![0.0; rows * units];
+    for r in 0..rows {
+        for u in 0..units {
+            o[r * units + u] = (0..k).map(|i| xv[r * k + i] * wv[u * k + i]).sum();
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
+}
+
+/// (rows, reduction, columns) of a matmul and whether the operands are transposed.
+fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Vec<usize>, usize, usize), String> {
+    if b.rank() != 2 || a.rank() < 2 || (ta && a.rank() != 2) {
+        return Err(format!("matmul needs 2-D operands, found {} and {}", shape_str(&a.shape), shape_str(&b.shape)));
+    }
+    let n = a.rank();
+    let (lead, k) = if ta { (vec![a.shape[1]], a.shape[0]) } else { (a.shape[..n - 1].to_vec(), a.shape[n - 1]) };
+    let (kb, cols) = if tb { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+    if k != kb {
+        return Err(format!(
+            "matmul of {} and {} (transpose_a={ta}, transpose_b={tb}): reduction sizes {k} and {kb} differ",
+            shape_str(&a.shape),
+            shape_str(&b.shape)
+        ));
+    }
+    Ok((lead, k, cols))
+}
+
+fn rel_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
+    let dtype = same_dtype(a.dtype, b.dtype)?;
+    let (mut shape, _, cols) = matmul_dims(a, b, attrs.bool("transpose_a")?, attrs.bool("transpose_b")?)?;
+    if let Some(units) = attrs.opt_int("units")? {
+        if units as usize != cols {
+            return Err(format!("units={units} but the product has {cols} columns"));
+        }
+    }
+    shape.push(cols);
+    Ok(Type::tensor(shape, dtype))
+}
+
+fn eval_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
+    let ty_a = TensorType::new(a.shape().to_vec(), a.dtype());
+    let ty_b = TensorType::new(b.shape().to_vec(), b.dtype());
+    let (lead, k, cols) = matmul_dims(&ty_a, &ty_b, ta, tb)?;
+    same_dtype(a.dtype(), b.dtype())?;
+    let rows: usize = lead.iter().product();
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let at = |r: usize, i: usize| if ta { av[i * rows + r] } else { av[r * k + i] };
+    let bt = |i: usize, c: usize| if tb { bv[c * k + i] } else { bv[i * cols + c] };
+    let mut o = vec![0.0; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            o[r * cols + c] = (0..k).map(|i| at(r, i) * bt(i, c)).sum();
+        }
+    }
+    let mut shape = lead;
+    shape.push(cols);
+    out(Tensor::from_f64(a.dtype(), shape, &o))
+}
+
+fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
+    let dtype = same_dtype(a.dtype, b.dtype)?;
+    if a.rank() != 3 || b.rank() != 3 {
+        return Err(format!(
+            "batch_matmul needs 3-D operands, found {} and {}",
+            shape_str(&a.shape),
+            shape_str(&b.shape)
+        ));
+    }
+    let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
+    let (m, k) = if ta { (a.shape[2], a.shape[1]) } else { (a.shape[1], a.shape[2]) };
+    let (kb, n) = if tb { (b.shape[2], b.shape[1]) } else { (b.shape[1], b.shape[2]) };
+    if k != kb {
+        return Err(format!(
+            "batch_matmul of {} and {}: reduction sizes {k} and {kb} differ",
+            shape_str(&a.shape),
+            shape_str(&b.shape)
+        ));
+    }
+    let batch = match (a.shape[0], b.shape[0]) {
+        (x, y) if x == y => x,
+        (1, y) => y,
+        (x, 1) => x,
+        (x, y) => return Err(format!("batch sizes {x} and {y} do not broadcast")),
+    };
+    Ok(Type::tensor([batch, m, n], dtype))
+}
+
+fn eval_batch_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let ty = rel_batch_matmul(
+        &[Type::tensor(a.shape().to_vec(), a.dtype()), Type::tensor(b.shape().to_vec(), b.dtype())],
+        attrs,
+    )?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
+    let (batch, m, n) = (t.shape[0], t.shape[1], t.shape[2]);
+    let k = if ta { a.shape()[1] } else { a.shape()[2] };
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
+    let mut o = vec![0.0; batch * m * n];
+    for z in 0..batch {
+        let (za, zb) = (if sa[0] == 1 { 0 } else { z }, if sb[0] == 1 { 0 } else { z });
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0.0;
+                for r in 0..k {
+                    let x = if ta { av[(za * sa[1] + r) * sa[2] + i] } else { av[(za * sa[1] + i) * sa[2] + r] };
+                    let y = if tb { bv[(zb * sb[1] + j) * sb[2] + r] } else { bv[(zb * sb[1] + r) * sb[2] + j] };
+                    acc += x * y;
+                }
+                o[(z * m + i) * n + j] = acc;
+            }
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
+}
+
+// ---- bias_add ------------------------------------------------------------------
+
+fn rel_bias_add(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (x, b) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "bias")?);
+    same_dtype(x.dtype, b.dtype)?;
+    let axis = norm_axis(attrs.int("axis")?, x.rank())?;
+    if b.shape != [x.shape[axis]] {
+        return Err(format!(
+            "bias of shape {} does not match axis {axis} of data {}",
+            shape_str(&b.shape),
+            shape_str(&x.shape)
+        ));
+    }
+    Ok(Type::Tensor(x.clone()))
+}
+
+fn eval_bias_add(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (x, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
+    let inner: usize = x.shape()[axis + 1..].iter().product();
+    let c = x.shape()[axis];
+    let bv = b.to_f64_vec();
+    if bv.len() != c {
+        return Err("bias size does not match".into());
+    }
+    let o: Vec<f64> = x.to_f64_vec().iter().enumerate().map(|(i, v)| v + bv[(i / inner.max(1)) % c]).collect();
+    out(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &o))
+}
+
+// ---- conv2d and pooling ----------------------------------------------------------
+
+/// An integer list attribute of `n` values, expanding TVM's short forms
+/// (one value for all; for 4-value padding, 2 values mean [top/bottom, left/right]).
+fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
+    let v = attrs.ints(name)?.to_vec();
+    let v = match (v.len(), n) {
+        (k, n) if k == n => v,
+        (1, n) => vec![v[0]; n],
+        (2, 4) => vec![v[0], v[1], v[0], v[1]],
+        (k, n) => {
+            return Err(format!("`{name}` must have {} values, found {k}", if n == 4 { "1, 2 or 4" } else { "1 or 2" }))
+        }
+    };
+    if v.iter().any(|&x| x < 0) || (name != "padding" && v.iter().any(|&x| x == 0)) {
+        return Err(format!("`{name}` has an invalid value in {v:?}"));
+    }
+    Ok(v)
+}
+
+fn check_nchw(t: &TensorType, what: &str) -> Result<(), String> {
+    if t.rank() != 4 {
+        return Err(format!("{what} must be 4-D (NCHW), found shape {}", shape_str(&t.shape)));
+    }
+    Ok(())
+}
+
+/// Output size of a window op along one axis.
+fn window_out(size: usize, pad: i64, kernel: usize, stride: i64, dilation: i64, ceil: bool) -> Result<usize, String> {
+    let span = dilation * (kernel as i64 - 1) + 1;
+    let room = size as i64 + pad - span;
+    if room < 0 {
+        return Err(format!("a window of {span} does not fit an input of {size} with padding {pad}"));
+    }
+    let n = if ceil { (room + stride - 1) / stride + 1 } else { room / stride + 1 };
+    Ok(n as usize)
+}
+
+fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
+    let dtype = same_dtype(x.dtype, w.dtype)?;
+    if attrs.str("data_layout")? != "NCHW" || attrs.str("kernel_layout")? != "OIHW" {
+        return Err(format!(
+            "only NCHW data and OIHW weights are supported, found {} and {}",
+            attrs.str("data_layout")?,
+            attrs.str("kernel_layout")?
+        ));
+    }
+    check_nchw(x, "data")?;
+    if w.rank() != 4 {
+        return Err(format!("weight must be 4-D (OIHW), found shape {}", shape_str(&w.shape)));
+    }
+    let groups = attrs.int("groups")?;
+    if groups < 1 {
+        return Err(format!("groups must be positive, found {groups}"));
+    }
+    let g = groups as usize;
+    let (c, o) = (x.shape[1], w.shape[0]);
+    if c % g != 0 || o % g != 0 || w.shape[1] * g != c {
+        return Err(format!("mismatched channels: data has {c} channels, weight expects {} × groups {g}", w.shape[1]));
+    }
+    if let Some(ch) = attrs.opt_int("channels")? {
+        if ch as usize != o {
+            return Err(format!("channels={ch} but the weight has {o} output channels"));
+        }
+    }
+    if let Some(ks) = attrs.opt_ints("kernel_size")? {
+        if ks.len() != 2 || ks[0] as usize != w.shape[2] || ks[1] as usize != w.shape[3] {
+            return Err(format!("kernel_size={ks:?} but the weight's kernel is {}x{}", w.shape[2], w.shape[3]));
+        }
+    }
+    let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
+    let h = window_out(x.shape[2], p[0] + p[2], w.shape[2], s[0], d[0], false)?;
+    let wd = window_out(x.shape[3], p[1] + p[3], w.shape[3], s[1], d[1], false)?;
+    Ok(Type::tensor([x.shape[0], o, h, wd], dtype))
+}
+
+fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let ty =
+        rel_conv2d(&[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
+    let g = attrs.int("groups")? as usize;
+    let [n, c, h, wi] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let [o, icpg, kh, kw] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+    let (oh, ow) = (t.shape[2], t.shape[3]);
+    let opg = o / g;
+    let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
+    let mut res = vec![0.0; n * o * oh * ow];
+    for b in 0..n {
+        for oc in 0..o {
+            let grp = oc / opg;
+            for y in 0..oh {
+                for z in 0..ow {
+                    let mut acc = 0.0;
+                    for ic in 0..icpg {
+                        let cin = grp * icpg + ic;
+                        for ky in 0..kh {
+                            let iy = y as i64 * s[0] + ky as i64 * d[0] - p[0];
+                            if iy < 0 || iy >= h as i64 {
+                                continue;
+                            }
+                            for kx in 0..kw {
+                                let ix = z as i64 * s[1] + kx as i64 * d[1] - p[1];
+                                if ix < 0 || ix >= wi as i64 {
+                                    continue;
+                                }
+                                let xi = ((b * c + cin) * h + iy as usize) * wi + ix as usize;
+                                let wj = ((oc * icpg + ic) * kh + ky) * kw + kx;
+                                acc += xv[xi] * wv[wj];
+                            }
+                        }
+                    }
+                    res[((b * o + oc) * oh + y) * ow + z] = acc;
+                }
+            }
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &res))
+}
+
+fn rel_pool(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    if attrs.str("layout")? != "NCHW" {
+        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?));
+    }
+    check_nchw(x, "data")?;
+    let k = ints_n(attrs, "pool_size", 2)?;
+    let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
+    let ceil = attrs.bool("ceil_mode")?;
+    let h = window_out(x.shape[2], p[0] + p[2], k[0] as usize, s[0], d[0], ceil)?;
+    let w = window_out(x.shape[3], p[1] + p[3], k[1] as usize, s[1], d[1], ceil)?;
+    Ok(Type::tensor([x.shape[0], x.shape[1], h, w], x.dtype))
+}
+
+fn pool(args: &[Value], attrs: &Attrs, is_max: bool) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let ty = rel_pool(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let k = ints_n(attrs, "pool_size", 2)?;
+    let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
+    let include_pad = !is_max && attrs.bool("count_include_pad")?;
+    let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let (oh, ow) = (t.shape[2], t.shape[3]);
+    let xv = x.to_f64_vec();
+    let mut res = vec![0.0; n * c * oh * ow];
+    for plane in 0..n * c {
+        for y in 0..oh {
+            for z in 0..ow {
+                let (mut acc, mut count, mut padded) = (if is_max { f64::NEG_INFINITY } else { 0.0 }, 0usize, 0usize);
+                for ky in 0..k[0] {
+                    let iy = y as i64 * s[0] + ky * d[0] - p[0];
+                    for kx in 0..k[1] {
+                        let ix = z as i64 * s[1] + kx * d[1] - p[1];
+                        // Positions inside the padded input count for count_include_pad.
+                        if iy >= -p[0] && iy < h as i64 + p[2] && ix >= -p[1] && ix < w as i64 + p[3] {
+                            padded += 1;
+                        }
+                        if iy < 0 || iy >= h as i64 || ix < 0 || ix >= w as i64 {
+                            continue;
+                        }
+                        let v = xv[(plane * h + iy as usize) * w + ix as usize];
+                        acc = if is_max { acc.max(v) } else { acc + v };
+                        count += 1;
+                    }
+                }
+                res[(plane * oh + y) * ow + z] = if is_max {
+                    acc
+                } else {
+                    let div = if include_pad { padded } else { count };
+                    if div == 0 {
+                        0.0
+                    } else {
+                        acc / div as f64
+                    }
+                };
+            }
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &res))
+}
+
+fn eval_max_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    pool(args, attrs, true)
+}
+
+fn eval_avg_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    pool(args, attrs, false)
+}
+
+fn rel_global_avg_pool2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    if attrs.str("layout")? != "NCHW" {
+        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?));
+    }
+    check_nchw(x, "data")?;
+    Ok(Type::tensor([x.shape[0], x.shape[1], 1, 1], x.dtype))
+}
+
+fn eval_global_avg_pool2d(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let xv = x.to_f64_vec();
+    let area = (h * w).max(1);
+    let res: Vec<f64> = (0..n * c).map(|p| xv[p * area..(p + 1) * area].iter().sum::<f64>() / area as f64).collect();
+    out(Tensor::from_f64(x.dtype(), vec![n, c, 1, 1], &res))
+}
+
+// ---- normalization, softmax, dropout ------------------------------------------------
+
+/// Check that every vector argument from `first` on is 1-D of size `n`.
+fn check_vectors(
+    args: &[Type],
+    first: usize,
+    names: &[&str],
+    n: usize,
+    dtype: crate::dtype::DataType,
+) -> Result<TensorType, String> {
+    for (k, name) in names.iter().enumerate() {
+        let v = tensor_arg(args, first + k, name)?;
+        same_dtype(dtype, v.dtype)?;
+        if v.shape != [n] {
+            return Err(format!("{name} must have shape ({n},), found {}", shape_str(&v.shape)));
+        }
+    }
+    Ok(TensorType::new([n], dtype))
+}
+
+fn rel_batch_norm(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    float_dtype(x, "data")?;
+    let axis = norm_axis(attrs.int("axis")?, x.rank())?;
+    let v = check_vectors(args, 1, &["gamma", "beta", "moving_mean", "moving_var"], x.shape[axis], x.dtype)?;
+    Ok(Type::Tuple(vec![Type::Tensor(x.clone()), Type::Tensor(v.clone()), Type::Tensor(v)]))
+}
+
+fn eval_batch_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let vecs: Vec<Vec<f64>> = (1..5).map(|i| tensor_val(args, i).map(Tensor::to_f64_vec)).collect::<Result<_, _>>()?;
+    let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
+    let eps = attrs.float("epsilon")?;
+    let (scale, center) = (attrs.bool("scale")?, attrs.bool("center")?);
+    let c = x.shape()[axis];
+    let inner: usize = x.shape()[axis + 1..].iter().product();
+    let res: Vec<f64> = x
+        .to_f64_vec()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = (i / inner.max(1)) % c;
+            let mut y = (v - vecs[2][ch]) / (vecs[3][ch] + eps).sqrt();
+            if scale {
+                y *= vecs[0][ch];
+            }
+            if center {
+                y += vecs[1][ch];
+            }
+            y
+        })
+        .collect();
+    Ok(Value::Tuple(vec![
+        Value::Tensor(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &res)),
+        args[3].clone(),
+        args[4].clone(),
+    ]))
+}
+
+fn rel_layer_norm(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    float_dtype(x, "data")?;
+    let axis = norm_axis(attrs.int("axis")?, x.rank())?;
+    check_vectors(args, 1, &["gamma", "beta"], x.shape[axis], x.dtype)?;
+    Ok(Type::Tensor(x.clone()))
+}
+
+/// For every position of the other axes, the flat indices along `axis`.
+fn lanes(shape: &[usize], axis: usize) -> impl Iterator<Item = Vec<usize>> + '_ {
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let n = shape[axis];
+    (0..outer).flat_map(move |o| (0..inner).map(move |i| (0..n).map(|k| (o * n + k) * inner + i).collect()))
+}
+
+fn eval_layer_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let (g, b) = (tensor_val(args, 1)?.to_f64_vec(), tensor_val(args, 2)?.to_f64_vec());
+    let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
+    let eps = attrs.float("epsilon")?;
+    let (scale, center) = (attrs.bool("scale")?, attrs.bool("center")?);
+    let xv = x.to_f64_vec();
+    let mut res = vec![0.0; xv.len()];
+    for lane in lanes(x.shape(), axis) {
+        let n = lane.len() as f64;
+        let mean = lane.iter().map(|&i| xv[i]).sum::<f64>() / n;
+        let var = lane.iter().map(|&i| (xv[i] - mean).powi(2)).sum::<f64>() / n;
+        for (k, &i) in lane.iter().enumerate() {
+            let mut y = (xv[i] - mean) / (var + eps).sqrt();
+            if scale {
+                y *= g[k];
+            }
+            if center {
+                y += b[k];
+            }
+            res[i] = y;
+        }
+    }
+    out(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &res))
+}
+
+fn rel_softmax(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    float_dtype(x, "data")?;
+    norm_axis(attrs.int("axis")?, x.rank())?;
+    Ok(Type::Tensor(x.clone()))
+}
+
+fn eval_softmax(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
+    let xv = x.to_f64_vec();
+    let mut res = vec![0.0; xv.len()];
+    for lane in lanes(x.shape(), axis) {
+        let m = lane.iter().map(|&i| xv[i]).fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = lane.iter().map(|&i| (xv[i] - m).exp()).sum();
+        for &i in &lane {
+            res[i] = (xv[i] - m).exp() / total;
+        }
+    }
+    out(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &res))
+}
+
+fn rel_dropout(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    let rate = attrs.float("rate")?;
+    if !(0.0..1.0).contains(&rate) {
+        return Err(format!("rate must be in [0, 1), found {rate}"));
+    }
+    Ok(Type::Tuple(vec![Type::Tensor(x.clone()), Type::Tensor(x.clone())]))
+}
+
+fn eval_dropout(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let mask = Tensor::full(x.dtype(), x.shape().to_vec(), 1.0);
+    Ok(Value::Tuple(vec![Value::Tensor(x.clone()), Value::Tensor(mask)]))
+}
 
 pub(super) fn register(defs: &mut Vec<OpDef>) {
     use OpPattern::*;
-    let (r, e) = (rel_pending, eval_pending);
     defs.push(
-        OpDef::new("nn.dense", &["data", "weight"], OutEWiseFusable, r, e, "`data · weightᵀ`; weight is [units, in].")
-            .attr(AttrSpec::opt_int("units")),
+        OpDef::new(
+            "nn.dense",
+            &["data", "weight"],
+            OutEWiseFusable,
+            rel_dense,
+            eval_dense,
+            "`data · weightᵀ`; weight is [units, in].",
+        )
+        .attr(AttrSpec::opt_int("units")),
     );
     defs.push(
-        OpDef::new("nn.matmul", &["tensor_a", "tensor_b"], OutEWiseFusable, r, e, "Matrix product of 2-D tensors.")
-            .attr(AttrSpec::opt_int("units"))
-            .attr(AttrSpec::bool("transpose_a", false))
-            .attr(AttrSpec::bool("transpose_b", false)),
+        OpDef::new(
+            "nn.matmul",
+            &["tensor_a", "tensor_b"],
+            OutEWiseFusable,
+            rel_matmul,
+            eval_matmul,
+            "Matrix product; tensor_b is [in, units] unless transposed.",
+        )
+        .attr(AttrSpec::opt_int("units"))
+        .attr(AttrSpec::bool("transpose_a", false))
+        .attr(AttrSpec::bool("transpose_b", false)),
     );
     defs.push(
         OpDef::new(
             "nn.batch_matmul",
             &["tensor_a", "tensor_b"],
             OutEWiseFusable,
-            r,
-            e,
+            rel_batch_matmul,
+            eval_batch_matmul,
             "Batched matrix product of 3-D tensors.",
         )
         .attr(AttrSpec::bool("transpose_a", false))
         .attr(AttrSpec::bool("transpose_b", true)),
     );
     defs.push(
-        OpDef::new("nn.bias_add", &["data", "bias"], Broadcast, r, e, "Add a 1-D bias along `axis`.")
-            .attr(AttrSpec::int("axis", 1)),
+        OpDef::new(
+            "nn.bias_add",
+            &["data", "bias"],
+            Broadcast,
+            rel_bias_add,
+            eval_bias_add,
+            "Add a 1-D bias along `axis`.",
+        )
+        .attr(AttrSpec::int("axis", 1)),
     );
     defs.push(
-        OpDef::new("nn.conv2d", &["data", "weight"], OutEWiseFusable, r, e, "2-D convolution, NCHW data, OIHW weight.")
-            .attr(AttrSpec::ints("strides", &[1, 1]))
-            .attr(AttrSpec::ints("padding", &[0, 0, 0, 0]))
-            .attr(AttrSpec::ints("dilation", &[1, 1]))
-            .attr(AttrSpec::int("groups", 1))
-            .attr(AttrSpec::opt_int("channels"))
-            .attr(AttrSpec::opt_ints("kernel_size"))
-            .attr(AttrSpec::str("data_layout", "NCHW"))
-            .attr(AttrSpec::str("kernel_layout", "OIHW")),
+        OpDef::new(
+            "nn.conv2d",
+            &["data", "weight"],
+            OutEWiseFusable,
+            rel_conv2d,
+            eval_conv2d,
+            "2-D convolution, NCHW data, OIHW weight.",
+        )
+        .attr(AttrSpec::ints("strides", &[1, 1]))
+        .attr(AttrSpec::ints("padding", &[0, 0, 0, 0]))
+        .attr(AttrSpec::ints("dilation", &[1, 1]))
+        .attr(AttrSpec::int("groups", 1))
+        .attr(AttrSpec::opt_int("channels"))
+        .attr(AttrSpec::opt_ints("kernel_size"))
+        .attr(AttrSpec::str("data_layout", "NCHW"))
+        .attr(AttrSpec::str("kernel_layout", "OIHW")),
     );
-    for (name, doc) in [("nn.max_pool2d", "2-D max pooling, NCHW."), ("nn.avg_pool2d", "2-D average pooling, NCHW.")] {
-        let mut def = OpDef::new(name, &["data"], OutEWiseFusable, r, e, doc)
+    let pools: [(&'static str, super::EvalFn, &'static str); 2] = [
+        ("nn.max_pool2d", eval_max_pool2d, "2-D max pooling, NCHW."),
+        ("nn.avg_pool2d", eval_avg_pool2d, "2-D average pooling, NCHW."),
+    ];
+    for (name, eval, doc) in pools {
+        let mut def = OpDef::new(name, &["data"], OutEWiseFusable, rel_pool, eval, doc)
             .attr(AttrSpec::ints("pool_size", &[1, 1]))
             .attr(AttrSpec::ints("strides", &[1, 1]))
             .attr(AttrSpec::ints("dilation", &[1, 1]))
@@ -59,16 +633,23 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         defs.push(def);
     }
     defs.push(
-        OpDef::new("nn.global_avg_pool2d", &["data"], OutEWiseFusable, r, e, "Mean over H and W, NCHW.")
-            .attr(AttrSpec::str("layout", "NCHW")),
+        OpDef::new(
+            "nn.global_avg_pool2d",
+            &["data"],
+            OutEWiseFusable,
+            rel_global_avg_pool2d,
+            eval_global_avg_pool2d,
+            "Mean over H and W, NCHW.",
+        )
+        .attr(AttrSpec::str("layout", "NCHW")),
     );
     defs.push(
         OpDef::new(
             "nn.batch_norm",
             &["data", "gamma", "beta", "moving_mean", "moving_var"],
             Opaque,
-            r,
-            e,
+            rel_batch_norm,
+            eval_batch_norm,
             "Inference batch norm; returns (output, moving_mean, moving_var).",
         )
         .attr(AttrSpec::int("axis", 1))
@@ -77,17 +658,32 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::bool("scale", true)),
     );
     defs.push(
-        OpDef::new("nn.layer_norm", &["data", "gamma", "beta"], Opaque, r, e, "Layer normalization over `axis`.")
-            .attr(AttrSpec::int("axis", -1))
-            .attr(AttrSpec::float("epsilon", 1e-5))
-            .attr(AttrSpec::bool("center", true))
-            .attr(AttrSpec::bool("scale", true)),
+        OpDef::new(
+            "nn.layer_norm",
+            &["data", "gamma", "beta"],
+            Opaque,
+            rel_layer_norm,
+            eval_layer_norm,
+            "Layer normalization over `axis`.",
+        )
+        .attr(AttrSpec::int("axis", -1))
+        .attr(AttrSpec::float("epsilon", 1e-5))
+        .attr(AttrSpec::bool("center", true))
+        .attr(AttrSpec::bool("scale", true)),
     );
     defs.push(
-        OpDef::new("nn.softmax", &["data"], Opaque, r, e, "Softmax along `axis`.").attr(AttrSpec::int("axis", -1)),
+        OpDef::new("nn.softmax", &["data"], Opaque, rel_softmax, eval_softmax, "Softmax along `axis`.")
+            .attr(AttrSpec::int("axis", -1)),
     );
     defs.push(
-        OpDef::new("nn.dropout", &["data"], Opaque, r, e, "Dropout (identity at inference); returns (output, mask).")
-            .attr(AttrSpec::float("rate", 0.5)),
+        OpDef::new(
+            "nn.dropout",
+            &["data"],
+            Opaque,
+            rel_dropout,
+            eval_dropout,
+            "Dropout (identity at inference); returns (output, mask).",
+        )
+        .attr(AttrSpec::float("rate", 0.5)),
     );
 }

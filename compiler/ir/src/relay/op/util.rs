@@ -1,0 +1,143 @@
+//! Helpers shared by the operator definitions: argument checks, NumPy
+//! broadcasting, axis normalization, multi-index iteration.
+
+use crate::dtype::DataType;
+use crate::relay::ty::{TensorType, Type};
+use crate::relay::value::Value;
+use crate::tensor::{strides, Tensor};
+
+/// The `i`-th argument as a tensor type.
+pub(crate) fn tensor_arg<'a>(args: &'a [Type], i: usize, what: &str) -> Result<&'a TensorType, String> {
+    match args.get(i) {
+        Some(Type::Tensor(t)) => Ok(t),
+        Some(other) => Err(format!("{what} must be a tensor, found {other}")),
+        None => Err(format!("missing argument {what}")),
+    }
+}
+
+/// The `i`-th argument value as a tensor.
+pub(crate) fn tensor_val<'a>(args: &'a [Value], i: usize) -> Result<&'a Tensor, String> {
+    args.get(i).ok_or_else(|| format!("missing argument {i}"))?.tensor()
+}
+
+/// Shape text as in TVM messages: `(1, 3, 224, 224)`.
+pub(crate) fn shape_str(s: &[usize]) -> String {
+    let inner: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    if s.len() == 1 {
+        format!("({},)", inner[0])
+    } else {
+        format!("({})", inner.join(", "))
+    }
+}
+
+/// Check that two dtypes agree.
+pub(crate) fn same_dtype(a: DataType, b: DataType) -> Result<DataType, String> {
+    if a == b {
+        Ok(a)
+    } else {
+        Err(format!("dtype mismatch: {a} vs {b}"))
+    }
+}
+
+/// Require a floating-point dtype.
+pub(crate) fn float_dtype(t: &TensorType, what: &str) -> Result<(), String> {
+    if t.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(format!("{what} must be a floating-point tensor, found {}", t.dtype))
+    }
+}
+
+/// The NumPy broadcast of two shapes.
+pub(crate) fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return Err(format!("cannot broadcast shapes {} and {}", shape_str(a), shape_str(b))),
+        };
+    }
+    Ok(out)
+}
+
+/// Normalize a possibly negative axis of a rank-`ndim` tensor.
+pub(crate) fn norm_axis(axis: i64, ndim: usize) -> Result<usize, String> {
+    let a = if axis < 0 { axis + ndim as i64 } else { axis };
+    if a < 0 || a >= ndim as i64 {
+        Err(format!("axis {axis} is out of range for a tensor of rank {ndim}"))
+    } else {
+        Ok(a as usize)
+    }
+}
+
+/// For each flat output index, the flat index into an input of shape `from`
+/// broadcast to `to` (right-aligned; size-1 dims repeat).
+pub(crate) fn broadcast_index_map(from: &[usize], to: &[usize]) -> Vec<usize> {
+    let n = to.len();
+    let fs = strides(from);
+    let total: usize = to.iter().product();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0usize; n];
+    for _ in 0..total {
+        let mut flat = 0;
+        for (k, &i) in idx.iter().enumerate() {
+            if k + from.len() >= n {
+                let d = k + from.len() - n;
+                if from[d] != 1 {
+                    flat += i * fs[d];
+                }
+            }
+        }
+        out.push(flat);
+        // Next multi-index, last axis fastest.
+        for k in (0..n).rev() {
+            idx[k] += 1;
+            if idx[k] < to[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+/// Calls `f(multi_index, flat_index)` for every element of `shape`, row-major.
+pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize], usize)) {
+    let total: usize = shape.iter().product();
+    let mut idx = vec![0usize; shape.len()];
+    for flat in 0..total {
+        f(&idx, flat);
+        for k in (0..shape.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+/// The flat index of a multi-index under `strides`.
+pub(crate) fn flat(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(broadcast_shapes(&[], &[5]).unwrap(), vec![5]);
+        let e = broadcast_shapes(&[2, 3], &[4]).unwrap_err();
+        assert_eq!(e, "cannot broadcast shapes (2, 3) and (4,)");
+        assert_eq!(broadcast_index_map(&[3], &[2, 3]), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(broadcast_index_map(&[2, 1], &[2, 3]), vec![0, 0, 0, 1, 1, 1]);
+    }
+}
