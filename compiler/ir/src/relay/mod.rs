@@ -2,6 +2,8 @@
 //! text format, type inference and the reference interpreter.
 
 pub mod expr;
+pub mod infer;
+pub mod interp;
 pub mod module;
 pub mod op;
 pub mod structural;
@@ -10,6 +12,8 @@ pub mod value;
 pub mod visit;
 
 pub use expr::{Call, Callee, ConstId, Expr, ExprId, ExprKind, Function, Store, Var};
+pub use infer::{infer_expr, infer_module};
+pub use interp::{eval_expr, eval_function};
 pub use module::IRModule;
 pub use op::{op_registry, OpDef, OpId, OpPattern};
 pub use structural::{structural_eq, structural_hash};

@@ -1,0 +1,223 @@
+//! Type inference: the checked type of every expression of a module.
+//!
+//! Types flow bottom-up: an operator call's type is its type relation applied
+//! to its arguments' types; a `let`-bound variable without annotation takes
+//! its value's type. The walk uses an explicit stack (a `let` variable may have
+//! a smaller handle than its value, so plain handle order is not enough), so
+//! a 10 000-deep chain costs no native stack. Errors name the operator, the
+//! argument types and the location.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::error::{Error, Result};
+
+use super::expr::{Callee, ExprId, ExprKind, Store};
+use super::module::IRModule;
+use super::op::op_registry;
+use super::ty::{FuncType, Type};
+
+/// The types of module-level functions, for `@name` references.
+struct Globals {
+    functions: FxHashMap<String, ExprId>,
+    /// Functions whose inference is under way (recursion needs annotations).
+    in_progress: FxHashSet<String>,
+}
+
+/// The function type a fully annotated function declares, if it does.
+fn declared_type(store: &Store, func: ExprId) -> Option<Type> {
+    let f = store.as_function(func)?;
+    let params =
+        f.params.iter().map(|&p| store.as_var(p)?.ty.map(|t| store.ty(t).clone())).collect::<Option<Vec<_>>>()?;
+    let ret = store.ty(f.ret_ty?).clone();
+    Some(Type::Func(FuncType { params, ret: Box::new(ret) }))
+}
+
+fn describe(types: &[Type]) -> String {
+    types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Infer the type of `root` and of everything below it, recording each in the store.
+fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<Type> {
+    // Which `let` binds each variable (for unannotated let variables).
+    let mut let_value: FxHashMap<ExprId, ExprId> = FxHashMap::default();
+    for id in super::visit::post_order(store, &[root]) {
+        if let ExprKind::Let { var, value, .. } = *store.kind(id) {
+            let_value.insert(var, value);
+        }
+    }
+    let mut done: FxHashMap<ExprId, Type> = FxHashMap::default();
+    let mut on_stack: FxHashSet<ExprId> = FxHashSet::default();
+    let mut stack = vec![root];
+    while let Some(&id) = stack.last() {
+        if done.contains_key(&id) {
+            stack.pop();
+            continue;
+        }
+        // What this node needs typed first.
+        let kind = store.kind(id).clone();
+        let deps: Vec<ExprId> = match &kind {
+            ExprKind::Var(v) if v.ty.is_none() => let_value.get(&id).copied().into_iter().collect(),
+            ExprKind::Let { var, value, body } => vec![*value, *var, *body],
+            ExprKind::Function(f) => f.params.iter().copied().chain([f.body]).collect(),
+            other => other.children(),
+        };
+        let pending: Vec<ExprId> = deps.into_iter().filter(|d| !done.contains_key(d)).collect();
+        if !pending.is_empty() {
+            if !on_stack.insert(id) {
+                return Err(Error::ty(
+                    store.span(id).clone(),
+                    "an expression depends on itself (a `let` variable used in its own value?)",
+                ));
+            }
+            stack.extend(pending.into_iter().rev());
+            continue;
+        }
+        let span = store.span(id).clone();
+        let ty_of = |e: ExprId, done: &FxHashMap<ExprId, Type>| done.get(&e).cloned().unwrap_or(Type::Tuple(vec![]));
+        let ty = match &kind {
+            ExprKind::Var(v) => match (v.ty, let_value.get(&id)) {
+                (Some(t), _) => store.ty(t).clone(),
+                (None, Some(value)) => ty_of(*value, &done),
+                (None, None) => {
+                    return Err(Error::ty(
+                        span,
+                        format!("variable `%{}` has no type annotation and is not bound by a `let`", v.name),
+                    ))
+                }
+            },
+            ExprKind::GlobalVar(name) => {
+                let Some(&func) = globals.functions.get(name) else {
+                    return Err(Error::ty(span, format!("unknown global function `@{name}`")));
+                };
+                if let Some(t) = store.checked_type(func) {
+                    t.clone()
+                } else if let Some(t) = declared_type(store, func) {
+                    t
+                } else if globals.in_progress.contains(name) {
+                    return Err(Error::ty(
+                        span,
+                        format!("recursive call of `@{name}`: annotate its parameters and return type"),
+                    ));
+                } else {
+                    globals.in_progress.insert(name.clone());
+                    let t = infer_root(store, func, globals)?;
+                    globals.in_progress.remove(name);
+                    t
+                }
+            }
+            ExprKind::Constant(c) => {
+                let t = store.constant_data(*c);
+                Type::tensor(t.shape().to_vec(), t.dtype())
+            }
+            ExprKind::Call(call) => {
+                let args: Vec<Type> = call.args.iter().map(|a| ty_of(*a, &done)).collect();
+                match call.callee {
+                    Callee::Op(op) => {
+                        let def = op_registry().get(op);
+                        (def.type_rel)(&args, &call.attrs).map_err(|m| {
+                            Error::ty(span.clone(), format!("{}: {m}; argument types: ({})", def.name, describe(&args)))
+                        })?
+                    }
+                    Callee::Expr(f) => match ty_of(f, &done) {
+                        Type::Func(ft) => {
+                            if ft.params.len() != args.len() {
+                                return Err(Error::ty(
+                                    span,
+                                    format!("the function takes {} argument(s), {} given", ft.params.len(), args.len()),
+                                ));
+                            }
+                            for (k, (p, a)) in ft.params.iter().zip(&args).enumerate() {
+                                if p != a {
+                                    return Err(Error::ty(
+                                        span,
+                                        format!("argument {k} has type {a}, the function expects {p}"),
+                                    ));
+                                }
+                            }
+                            *ft.ret
+                        }
+                        other => {
+                            return Err(Error::ty(
+                                span,
+                                format!("calling a value of type {other}, which is not a function"),
+                            ))
+                        }
+                    },
+                }
+            }
+            ExprKind::Tuple(fields) => Type::Tuple(fields.iter().map(|f| ty_of(*f, &done)).collect()),
+            ExprKind::TupleGetItem { tuple, index } => match ty_of(*tuple, &done) {
+                Type::Tuple(fields) => fields.get(*index).cloned().ok_or_else(|| {
+                    Error::ty(
+                        span.clone(),
+                        format!("index {index} is out of range for a tuple of {} fields", fields.len()),
+                    )
+                })?,
+                other => {
+                    return Err(Error::ty(span, format!("`.{index}` of a value of type {other}, which is not a tuple")))
+                }
+            },
+            ExprKind::Let { var, value, body } => {
+                let (vt, xt) = (ty_of(*var, &done), ty_of(*value, &done));
+                if vt != xt {
+                    return Err(Error::ty(
+                        span,
+                        format!("`let` variable annotated {vt} is bound to a value of type {xt}"),
+                    ));
+                }
+                ty_of(*body, &done)
+            }
+            ExprKind::If { cond, then_branch, else_branch } => {
+                let ct = ty_of(*cond, &done);
+                if ct != Type::tensor([], crate::dtype::DataType::Bool) {
+                    return Err(Error::ty(span, format!("an `if` condition must be a scalar bool, found {ct}")));
+                }
+                let (a, b) = (ty_of(*then_branch, &done), ty_of(*else_branch, &done));
+                if a != b {
+                    return Err(Error::ty(span, format!("the branches of an `if` have different types: {a} and {b}")));
+                }
+                a
+            }
+            ExprKind::Function(f) => {
+                let params: Vec<Type> = f.params.iter().map(|p| ty_of(*p, &done)).collect();
+                let ret = ty_of(f.body, &done);
+                if let Some(r) = f.ret_ty {
+                    if store.ty(r) != &ret {
+                        return Err(Error::ty(
+                            span,
+                            format!("the function is annotated to return {}, but its body has type {ret}", store.ty(r)),
+                        ));
+                    }
+                }
+                Type::Func(FuncType { params, ret: Box::new(ret) })
+            }
+        };
+        store.set_checked_type(id, ty.clone());
+        done.insert(id, ty);
+        on_stack.remove(&id);
+        stack.pop();
+    }
+    done.remove(&root).ok_or_else(|| Error::ty(store.span(root).clone(), "type inference did not reach the root"))
+}
+
+/// Infer and record the checked type of every expression of every function of `m`.
+pub fn infer_module(m: &mut IRModule) -> Result<()> {
+    let funcs: Vec<(String, ExprId)> = m.functions().map(|(n, f)| (n.to_string(), f)).collect();
+    let mut globals = Globals { functions: funcs.iter().cloned().collect(), in_progress: FxHashSet::default() };
+    m.store.clear_checked_types();
+    for (name, f) in funcs {
+        if m.store.checked_type(f).is_some() {
+            continue;
+        }
+        globals.in_progress.insert(name.clone());
+        infer_root(&mut m.store, f, &mut globals)?;
+        globals.in_progress.remove(&name);
+    }
+    Ok(())
+}
+
+/// Infer the type of a closed expression (no `@global` references) in `store`.
+pub fn infer_expr(store: &mut Store, root: ExprId) -> Result<Type> {
+    let mut globals = Globals { functions: FxHashMap::default(), in_progress: FxHashSet::default() };
+    infer_root(store, root, &mut globals)
+}
