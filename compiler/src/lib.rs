@@ -10,7 +10,23 @@ pub mod arith;
 pub mod backend;
 pub mod codegen;
 pub mod relay;
+pub mod schedule;
 pub mod te;
 pub mod tir;
 pub mod topi;
 
+pub use kiln_macros::relay_model;
+
+/// What the macros' expansions call. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    /// Parse the Relay text `relay_model!` embedded after checking it.
+    pub fn parse_embedded_model(text: &str) -> crate::relay::IRModule {
+        match kiln_ir::relay::parser::parse_module(text) {
+            Ok(m) => m,
+            // The macro parsed this exact text while expanding; failing here means
+            // kiln and kiln-macros come from different versions.
+            Err(e) => panic!("kiln: a model embedded by relay_model! no longer parses ({e}); are kiln and kiln-macros the same version?"),
+        }
+    }
+}

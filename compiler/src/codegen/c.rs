@@ -287,7 +287,22 @@ pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
 
 /// A complete C file: the prelude, then every kernel.
 pub fn codegen_module(funcs: &[PrimFunc]) -> Result<String, CodegenError> {
+    codegen_module_with_data(funcs, &[])
+}
+
+/// [`codegen_module`], with read-only data symbols `(symbol, bytes)` (the model's weights).
+pub fn codegen_module_with_data(funcs: &[PrimFunc], data: &[(String, &[u8])]) -> Result<String, CodegenError> {
     let mut out = String::from(PRELUDE);
+    for (symbol, bytes) in data {
+        let _ = write!(out, "\n__attribute__((aligned(64))) const uint8_t {symbol}[{}] = {{", bytes.len().max(1));
+        for (i, b) in bytes.iter().enumerate() {
+            if i % 32 == 0 {
+                out.push('\n');
+            }
+            let _ = write!(out, "{b},");
+        }
+        out.push_str("\n};\n");
+    }
     for f in funcs {
         out.push('\n');
         out.push_str(&codegen_prim_func(f)?);

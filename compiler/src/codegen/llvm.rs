@@ -620,15 +620,31 @@ fn emit_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) ->
     Ok(())
 }
 
+/// A named block of read-only data (a model weight) placed in the object.
+#[derive(Clone, Debug)]
+pub struct DataSymbol<'a> {
+    pub symbol: String,
+    pub bytes: &'a [u8],
+}
+
 fn build_module<'ctx>(
     ctx: &'ctx Context,
     name: &str,
     funcs: &[PrimFunc],
+    data: &[DataSymbol<'_>],
     target: &LlvmTarget,
 ) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module(name);
     for f in funcs {
         emit_kernel(ctx, &module, f)?;
+    }
+    for d in data {
+        let init = ctx.const_string(d.bytes, false);
+        let g = module.add_global(init.get_type(), None, &d.symbol);
+        g.set_initializer(&init);
+        g.set_constant(true);
+        g.set_alignment(64);
+        g.set_linkage(Linkage::External);
     }
     module.verify().map_err(|m| llvm_err(name, format!("invalid LLVM IR: {m}")))?;
     let tm = target.machine("llvm")?;
@@ -642,8 +658,18 @@ fn build_module<'ctx>(
 
 /// Compile `funcs` for `target`: optimized LLVM IR, assembly and an object file.
 pub fn compile(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<LlvmOutput, CodegenError> {
+    compile_with_data(name, funcs, &[], target)
+}
+
+/// [`compile`], with read-only data symbols (the model's weights) in the object.
+pub fn compile_with_data(
+    name: &str,
+    funcs: &[PrimFunc],
+    data: &[DataSymbol<'_>],
+    target: &LlvmTarget,
+) -> Result<LlvmOutput, CodegenError> {
     let ctx = Context::create();
-    let module = build_module(&ctx, name, funcs, target)?;
+    let module = build_module(&ctx, name, funcs, data, target)?;
     let tm = target.machine("llvm")?;
     let asm = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|m| llvm_err(name, m))?;
     let obj = tm.write_to_memory_buffer(&module, FileType::Object).map_err(|m| llvm_err(name, m))?;
@@ -672,7 +698,7 @@ impl Jit {
     pub fn new(name: &str, funcs: &[PrimFunc]) -> Result<Jit, CodegenError> {
         Target::initialize_native(&InitializationConfig::default()).map_err(|m| llvm_err(name, m))?;
         let ctx: &'static Context = Box::leak(Box::new(Context::create()));
-        let module = build_module(ctx, name, funcs, &LlvmTarget::native())?;
+        let module = build_module(ctx, name, funcs, &[], &LlvmTarget::native())?;
         let engine =
             module.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(|m| llvm_err(name, m))?;
         Ok(Jit { engine, _module: module })

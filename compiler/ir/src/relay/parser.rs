@@ -1,0 +1,695 @@
+//! Parse Relay text in TVM's syntax into an [`IRModule`].
+//!
+//! A recursive-descent parser over the tokens of [`super::lexer`]. Sequences
+//! (`%0 = …; %1 = …;`) are parsed in a loop, so a 10 000-binding chain costs
+//! no stack; only syntactic nesting (parentheses, calls inside calls, `if`,
+//! `fn`) recurses, and it is capped at [`MAX_NESTING`] with a clear error.
+//! Every node gets the `line:column` of its first token; every error says
+//! what was expected, what was found, and where.
+
+use rustc_hash::FxHashMap;
+
+use crate::attrs::{AttrValue, Attrs};
+use crate::dtype::DataType;
+use crate::error::{Error, Result};
+use crate::span::Span;
+use crate::tensor::Tensor;
+
+use super::expr::{ExprId, ExprKind, Function, Store, Var};
+use super::lexer::{lex, Tok, Token};
+use super::module::IRModule;
+use super::ty::{FuncType, Type};
+
+/// The deepest syntactic nesting the parser accepts.
+pub const MAX_NESTING: usize = 500;
+
+struct Parser {
+    toks: Vec<Token>,
+    pos: usize,
+    store: Store,
+    scopes: Vec<FxHashMap<String, ExprId>>,
+    meta: Vec<Tensor>,
+    depth: usize,
+}
+
+fn dtype_of(name: &str) -> Option<DataType> {
+    DataType::from_name(name)
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.pos.min(self.toks.len() - 1)].tok
+    }
+
+    fn peek_at(&self, k: usize) -> &Tok {
+        &self.toks[(self.pos + k).min(self.toks.len() - 1)].tok
+    }
+
+    fn span(&self) -> Span {
+        self.toks[self.pos.min(self.toks.len() - 1)].span()
+    }
+
+    fn next(&mut self) -> Token {
+        let t = self.toks[self.pos.min(self.toks.len() - 1)].clone();
+        if self.pos < self.toks.len() - 1 {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn error<T>(&self, expected: &str) -> Result<T> {
+        Err(Error::parse(self.span(), format!("expected {expected}, found {}", self.peek().describe())))
+    }
+
+    fn is_punct(&self, p: &str) -> bool {
+        matches!(self.peek(), Tok::Punct(q) if *q == p)
+    }
+
+    fn is_ident(&self, s: &str) -> bool {
+        matches!(self.peek(), Tok::Ident(q) if q == s)
+    }
+
+    fn expect_punct(&mut self, p: &str) -> Result<()> {
+        if self.is_punct(p) {
+            self.next();
+            Ok(())
+        } else {
+            self.error(&format!("`{p}`"))
+        }
+    }
+
+    fn expect_ident(&mut self, s: &str) -> Result<()> {
+        if self.is_ident(s) {
+            self.next();
+            Ok(())
+        } else {
+            self.error(&format!("`{s}`"))
+        }
+    }
+
+    fn enter(&mut self) -> Result<()> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(Error::parse(self.span(), format!("nesting deeper than {MAX_NESTING} levels")));
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    fn lookup(&self, name: &str) -> Option<ExprId> {
+        self.scopes.iter().rev().find_map(|s| s.get(name).copied())
+    }
+
+    fn bind(&mut self, name: String, id: ExprId) {
+        if let Some(s) = self.scopes.last_mut() {
+            s.insert(name, id);
+        }
+    }
+
+    fn add(&mut self, kind: ExprKind, span: Span) -> ExprId {
+        self.store.add(kind, span)
+    }
+
+    // ---- types --------------------------------------------------------------
+
+    fn ty(&mut self) -> Result<Type> {
+        self.enter()?;
+        let t = self.ty_inner();
+        self.leave();
+        t
+    }
+
+    fn ty_inner(&mut self) -> Result<Type> {
+        match self.peek().clone() {
+            Tok::Ident(n) if n == "Tensor" => {
+                self.next();
+                self.expect_punct("[")?;
+                let shape = self.shape()?;
+                self.expect_punct(",")?;
+                let dtype = self.dtype()?;
+                self.expect_punct("]")?;
+                Ok(Type::tensor(shape, dtype))
+            }
+            Tok::Ident(n) if n == "fn" => {
+                self.next();
+                self.expect_punct("(")?;
+                let mut params = Vec::new();
+                while !self.is_punct(")") {
+                    params.push(self.ty()?);
+                    if !self.is_punct(")") {
+                        self.expect_punct(",")?;
+                    }
+                }
+                self.next();
+                self.expect_punct("->")?;
+                let ret = self.ty()?;
+                Ok(Type::Func(FuncType { params, ret: Box::new(ret) }))
+            }
+            Tok::Ident(n) if dtype_of(&n).is_some() => {
+                self.next();
+                Ok(Type::tensor([], dtype_of(&n).unwrap_or(DataType::F32)))
+            }
+            Tok::Punct("(") => {
+                self.next();
+                let mut fields = Vec::new();
+                while !self.is_punct(")") {
+                    fields.push(self.ty()?);
+                    if !self.is_punct(")") {
+                        self.expect_punct(",")?;
+                    }
+                }
+                self.next();
+                Ok(Type::Tuple(fields))
+            }
+            _ => self.error("a type (`Tensor[(…), dtype]`, a dtype, a tuple type or `fn (…) -> …`)"),
+        }
+    }
+
+    fn shape(&mut self) -> Result<Vec<usize>> {
+        self.expect_punct("(")?;
+        let mut dims = Vec::new();
+        while !self.is_punct(")") {
+            match self.peek().clone() {
+                Tok::Int(v, s) if v >= 0 && s.is_empty() => {
+                    self.next();
+                    dims.push(v as usize);
+                }
+                _ => return self.error("a dimension (a non-negative integer)"),
+            }
+            if !self.is_punct(")") {
+                self.expect_punct(",")?;
+            }
+        }
+        self.next();
+        Ok(dims)
+    }
+
+    fn dtype(&mut self) -> Result<DataType> {
+        match self.peek().clone() {
+            Tok::Ident(n) => match dtype_of(&n) {
+                Some(d) => {
+                    self.next();
+                    Ok(d)
+                }
+                None => Err(Error::parse(
+                    self.span(),
+                    format!("unknown dtype `{n}`; expected float32, float16, int64, int32, int8, uint8 or bool"),
+                )),
+            },
+            _ => self.error("a dtype"),
+        }
+    }
+
+    // ---- attributes ---------------------------------------------------------
+
+    fn attr_value(&mut self) -> Result<AttrValue> {
+        match self.peek().clone() {
+            Tok::Int(v, _) => {
+                self.next();
+                Ok(AttrValue::Int(v))
+            }
+            Tok::Float(v, _) => {
+                self.next();
+                Ok(AttrValue::Float(v))
+            }
+            Tok::Str(s) => {
+                self.next();
+                Ok(AttrValue::Str(s))
+            }
+            Tok::Punct("-") => {
+                self.next();
+                match self.attr_value()? {
+                    AttrValue::Int(v) => Ok(AttrValue::Int(-v)),
+                    AttrValue::Float(v) => Ok(AttrValue::Float(-v)),
+                    _ => self.error("a number after `-`"),
+                }
+            }
+            Tok::Ident(n) if n == "True" || n == "False" => {
+                self.next();
+                Ok(AttrValue::Bool(n == "True"))
+            }
+            Tok::Ident(n) if n == "None" => {
+                self.next();
+                Ok(AttrValue::None)
+            }
+            Tok::Ident(n) => {
+                self.next();
+                Ok(AttrValue::Str(n))
+            }
+            Tok::Punct("[") => {
+                self.next();
+                let mut items = Vec::new();
+                while !self.is_punct("]") {
+                    items.push(self.attr_value()?);
+                    if !self.is_punct("]") {
+                        self.expect_punct(",")?;
+                    }
+                }
+                self.next();
+                if items.iter().all(|v| matches!(v, AttrValue::Int(_))) {
+                    Ok(AttrValue::Ints(
+                        items.into_iter().map(|v| if let AttrValue::Int(i) = v { i } else { 0 }).collect(),
+                    ))
+                } else if items.iter().all(|v| matches!(v, AttrValue::Int(_) | AttrValue::Float(_))) {
+                    Ok(AttrValue::Floats(
+                        items
+                            .into_iter()
+                            .map(|v| match v {
+                                AttrValue::Int(i) => i as f64,
+                                AttrValue::Float(f) => f,
+                                _ => 0.0,
+                            })
+                            .collect(),
+                    ))
+                } else {
+                    self.error("a list of numbers")
+                }
+            }
+            _ => self.error("an attribute value"),
+        }
+    }
+
+    /// `%x: T` binders and `Key=value` attributes, up to `)` (consumed).
+    fn params(&mut self) -> Result<(Vec<ExprId>, Attrs)> {
+        self.expect_punct("(")?;
+        let mut params = Vec::new();
+        let mut attrs = Attrs::new();
+        while !self.is_punct(")") {
+            match self.peek().clone() {
+                Tok::Local(name) => {
+                    let span = self.span();
+                    self.next();
+                    let ty = if self.is_punct(":") {
+                        self.next();
+                        Some(self.ty()?)
+                    } else {
+                        None
+                    };
+                    let ty = ty.map(|t| self.store.intern_type(t));
+                    let v = self.add(ExprKind::Var(Var { name: name.clone(), ty }), span);
+                    self.bind(name, v);
+                    params.push(v);
+                }
+                Tok::Ident(key) if matches!(self.peek_at(1), Tok::Punct("=")) => {
+                    self.next();
+                    self.next();
+                    let v = self.attr_value()?;
+                    attrs.set(key, v);
+                }
+                _ => return self.error("a parameter `%name: type` or an attribute `Name=value`"),
+            }
+            if !self.is_punct(")") {
+                self.expect_punct(",")?;
+            }
+        }
+        self.next();
+        Ok((params, attrs))
+    }
+
+    fn ret_type(&mut self) -> Result<Option<Type>> {
+        if self.is_punct("->") {
+            self.next();
+            Ok(Some(self.ty()?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    // ---- blocks and expressions -----------------------------------------------
+
+    /// `{ stmt* expr }`: bindings, lets and free vars, then the result.
+    fn block(&mut self) -> Result<ExprId> {
+        self.expect_punct("{")?;
+        self.scopes.push(FxHashMap::default());
+        let mut lets: Vec<(ExprId, ExprId, Span)> = Vec::new();
+        let result = loop {
+            match (self.peek().clone(), self.peek_at(1).clone()) {
+                (Tok::Local(name), Tok::Punct("=")) => {
+                    self.next();
+                    self.next();
+                    let e = self.expr()?;
+                    self.expect_punct(";")?;
+                    self.bind(name, e);
+                }
+                (Tok::Ident(k), _) if k == "let" => {
+                    let span = self.span();
+                    self.next();
+                    let (name, vspan) = match self.peek().clone() {
+                        Tok::Local(n) => {
+                            let s = self.span();
+                            self.next();
+                            (n, s)
+                        }
+                        _ => return self.error("a variable `%name` after `let`"),
+                    };
+                    let ty = if self.is_punct(":") {
+                        self.next();
+                        Some(self.ty()?)
+                    } else {
+                        None
+                    };
+                    self.expect_punct("=")?;
+                    let value = self.expr()?;
+                    self.expect_punct(";")?;
+                    // The variable is created after its value, so handles stay in dependency order.
+                    let ty = ty.map(|t| self.store.intern_type(t));
+                    let var = self.add(ExprKind::Var(Var { name: name.clone(), ty }), vspan);
+                    self.bind(name, var);
+                    lets.push((var, value, span));
+                }
+                (Tok::Ident(k), _) if k == "free_var" => {
+                    self.next();
+                    let (name, vspan) = match self.peek().clone() {
+                        Tok::Local(n) => {
+                            let s = self.span();
+                            self.next();
+                            (n, s)
+                        }
+                        _ => return self.error("a variable `%name` after `free_var`"),
+                    };
+                    self.expect_punct(":")?;
+                    let t = self.ty()?;
+                    let ty = Some(self.store.intern_type(t));
+                    self.expect_punct(";")?;
+                    let var = self.add(ExprKind::Var(Var { name: name.clone(), ty }), vspan);
+                    self.bind(name, var);
+                }
+                _ => {
+                    let e = self.expr()?;
+                    if !self.is_punct("}") {
+                        return self.error("`}` after the result of the block (or `;` after a binding)");
+                    }
+                    self.next();
+                    break e;
+                }
+            }
+        };
+        self.scopes.pop();
+        let mut body = result;
+        for (var, value, span) in lets.into_iter().rev() {
+            body = self.add(ExprKind::Let { var, value, body }, span);
+        }
+        Ok(body)
+    }
+
+    fn expr(&mut self) -> Result<ExprId> {
+        self.enter()?;
+        let r = self.expr_inner();
+        self.leave();
+        r
+    }
+
+    fn expr_inner(&mut self) -> Result<ExprId> {
+        let mut e = self.primary()?;
+        loop {
+            if self.is_punct(".") {
+                let span = self.span();
+                self.next();
+                match self.peek().clone() {
+                    Tok::Int(i, s) if i >= 0 && s.is_empty() => {
+                        self.next();
+                        e = self.add(ExprKind::TupleGetItem { tuple: e, index: i as usize }, span);
+                    }
+                    _ => return self.error("a tuple index after `.`"),
+                }
+            } else if self.is_punct("(") {
+                let span = self.span();
+                let (args, attrs) = self.call_args()?;
+                if !attrs.is_empty() {
+                    return Err(Error::parse(span, "attributes can only be given to operator calls"));
+                }
+                e = self.add(
+                    ExprKind::Call(super::expr::Call {
+                        callee: super::expr::Callee::Expr(e),
+                        args,
+                        attrs: Attrs::new(),
+                    }),
+                    span,
+                );
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// `(args…, key=value…)`.
+    fn call_args(&mut self) -> Result<(Vec<ExprId>, Attrs)> {
+        self.expect_punct("(")?;
+        let mut args = Vec::new();
+        let mut attrs = Attrs::new();
+        while !self.is_punct(")") {
+            if let (Tok::Ident(key), Tok::Punct("=")) = (self.peek().clone(), self.peek_at(1).clone()) {
+                self.next();
+                self.next();
+                let v = self.attr_value()?;
+                attrs.set(key, v);
+            } else {
+                if !attrs.is_empty() {
+                    return self.error("an attribute `name=value` (positional arguments come first)");
+                }
+                args.push(self.expr()?);
+            }
+            if !self.is_punct(")") {
+                if !self.is_punct(",") {
+                    return self.error("`,` or `)` in the argument list");
+                }
+                self.next();
+            }
+        }
+        self.next();
+        Ok((args, attrs))
+    }
+
+    fn literal(&mut self, negative: bool) -> Result<ExprId> {
+        let span = self.span();
+        let sign = if negative { -1.0 } else { 1.0 };
+        let t = match self.next().tok {
+            Tok::Int(v, s) => {
+                let dtype = match s.as_str() {
+                    "i64" => DataType::I64,
+                    "i8" => DataType::I8,
+                    "u8" => DataType::U8,
+                    _ => DataType::I32,
+                };
+                Tensor::scalar(dtype, sign * v as f64)
+            }
+            Tok::Float(v, s) => Tensor::scalar(if s == "f16" { DataType::F16 } else { DataType::F32 }, sign * v),
+            _ => return Err(Error::parse(span, "expected a number")),
+        };
+        let c = self.store.intern_const(t);
+        Ok(self.add(ExprKind::Constant(c), span))
+    }
+
+    fn primary(&mut self) -> Result<ExprId> {
+        let span = self.span();
+        match self.peek().clone() {
+            Tok::Local(name) => {
+                self.next();
+                self.lookup(&name).ok_or_else(|| Error::parse(span, format!("unknown variable `%{name}`")))
+            }
+            Tok::Global(name) => {
+                self.next();
+                Ok(self.add(ExprKind::GlobalVar(name), span))
+            }
+            Tok::Int(..) | Tok::Float(..) => self.literal(false),
+            Tok::Punct("-") if matches!(self.peek_at(1), Tok::Int(..) | Tok::Float(..)) => {
+                self.next();
+                self.literal(true)
+            }
+            Tok::Punct("(") => {
+                self.next();
+                let mut fields = Vec::new();
+                let mut trailing_comma = false;
+                while !self.is_punct(")") {
+                    fields.push(self.expr()?);
+                    trailing_comma = false;
+                    if !self.is_punct(")") {
+                        if !self.is_punct(",") {
+                            return self.error("`,` or `)`");
+                        }
+                        self.next();
+                        trailing_comma = true;
+                    }
+                }
+                self.next();
+                if fields.len() == 1 && !trailing_comma {
+                    Ok(fields[0])
+                } else {
+                    Ok(self.add(ExprKind::Tuple(fields), span))
+                }
+            }
+            Tok::Ident(n) if n == "True" || n == "False" => {
+                self.next();
+                let c = self.store.intern_const(Tensor::scalar(DataType::Bool, (n == "True") as u8 as f64));
+                Ok(self.add(ExprKind::Constant(c), span))
+            }
+            Tok::Ident(n) if n == "meta" => {
+                self.next();
+                self.expect_punct("[")?;
+                self.expect_ident("relay.Constant")?;
+                self.expect_punct("]")?;
+                self.expect_punct("[")?;
+                let k = match self.peek().clone() {
+                    Tok::Int(k, _) if k >= 0 => k as usize,
+                    _ => return self.error("a constant index"),
+                };
+                self.next();
+                self.expect_punct("]")?;
+                let t = self.meta.get(k).cloned().ok_or_else(|| {
+                    Error::parse(span.clone(), format!("meta[relay.Constant][{k}] is not in the #[metadata] section"))
+                })?;
+                let c = self.store.intern_const(t);
+                Ok(self.add(ExprKind::Constant(c), span))
+            }
+            Tok::Ident(n) if n == "fn" => {
+                self.next();
+                self.scopes.push(FxHashMap::default());
+                let (params, attrs) = self.params()?;
+                let ret = self.ret_type()?;
+                let body = self.block()?;
+                self.scopes.pop();
+                let ret_ty = ret.map(|t| self.store.intern_type(t));
+                Ok(self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), span))
+            }
+            Tok::Ident(n) if n == "if" => {
+                self.next();
+                self.expect_punct("(")?;
+                let cond = self.expr()?;
+                self.expect_punct(")")?;
+                let then_branch = self.block()?;
+                self.expect_ident("else")?;
+                let else_branch = self.block()?;
+                Ok(self.add(ExprKind::If { cond, then_branch, else_branch }, span))
+            }
+            Tok::Ident(n) if n == "let" => self.error("an expression (`let` only starts a statement of a block)"),
+            Tok::Ident(op) => {
+                self.next();
+                if !self.is_punct("(") {
+                    return Err(Error::parse(
+                        span,
+                        format!("expected `(` after operator `{op}`, found {}", self.peek().describe()),
+                    ));
+                }
+                let (args, attrs) = self.call_args()?;
+                self.store.call_op_at(&op, args, attrs, span)
+            }
+            _ => self.error("an expression"),
+        }
+    }
+
+    // ---- module -----------------------------------------------------------------
+
+    fn version(&mut self) -> Result<()> {
+        if self.is_punct("#") && matches!(self.peek_at(2), Tok::Ident(v) if v == "version") {
+            self.next();
+            self.expect_punct("[")?;
+            self.expect_ident("version")?;
+            self.expect_punct("=")?;
+            match self.peek().clone() {
+                Tok::Str(v) if v.starts_with("0.0.") => {
+                    self.next();
+                }
+                _ => return self.error("a version string \"0.0.5\""),
+            }
+            self.expect_punct("]")?;
+        }
+        Ok(())
+    }
+
+    fn module(&mut self) -> Result<IRModule> {
+        self.version()?;
+        let mut defs: Vec<(String, ExprId, Span)> = Vec::new();
+        while !matches!(self.peek(), Tok::Eof) {
+            let span = self.span();
+            self.expect_ident("def")?;
+            let name = match self.peek().clone() {
+                Tok::Global(n) => {
+                    self.next();
+                    n
+                }
+                _ => return self.error("a function name `@name` after `def`"),
+            };
+            if defs.iter().any(|(n, _, _)| *n == name) {
+                return Err(Error::parse(span, format!("`@{name}` is defined twice")));
+            }
+            self.scopes.push(FxHashMap::default());
+            let (params, attrs) = self.params()?;
+            let ret = self.ret_type()?;
+            let body = self.block()?;
+            self.scopes.pop();
+            let ret_ty = ret.map(|t| self.store.intern_type(t));
+            let f = self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), span.clone());
+            defs.push((name, f, span));
+        }
+        let mut m = IRModule::new();
+        m.store = std::mem::take(&mut self.store);
+        for (name, f, _) in defs {
+            m.add_function(name, f)?;
+        }
+        Ok(m)
+    }
+}
+
+/// Parse the `#[metadata]` section (`relay.Constant[k]: Tensor[…] = "hex"` lines).
+fn metadata(toks: &[Token]) -> Result<Vec<Tensor>> {
+    let mut p =
+        Parser { toks: toks.to_vec(), pos: 0, store: Store::new(), scopes: Vec::new(), meta: Vec::new(), depth: 0 };
+    let mut out = Vec::new();
+    while !matches!(p.peek(), Tok::Eof) {
+        let span = p.span();
+        p.expect_ident("relay.Constant")?;
+        p.expect_punct("[")?;
+        match p.peek().clone() {
+            Tok::Int(k, _) if k as usize == out.len() => {
+                p.next();
+            }
+            _ => return p.error(&format!("constant index {}", out.len())),
+        }
+        p.expect_punct("]")?;
+        p.expect_punct(":")?;
+        let ty = p.ty()?;
+        p.expect_punct("=")?;
+        let hex = match p.peek().clone() {
+            Tok::Str(s) => {
+                p.next();
+                s
+            }
+            _ => return p.error("the constant's bytes as a hex string"),
+        };
+        let Type::Tensor(t) = ty else { return Err(Error::parse(span, "a constant must have a tensor type")) };
+        if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::parse(span, "malformed hex data"));
+        }
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).filter_map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok()).collect();
+        let n = bytes.len();
+        let tensor = Tensor::from_bytes(t.dtype, t.shape.clone(), bytes).ok_or_else(|| {
+            Error::parse(span.clone(), format!("{n} bytes do not fill a {}", Type::Tensor(t.clone())))
+        })?;
+        out.push(tensor);
+    }
+    Ok(out)
+}
+
+/// Parse a module in Relay text.
+pub fn parse_module(text: &str) -> Result<IRModule> {
+    let mut toks = lex(text)?;
+    // The metadata section (at the end) is read first: the program refers to it.
+    let mut meta = Vec::new();
+    if let Some(at) = toks.windows(4).position(|w| {
+        matches!(w[0].tok, Tok::Punct("#"))
+            && matches!(w[1].tok, Tok::Punct("["))
+            && matches!(&w[2].tok, Tok::Ident(s) if s == "metadata")
+            && matches!(w[3].tok, Tok::Punct("]"))
+    }) {
+        let rest = toks.split_off(at);
+        meta = metadata(&rest[4..])?;
+        let eof = rest.last().cloned().unwrap_or(Token { tok: Tok::Eof, line: 1, column: 1 });
+        toks.push(Token { tok: Tok::Eof, line: eof.line, column: eof.column });
+    }
+    let mut p = Parser { toks, pos: 0, store: Store::new(), scopes: Vec::new(), meta, depth: 0 };
+    p.module()
+}
