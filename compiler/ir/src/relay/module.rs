@@ -35,7 +35,7 @@ impl IRModule {
         let name = name.into();
         if !self.store.contains(func) || self.store.as_function(func).is_none() {
             return Err(Error::invalid(
-                self.store.contains(func).then(|| self.store.span(func).clone()).unwrap_or_default(),
+                if self.store.contains(func) { self.store.span(func).clone() } else { Default::default() },
                 format!("global `@{name}` must be bound to a function"),
             ));
         }

@@ -137,6 +137,12 @@ impl<'a> Printer<'a> {
                 k => k.children(),
             }
         };
+        let mut let_of_var: FxHashMap<ExprId, ExprId> = FxHashMap::default();
+        for id in super::visit::post_order(store, &[root]) {
+            if let ExprKind::Let { var, .. } = *store.kind(id) {
+                let_of_var.insert(var, id);
+            }
+        }
         let mut out = Vec::new();
         let mut state: FxHashMap<ExprId, bool> = FxHashMap::default(); // false: entered, true: done
         let mut stack = vec![(root, false)];
@@ -145,6 +151,14 @@ impl<'a> Printer<'a> {
                 if state.get(&id) != Some(&true) {
                     state.insert(id, true);
                     out.push(id);
+                    // A `let` statement goes right after its variable (its value is
+                    // already out), before anything of its body.
+                    if let Some(&l) = let_of_var.get(&id) {
+                        if state.get(&l) != Some(&true) {
+                            state.insert(l, true);
+                            out.push(l);
+                        }
+                    }
                 }
                 continue;
             }
@@ -202,7 +216,7 @@ impl<'a> Printer<'a> {
         // Scope results are printed inline, not bound.
         let mut results: FxHashSet<ExprId> = FxHashSet::default();
         let mut roots: Vec<ExprId> = vec![func_body];
-        for (&(n, branch), _) in &opens {
+        for &(n, branch) in opens.keys() {
             match store.kind(n) {
                 ExprKind::If { then_branch, else_branch, .. } => {
                     roots.push(if branch == 0 { *then_branch } else { *else_branch })
@@ -470,7 +484,10 @@ pub fn print_module(m: &IRModule) -> String {
     let mut p = Printer::new(&m.store);
     p.out.push_str(VERSION_HEADER);
     p.out.push('\n');
-    for (name, f) in m.functions() {
+    for (k, (name, f)) in m.functions().enumerate() {
+        if k > 0 {
+            p.out.push('\n');
+        }
         p.def(name, f);
     }
     p.metadata();

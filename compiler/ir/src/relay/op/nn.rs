@@ -215,7 +215,7 @@ fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
             return Err(format!("`{name}` must have {} values, found {k}", if n == 4 { "1, 2 or 4" } else { "1 or 2" }))
         }
     };
-    if v.iter().any(|&x| x < 0) || (name != "padding" && v.iter().any(|&x| x == 0)) {
+    if v.iter().any(|&x| x < 0) || (name != "padding" && v.contains(&0)) {
         return Err(format!("`{name}` has an invalid value in {v:?}"));
     }
     Ok(v)

@@ -16,7 +16,7 @@ pub(crate) fn tensor_arg<'a>(args: &'a [Type], i: usize, what: &str) -> Result<&
 }
 
 /// The `i`-th argument value as a tensor.
-pub(crate) fn tensor_val<'a>(args: &'a [Value], i: usize) -> Result<&'a Tensor, String> {
+pub(crate) fn tensor_val(args: &[Value], i: usize) -> Result<&Tensor, String> {
     args.get(i).ok_or_else(|| format!("missing argument {i}"))?.tensor()
 }
 

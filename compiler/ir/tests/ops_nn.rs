@@ -1,0 +1,193 @@
+//! The `nn.*` operators: type relations (including their errors) and the
+//! reference implementations against hand-computed values.
+
+use kiln_ir::attrs::{AttrValue, Attrs};
+use kiln_ir::relay::{op_registry, Type, Value};
+use kiln_ir::{DataType, Tensor};
+
+fn attrs(op: &str, given: &[(&str, AttrValue)]) -> Attrs {
+    let def = op_registry().by_name(op).expect("registered");
+    Attrs::normalize(&Attrs::from_pairs(given.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op).expect("attrs")
+}
+
+fn rel(op: &str, args: &[Type], given: &[(&str, AttrValue)]) -> Result<Type, String> {
+    (op_registry().by_name(op).expect("registered").type_rel)(args, &attrs(op, given))
+}
+
+fn eval(op: &str, args: &[Tensor], given: &[(&str, AttrValue)]) -> Value {
+    let a = attrs(op, given);
+    let vals: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+    let out = (op_registry().by_name(op).expect("registered").eval)(&vals, &a).expect("eval");
+    // The value must have the type the relation promises.
+    let types: Vec<Type> = args.iter().map(|t| Type::tensor(t.shape().to_vec(), t.dtype())).collect();
+    let ty = rel(op, &types, given).expect("type");
+    fn type_of(v: &Value) -> Type {
+        match v {
+            Value::Tensor(t) => Type::tensor(t.shape().to_vec(), t.dtype()),
+            Value::Tuple(f) => Type::Tuple(f.iter().map(type_of).collect()),
+            Value::Closure(_) => Type::Tuple(vec![]),
+        }
+    }
+    assert_eq!(type_of(&out), ty, "{op}: value and type relation disagree");
+    out
+}
+
+fn vals(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Tensor(t) => t.to_f64_vec(),
+        Value::Tuple(f) => vals(&f[0]),
+        Value::Closure(_) => vec![],
+    }
+}
+
+fn t(shape: &[usize], v: &[f64]) -> Tensor {
+    Tensor::from_f64(DataType::F32, shape.to_vec(), v)
+}
+
+fn ty(shape: &[usize]) -> Type {
+    Type::tensor(shape.to_vec(), DataType::F32)
+}
+
+fn ints(v: &[i64]) -> AttrValue {
+    AttrValue::Ints(v.to_vec())
+}
+
+fn close(a: &[f64], b: &[f64]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() < 1e-6, "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn dense_and_matmul() {
+    assert_eq!(rel("nn.dense", &[ty(&[2, 3]), ty(&[4, 3])], &[]).unwrap(), ty(&[2, 4]));
+    assert!(rel("nn.dense", &[ty(&[2, 3]), ty(&[4, 2])], &[]).unwrap_err().contains("reduction size"));
+    assert!(rel("nn.dense", &[ty(&[2, 3]), ty(&[4, 3])], &[("units", AttrValue::Int(5))])
+        .unwrap_err()
+        .contains("units=5"));
+    assert!(rel("nn.dense", &[ty(&[2, 3]), ty(&[4, 3, 1])], &[]).unwrap_err().contains("2-D weight"));
+    // [[1, 2], [3, 4]] · [[1, 0], [1, 1], [0, 2]]ᵀ
+    let x = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let w = t(&[3, 2], &[1.0, 0.0, 1.0, 1.0, 0.0, 2.0]);
+    assert_eq!(vals(&eval("nn.dense", &[x.clone(), w], &[])), vec![1.0, 3.0, 4.0, 3.0, 7.0, 8.0]);
+    let b = t(&[2, 3], &[1.0, 1.0, 0.0, 0.0, 1.0, 2.0]);
+    assert_eq!(vals(&eval("nn.matmul", &[x.clone(), b], &[])), vec![1.0, 3.0, 4.0, 3.0, 7.0, 8.0]);
+    let tr = [("transpose_a", AttrValue::Bool(true))];
+    assert_eq!(vals(&eval("nn.matmul", &[x.clone(), x.clone()], &tr)), vec![10.0, 14.0, 14.0, 20.0]);
+    assert!(rel("nn.matmul", &[ty(&[2, 3]), ty(&[2, 3])], &[]).unwrap_err().contains("differ"));
+}
+
+#[test]
+fn batch_matmul() {
+    assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 5, 4])], &[]).unwrap(), ty(&[2, 3, 5]));
+    assert_eq!(rel("nn.batch_matmul", &[ty(&[1, 3, 4]), ty(&[6, 5, 4])], &[]).unwrap(), ty(&[6, 3, 5]));
+    assert!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[3, 5, 4])], &[]).unwrap_err().contains("do not broadcast"));
+    assert!(rel("nn.batch_matmul", &[ty(&[3, 4]), ty(&[5, 4])], &[]).unwrap_err().contains("3-D"));
+    let a = t(&[1, 1, 2], &[1.0, 2.0]);
+    let b = t(&[1, 2, 2], &[3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(vals(&eval("nn.batch_matmul", &[a, b], &[])), vec![11.0, 17.0]);
+}
+
+#[test]
+fn bias_add() {
+    assert_eq!(rel("nn.bias_add", &[ty(&[1, 3, 2]), ty(&[3])], &[]).unwrap(), ty(&[1, 3, 2]));
+    assert!(rel("nn.bias_add", &[ty(&[1, 3, 2]), ty(&[2])], &[]).unwrap_err().contains("does not match axis 1"));
+    let x = t(&[1, 2, 2], &[0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(vals(&eval("nn.bias_add", &[x.clone(), t(&[2], &[1.0, 2.0])], &[])), vec![1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(
+        vals(&eval("nn.bias_add", &[x, t(&[2], &[1.0, 2.0])], &[("axis", AttrValue::Int(-1))])),
+        vec![1.0, 2.0, 1.0, 2.0]
+    );
+}
+
+#[test]
+fn conv2d() {
+    assert_eq!(
+        rel("nn.conv2d", &[ty(&[1, 3, 8, 8]), ty(&[4, 3, 3, 3])], &[("padding", ints(&[1]))]).unwrap(),
+        ty(&[1, 4, 8, 8])
+    );
+    assert_eq!(
+        rel(
+            "nn.conv2d",
+            &[ty(&[1, 4, 9, 9]), ty(&[4, 1, 3, 3])],
+            &[("groups", AttrValue::Int(4)), ("strides", ints(&[2, 2]))]
+        )
+        .unwrap(),
+        ty(&[1, 4, 4, 4])
+    );
+    let e = rel("nn.conv2d", &[ty(&[1, 3, 8, 8]), ty(&[4, 2, 3, 3])], &[]).unwrap_err();
+    assert_eq!(e, "mismatched channels: data has 3 channels, weight expects 2 × groups 1");
+    assert!(rel("nn.conv2d", &[ty(&[3, 8, 8]), ty(&[4, 3, 3, 3])], &[]).unwrap_err().contains("4-D"));
+    assert!(rel("nn.conv2d", &[ty(&[1, 3, 8, 8]), ty(&[4, 3, 3, 3])], &[("padding", ints(&[1, 1, 1]))])
+        .unwrap_err()
+        .contains("1, 2 or 4"));
+    assert!(rel("nn.conv2d", &[ty(&[1, 3, 2, 2]), ty(&[4, 3, 3, 3])], &[]).unwrap_err().contains("does not fit"));
+    assert!(rel("nn.conv2d", &[ty(&[1, 3, 8, 8]), ty(&[4, 3, 3, 3])], &[("channels", AttrValue::Int(5))])
+        .unwrap_err()
+        .contains("channels=5"));
+    // 1 channel 3x3 input, 2x2 kernel of ones, padding 0: window sums.
+    let x = t(&[1, 1, 3, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    let w = t(&[1, 1, 2, 2], &[1.0, 1.0, 1.0, 1.0]);
+    assert_eq!(vals(&eval("nn.conv2d", &[x.clone(), w.clone()], &[])), vec![12.0, 16.0, 24.0, 28.0]);
+    // Stride 2 with padding 1: windows centred on the corners.
+    let p = [("padding", ints(&[1])), ("strides", ints(&[2]))];
+    assert_eq!(vals(&eval("nn.conv2d", &[x.clone(), w.clone()], &p)), vec![1.0, 5.0, 11.0, 28.0]);
+    // Depthwise: each channel with its own kernel.
+    let x2 = t(&[1, 2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 10.0, 20.0, 30.0, 40.0]);
+    let w2 = t(&[2, 1, 1, 1], &[2.0, -1.0]);
+    assert_eq!(
+        vals(&eval("nn.conv2d", &[x2, w2], &[("groups", AttrValue::Int(2))])),
+        vec![2.0, 4.0, 6.0, 8.0, -10.0, -20.0, -30.0, -40.0]
+    );
+    // Dilation 2 on a 3x3 input with a 2x2 kernel reads the corners.
+    assert_eq!(vals(&eval("nn.conv2d", &[x, w], &[("dilation", ints(&[2]))])), vec![20.0]);
+}
+
+#[test]
+fn pooling() {
+    let x = t(&[1, 1, 3, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    let k2 = ("pool_size", ints(&[2, 2]));
+    assert_eq!(vals(&eval("nn.max_pool2d", &[x.clone()], &[k2.clone()])), vec![5.0, 6.0, 8.0, 9.0]);
+    assert_eq!(vals(&eval("nn.avg_pool2d", &[x.clone()], &[k2.clone()])), vec![3.0, 4.0, 6.0, 7.0]);
+    // ceil_mode keeps the partial window at the edge.
+    let ceil = [k2.clone(), ("strides", ints(&[2, 2])), ("ceil_mode", AttrValue::Bool(true))];
+    assert_eq!(rel("nn.max_pool2d", &[ty(&[1, 1, 3, 3])], &ceil).unwrap(), ty(&[1, 1, 2, 2]));
+    assert_eq!(vals(&eval("nn.max_pool2d", &[x.clone()], &ceil)), vec![5.0, 6.0, 8.0, 9.0]);
+    assert_eq!(vals(&eval("nn.avg_pool2d", &[x.clone()], &ceil)), vec![3.0, 4.5, 7.5, 9.0]);
+    // Padding counted or not.
+    let pad = [("pool_size", ints(&[3, 3])), ("padding", ints(&[1]))];
+    assert_eq!(vals(&eval("nn.avg_pool2d", &[x.clone()], &pad))[0], 3.0);
+    let with = [pad[0].clone(), pad[1].clone(), ("count_include_pad", AttrValue::Bool(true))];
+    assert!((vals(&eval("nn.avg_pool2d", &[x.clone()], &with))[0] - 12.0 / 9.0).abs() < 1e-6);
+    assert_eq!(vals(&eval("nn.global_avg_pool2d", &[x], &[])), vec![5.0]);
+    assert!(rel("nn.max_pool2d", &[ty(&[1, 3, 3])], &[]).unwrap_err().contains("4-D"));
+    assert!(rel("nn.max_pool2d", &[ty(&[1, 1, 3, 3])], &[("pool_size", ints(&[4, 4]))])
+        .unwrap_err()
+        .contains("does not fit"));
+}
+
+#[test]
+fn normalization_softmax_dropout() {
+    let x = t(&[1, 2, 1, 2], &[1.0, 3.0, 10.0, 20.0]);
+    let (g, b, m, v) = (t(&[2], &[1.0, 2.0]), t(&[2], &[0.0, 1.0]), t(&[2], &[2.0, 15.0]), t(&[2], &[4.0, 25.0]));
+    let eps = [("epsilon", AttrValue::Float(0.0))];
+    let out = eval("nn.batch_norm", &[x, g, b, m, v], &eps);
+    close(&vals(&out), &[-0.5, 0.5, -1.0, 3.0]);
+    assert!(rel("nn.batch_norm", &[ty(&[1, 2, 2]), ty(&[3]), ty(&[2]), ty(&[2]), ty(&[2])], &[])
+        .unwrap_err()
+        .contains("gamma must have shape (2,)"));
+    let y = t(&[2, 2], &[1.0, 3.0, 2.0, 2.0]);
+    let ln = eval("nn.layer_norm", &[y.clone(), t(&[2], &[1.0, 1.0]), t(&[2], &[0.0, 0.0])], &[]);
+    let k = 1.0 / (1.0f64 + 1e-5).sqrt();
+    close(&vals(&ln), &[-k, k, 0.0, 0.0]);
+    let sm = vals(&eval("nn.softmax", &[t(&[3], &[0.0, 1.0, 2.0])], &[]));
+    close(&sm, &[0.090_030_573_170_380_46, 0.244_728_471_054_797_64, 0.665_240_955_774_821_9]);
+    assert!((sm.iter().sum::<f64>() - 1.0).abs() < 1e-6);
+    let sm0 = vals(&eval("nn.softmax", &[y.clone()], &[("axis", AttrValue::Int(0))]));
+    close(&sm0, &[0.268_941_421_369_995_1, 0.731_058_578_630_004_9, 0.731_058_578_630_004_9, 0.268_941_421_369_995_1]);
+    assert!(rel("nn.softmax", &[Type::tensor([2], DataType::I32)], &[]).unwrap_err().contains("floating-point"));
+    assert!(rel("nn.softmax", &[ty(&[2])], &[("axis", AttrValue::Int(1))]).unwrap_err().contains("out of range"));
+    assert_eq!(vals(&eval("nn.dropout", &[y.clone()], &[])), vals(&Value::Tensor(y)));
+    assert!(rel("nn.dropout", &[ty(&[2])], &[("rate", AttrValue::Float(1.5))]).unwrap_err().contains("rate"));
+}
