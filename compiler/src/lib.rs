@@ -13,6 +13,7 @@ pub mod relay;
 pub mod schedule;
 pub mod te;
 pub mod tir;
+pub mod transform;
 pub mod topi;
 
 pub use kiln_macros::relay_model;

@@ -1,4 +1,12 @@
-//! The Relay optimization passes, one file each.
+//! The Relay optimization passes, one file each, and their registration as
+//! [`Pass`]es: [`builtin_passes`] (what the registry starts with) and
+//! [`default_pipeline`] (what `relay.build` runs, as far as the passes exist).
+
+use std::sync::Arc;
+
+use kiln_ir::relay::{infer_module, IRModule};
+
+use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, Sequential};
 
 pub mod common_subexpr;
 pub mod dead_code;
@@ -8,3 +16,67 @@ pub mod fuse_ops;
 pub mod simplify_expr;
 pub mod simplify_inference;
 pub mod to_anf;
+
+/// `InferType`: fill in every checked type.
+pub fn infer_type() -> Arc<dyn Pass> {
+    ModulePass::new(PassInfo::new("InferType", 0, &[]), |mut m: IRModule, _: &PassContext| {
+        infer_module(&mut m).map_err(|e| e.to_string())?;
+        Ok(m)
+    })
+    .arc()
+}
+
+fn function_pass(name: &str, opt_level: u32, required: &[&str], f: fn(&mut IRModule, kiln_ir::relay::ExprId) -> Result<kiln_ir::relay::ExprId, String>) -> Arc<dyn Pass> {
+    FunctionPass::new(PassInfo::new(name, opt_level, required), move |m: &mut IRModule, func, _: &PassContext| f(m, func)).arc()
+}
+
+/// Every built-in Relay pass, as registered by name.
+pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
+    let mut v = vec![
+        infer_type(),
+        function_pass("SimplifyInference", 0, &["InferType"], |m, f| simplify_inference::simplify_inference(&mut m.store, f)),
+        function_pass("FoldConstant", 2, &[], |m, f| Ok(fold_constant::fold_constant(&mut m.store, f))),
+        function_pass("EliminateCommonSubexpr", 3, &[], |m, f| Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))),
+        function_pass("SimplifyExpr", 0, &["InferType"], |m, f| Ok(simplify_expr::simplify_expr(&mut m.store, f))),
+        function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))),
+        function_pass("ForwardFoldScaleAxis", 3, &["InferType"], |m, f| Ok(fold_scale_axis::forward_fold_scale_axis(&mut m.store, f))),
+        function_pass("ToANormalForm", 1, &[], |m, f| Ok(to_anf::to_a_normal_form(&mut m.store, f))),
+        ModulePass::new(PassInfo::new("DeadCodeElimination", 1, &[]), |mut m: IRModule, _: &PassContext| {
+            dead_code::dead_code_elimination(&mut m);
+            Ok(m)
+        })
+        .arc(),
+        FunctionPass::new(PassInfo::new("FuseOps", 0, &["InferType"]), |m: &mut IRModule, f, ctx: &PassContext| {
+            // At opt level 0 every operator stays in its own kernel, as in TVM.
+            let depth = if ctx.opt_level == 0 { 1 } else { ctx.config_int("relay.FuseOps.max_depth").unwrap_or(fuse_ops::DEFAULT_MAX_DEPTH as i64).max(1) as usize };
+            fuse_ops::fuse_function(&mut m.store, f, depth)
+        })
+        .arc(),
+    ];
+    // FoldScaleAxis is a Sequential of the backward and the forward pass (the seeds' example).
+    let halves: Vec<Arc<dyn Pass>> = v.iter().filter(|p| p.info().name.ends_with("FoldScaleAxis")).cloned().collect();
+    v.push(Arc::new(Sequential::unchecked(PassInfo::new("FoldScaleAxis", 3, &[]), halves)));
+    v
+}
+
+/// The standard pipeline (TVM's `relay.build` order, as far as the passes exist):
+/// simplify inference, CSE, constant folding, scale folding, simplification,
+/// dead code, then fusion. Passes above the context's opt level are skipped.
+pub fn default_pipeline() -> Result<Sequential, PassError> {
+    Sequential::from_names(
+        "DefaultPipeline",
+        &[
+            "SimplifyInference",
+            "EliminateCommonSubexpr",
+            "FoldConstant",
+            "FoldScaleAxis",
+            "FoldConstant",
+            "SimplifyExpr",
+            "FoldConstant",
+            "DeadCodeElimination",
+            "InferType",
+            "FuseOps",
+            "InferType",
+        ],
+    )
+}

@@ -1,0 +1,108 @@
+//! Typed pass configuration: only registered keys with declared kinds are accepted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{OnceLock, RwLock};
+
+/// The kind of value a configuration key takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigKind {
+    Bool,
+    Int,
+    Float,
+    Str,
+    StrList,
+}
+
+/// A configuration value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    StrList(Vec<String>),
+}
+
+impl ConfigValue {
+    pub fn kind(&self) -> ConfigKind {
+        match self {
+            ConfigValue::Bool(_) => ConfigKind::Bool,
+            ConfigValue::Int(_) => ConfigKind::Int,
+            ConfigValue::Float(_) => ConfigKind::Float,
+            ConfigValue::Str(_) => ConfigKind::Str,
+            ConfigValue::StrList(_) => ConfigKind::StrList,
+        }
+    }
+
+    /// Parse command-line text as a value of `kind`.
+    pub fn parse(kind: ConfigKind, text: &str) -> Option<ConfigValue> {
+        Some(match kind {
+            ConfigKind::Bool => ConfigValue::Bool(match text {
+                "true" | "1" | "True" => true,
+                "false" | "0" | "False" => false,
+                _ => return None,
+            }),
+            ConfigKind::Int => ConfigValue::Int(text.parse().ok()?),
+            ConfigKind::Float => ConfigValue::Float(text.parse().ok()?),
+            ConfigKind::Str => ConfigValue::Str(text.to_string()),
+            ConfigKind::StrList => ConfigValue::StrList(text.split(',').map(|s| s.trim().to_string()).collect()),
+        })
+    }
+}
+
+impl fmt::Display for ConfigKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConfigKind::Bool => "bool",
+            ConfigKind::Int => "int",
+            ConfigKind::Float => "float",
+            ConfigKind::Str => "string",
+            ConfigKind::StrList => "list of strings",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct KeySpec {
+    pub kind: ConfigKind,
+    pub doc: String,
+}
+
+fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
+    static KEYS: OnceLock<RwLock<BTreeMap<String, KeySpec>>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut m = BTreeMap::new();
+        let mut add = |k: &str, kind, doc: &str| {
+            m.insert(k.to_string(), KeySpec { kind, doc: doc.to_string() });
+        };
+        add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
+        add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");
+        add("kiln.threads", ConfigKind::Int, "threads for the parallel kernels of `kiln run`");
+        RwLock::new(m)
+    })
+}
+
+/// Register a configuration key (idempotent for the same kind).
+pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<(), String> {
+    let mut k = keys().write().unwrap_or_else(|e| e.into_inner());
+    match k.get(name) {
+        Some(spec) if spec.kind != kind => Err(format!("config key `{name}` is already registered as {}", spec.kind)),
+        _ => {
+            k.insert(name.to_string(), KeySpec { kind, doc: doc.to_string() });
+            Ok(())
+        }
+    }
+}
+
+/// The kind of a registered key, or an error listing the valid keys.
+pub(crate) fn lookup(name: &str) -> Result<ConfigKind, String> {
+    let k = keys().read().unwrap_or_else(|e| e.into_inner());
+    match k.get(name) {
+        Some(spec) => Ok(spec.kind),
+        None => {
+            let valid: Vec<String> = k.iter().map(|(n, s)| format!("{n} ({}: {})", s.kind, s.doc)).collect();
+            Err(format!("unknown config key `{name}`; valid keys: {}", valid.join("; ")))
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! `PassContext`: the settings passes run under, as a thread-local stack of scopes.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use kiln_ir::relay::IRModule;
+
+use super::config::{lookup, ConfigValue};
+use super::instrument::PassInstrument;
+use super::pass::{PassError, PassInfo};
+
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Note,
+    Warning,
+}
+
+/// A message a pass left for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub pass: String,
+    pub severity: Severity,
+    pub message: String,
+}
+
+/// The settings and instruments a pipeline runs under.
+pub struct PassContext {
+    /// Passes of a `Sequential` with `opt_level` ≤ this run (default 2).
+    pub opt_level: u32,
+    /// Passes that run regardless of their opt level (and without asking `should_run`).
+    pub required: Vec<String>,
+    /// Passes that never run inside a `Sequential`.
+    pub disabled: Vec<String>,
+    config: BTreeMap<String, ConfigValue>,
+    instruments: Mutex<Vec<Arc<dyn PassInstrument>>>,
+    diagnostics: Mutex<Vec<Diagnostic>>,
+}
+
+impl std::fmt::Debug for PassContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassContext")
+            .field("opt_level", &self.opt_level)
+            .field("required", &self.required)
+            .field("disabled", &self.disabled)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for PassContext {
+    fn default() -> Self {
+        PassContext {
+            opt_level: 2,
+            required: Vec::new(),
+            disabled: Vec::new(),
+            config: BTreeMap::new(),
+            instruments: Mutex::new(Vec::new()),
+            diagnostics: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+thread_local! {
+    static STACK: RefCell<Vec<Arc<PassContext>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn instrument_err(pi: &dyn PassInstrument, stage: &'static str, message: String) -> PassError {
+    PassError::Instrument { instrument: pi.name().to_string(), stage, message }
+}
+
+impl PassContext {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_opt_level(mut self, level: u32) -> Self {
+        self.opt_level = level;
+        self
+    }
+
+    pub fn with_required(mut self, names: &[&str]) -> Self {
+        self.required.extend(names.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn with_disabled(mut self, names: &[&str]) -> Self {
+        self.disabled.extend(names.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn with_instruments(self, instruments: Vec<Arc<dyn PassInstrument>>) -> Self {
+        *self.instruments.lock().unwrap_or_else(|e| e.into_inner()) = instruments;
+        self
+    }
+
+    /// Set a configuration key; an unknown key or a value of the wrong kind is an error.
+    pub fn set_config(&mut self, key: &str, value: ConfigValue) -> Result<(), PassError> {
+        let kind = lookup(key).map_err(PassError::Config)?;
+        if value.kind() != kind {
+            return Err(PassError::Config(format!("config key `{key}` takes a {kind}, given a {}", value.kind())));
+        }
+        self.config.insert(key.to_string(), value);
+        Ok(())
+    }
+
+    /// Builder form of [`PassContext::set_config`].
+    pub fn with_config(mut self, key: &str, value: ConfigValue) -> Result<Self, PassError> {
+        self.set_config(key, value)?;
+        Ok(self)
+    }
+
+    pub fn config(&self, key: &str) -> Option<&ConfigValue> {
+        self.config.get(key)
+    }
+
+    pub fn config_int(&self, key: &str) -> Option<i64> {
+        match self.config.get(key) {
+            Some(ConfigValue::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn config_bool(&self, key: &str) -> Option<bool> {
+        match self.config.get(key) {
+            Some(ConfigValue::Bool(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Record a diagnostic from a pass.
+    pub fn diagnose(&self, pass: &str, severity: Severity, message: impl Into<String>) {
+        self.diagnostics.lock().unwrap_or_else(|e| e.into_inner()).push(Diagnostic {
+            pass: pass.to_string(),
+            severity,
+            message: message.into(),
+        });
+    }
+
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        self.diagnostics.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The enabling rule of a `Sequential`: disabled never runs; otherwise
+    /// required always runs; otherwise it runs when its opt level is low enough.
+    pub fn pass_enabled(&self, info: &PassInfo) -> bool {
+        if self.disabled.contains(&info.name) {
+            false
+        } else if self.required.contains(&info.name) {
+            true
+        } else {
+            info.opt_level <= self.opt_level
+        }
+    }
+
+    fn instruments(&self) -> Vec<Arc<dyn PassInstrument>> {
+        self.instruments.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn clear_instruments(&self) {
+        self.instruments.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Every instrument's `enter_pass_ctx`, in order. If one fails, the
+    /// instruments entered before it are exited, all are cleared, and the error returned.
+    pub fn instrument_enter(&self) -> Result<(), PassError> {
+        let list = self.instruments();
+        for (k, pi) in list.iter().enumerate() {
+            if let Err(m) = pi.enter_pass_ctx() {
+                for entered in &list[..k] {
+                    let _ = entered.exit_pass_ctx();
+                }
+                self.clear_instruments();
+                return Err(instrument_err(pi.as_ref(), "enter_pass_ctx", m));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every instrument's `exit_pass_ctx`, in order. If one fails, the later
+    /// ones are not exited, all are cleared, and the error returned.
+    pub fn instrument_exit(&self) -> Result<(), PassError> {
+        for pi in self.instruments() {
+            if let Err(m) = pi.exit_pass_ctx() {
+                self.clear_instruments();
+                return Err(instrument_err(pi.as_ref(), "exit_pass_ctx", m));
+            }
+        }
+        Ok(())
+    }
+
+    /// `should_run` of every instrument (skipped for required passes), then
+    /// `run_before_pass` of each if the pass runs. Returns whether it runs.
+    pub fn instrument_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<bool, PassError> {
+        let list = self.instruments();
+        if list.is_empty() {
+            return Ok(true);
+        }
+        let mut should_run = true;
+        if !self.required.contains(&info.name) {
+            for pi in &list {
+                should_run &= pi.should_run(m, info).map_err(|e| instrument_err(pi.as_ref(), "should_run", e))?;
+            }
+        }
+        if should_run {
+            for pi in &list {
+                pi.run_before_pass(m, info).map_err(|e| instrument_err(pi.as_ref(), "run_before_pass", e))?;
+            }
+        }
+        Ok(should_run)
+    }
+
+    /// `run_after_pass` of every instrument, in order.
+    pub fn instrument_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassError> {
+        for pi in self.instruments() {
+            pi.run_after_pass(m, info).map_err(|e| instrument_err(pi.as_ref(), "run_after_pass", e))?;
+        }
+        Ok(())
+    }
+
+    /// Exit the current instruments, then enter `instruments` in their place.
+    pub fn override_instruments(&self, instruments: Vec<Arc<dyn PassInstrument>>) -> Result<(), PassError> {
+        self.instrument_exit()?;
+        *self.instruments.lock().unwrap_or_else(|e| e.into_inner()) = instruments;
+        self.instrument_enter()
+    }
+
+    /// The innermost context entered on this thread, or a default one.
+    pub fn current() -> Arc<PassContext> {
+        STACK.with(|s| s.borrow().last().cloned()).unwrap_or_else(|| Arc::new(PassContext::default()))
+    }
+
+    /// Enter this context: its instruments' `enter_pass_ctx` run and it
+    /// becomes [`PassContext::current`] until the guard is dropped or exited.
+    pub fn enter(self: Arc<Self>) -> Result<ContextGuard, PassError> {
+        self.instrument_enter()?;
+        STACK.with(|s| s.borrow_mut().push(Arc::clone(&self)));
+        Ok(ContextGuard { ctx: Some(self) })
+    }
+
+    /// Run `f` inside this context; the context is left (and its instruments
+    /// exited) even when `f` fails or panics.
+    pub fn scope<R>(self: Arc<Self>, f: impl FnOnce(&PassContext) -> Result<R, PassError>) -> Result<R, PassError> {
+        let guard = Arc::clone(&self).enter()?;
+        let result = f(&self);
+        let exited = guard.exit();
+        let r = result?;
+        exited?;
+        Ok(r)
+    }
+}
+
+/// The scope of an entered [`PassContext`]. Leaving (by [`ContextGuard::exit`]
+/// or drop, including during a panic) restores the outer context.
+#[must_use = "the context is left when the guard is dropped"]
+pub struct ContextGuard {
+    ctx: Option<Arc<PassContext>>,
+}
+
+impl std::fmt::Debug for ContextGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContextGuard")
+    }
+}
+
+impl ContextGuard {
+    /// Leave the context, reporting an instrument's `exit_pass_ctx` failure.
+    pub fn exit(mut self) -> Result<(), PassError> {
+        self.leave()
+    }
+
+    fn leave(&mut self) -> Result<(), PassError> {
+        let Some(ctx) = self.ctx.take() else { return Ok(()) };
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(pos) = s.iter().rposition(|c| Arc::ptr_eq(c, &ctx)) {
+                s.remove(pos);
+            }
+        });
+        ctx.instrument_exit()
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        let _ = self.leave();
+    }
+}

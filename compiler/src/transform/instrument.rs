@@ -1,0 +1,250 @@
+//! Pass instruments: code run around every pass of a context, and the built-in ones.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kiln_ir::relay::{print_module, IRModule};
+
+use super::pass::PassInfo;
+
+/// Hooks around the passes of a [`super::PassContext`] (TVM's `PassInstrument`).
+/// Call order and failure semantics are the seed document's; see `PassContext`.
+#[allow(unused_variables)]
+pub trait PassInstrument: Send + Sync {
+    fn name(&self) -> &str;
+    fn enter_pass_ctx(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn exit_pass_ctx(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether the pass should run (not asked for passes the context requires).
+    fn should_run(&self, module: &IRModule, info: &PassInfo) -> Result<bool, String> {
+        Ok(true)
+    }
+    fn run_before_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), String> {
+        Ok(())
+    }
+    fn run_after_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// How IR is rendered by the printing instruments.
+pub type IrPrinter = fn(&IRModule) -> String;
+
+/// One timed pass: nesting depth (a Sequential's passes are one deeper), name, time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassTime {
+    pub depth: usize,
+    pub name: String,
+    pub time: Duration,
+}
+
+/// Times every pass; [`PassTimingInstrument::report`] gives a nested table.
+#[derive(Debug, Default)]
+pub struct PassTimingInstrument {
+    state: Mutex<(Vec<(String, Instant)>, Vec<PassTime>)>,
+}
+
+impl PassTimingInstrument {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every timed pass in the order they started.
+    pub fn times(&self) -> Vec<PassTime> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// `pass: time (share of the total)`, indented by nesting.
+    pub fn report(&self) -> String {
+        let times = self.times();
+        let total: Duration = times.iter().filter(|t| t.depth == 0).map(|t| t.time).sum();
+        let mut out = format!("pass timing (total {:.3} ms):\n", total.as_secs_f64() * 1e3);
+        for t in &times {
+            let share = if total.is_zero() { 0.0 } else { 100.0 * t.time.as_secs_f64() / total.as_secs_f64() };
+            out.push_str(&format!(
+                "{}{}: {:.3} ms ({share:.1}%)\n",
+                "  ".repeat(t.depth + 1),
+                t.name,
+                t.time.as_secs_f64() * 1e3
+            ));
+        }
+        out
+    }
+}
+
+impl PassInstrument for PassTimingInstrument {
+    fn name(&self) -> &str {
+        "PassTiming"
+    }
+
+    fn enter_pass_ctx(&self) -> Result<(), String> {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
+        Ok(())
+    }
+
+    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let depth = s.0.len();
+        // Reserve the row now so that nested passes come after their parent.
+        s.1.push(PassTime { depth, name: info.name.clone(), time: Duration::ZERO });
+        s.0.push((info.name.clone(), Instant::now()));
+        Ok(())
+    }
+
+    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((name, start)) = s.0.pop() else { return Ok(()) };
+        let depth = s.0.len();
+        let elapsed = start.elapsed();
+        if let Some(row) = s.1.iter_mut().rev().find(|t| t.depth == depth && t.name == name && t.time.is_zero()) {
+            row.time = elapsed;
+        }
+        debug_assert_eq!(name, info.name);
+        Ok(())
+    }
+}
+
+/// Which passes a printing instrument prints around.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    None,
+    All,
+    Names(Vec<String>),
+}
+
+impl Selection {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Selection::None => false,
+            Selection::All => true,
+            Selection::Names(n) => n.iter().any(|x| x == name),
+        }
+    }
+}
+
+/// Prints the module before and/or after chosen passes.
+pub struct PrintIr {
+    pub before: Selection,
+    pub after: Selection,
+    sink: Mutex<Box<dyn Write + Send>>,
+    printer: IrPrinter,
+}
+
+impl std::fmt::Debug for PrintIr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrintIr").field("before", &self.before).field("after", &self.after).finish_non_exhaustive()
+    }
+}
+
+impl PrintIr {
+    /// Print Relay text to stderr.
+    pub fn new(before: Selection, after: Selection) -> Self {
+        Self::with_sink(before, after, Box::new(std::io::stderr()), print_module)
+    }
+
+    pub fn with_sink(before: Selection, after: Selection, sink: Box<dyn Write + Send>, printer: IrPrinter) -> Self {
+        PrintIr { before, after, sink: Mutex::new(sink), printer }
+    }
+
+    fn emit(&self, when: &str, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(sink, "// IR {when} {}\n{}", info.name, (self.printer)(m)).map_err(|e| e.to_string())
+    }
+}
+
+impl PassInstrument for PrintIr {
+    fn name(&self) -> &str {
+        "PrintIr"
+    }
+
+    fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        if self.before.matches(&info.name) {
+            self.emit("before", m, info)?;
+        }
+        Ok(())
+    }
+
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        if self.after.matches(&info.name) {
+            self.emit("after", m, info)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the module after every pass to `dir/NNN_<pass>.relay`.
+#[derive(Debug)]
+pub struct DumpIr {
+    dir: PathBuf,
+    counter: Mutex<usize>,
+    printer: IrPrinter,
+}
+
+impl DumpIr {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DumpIr { dir: dir.into(), counter: Mutex::new(0), printer: print_module }
+    }
+}
+
+impl PassInstrument for DumpIr {
+    fn name(&self) -> &str {
+        "DumpIr"
+    }
+
+    fn enter_pass_ctx(&self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))
+    }
+
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        let mut n = self.counter.lock().unwrap_or_else(|e| e.into_inner());
+        let clean: String = info.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let path = self.dir.join(format!("{:03}_{clean}.relay", *n));
+        *n += 1;
+        std::fs::write(&path, (self.printer)(m)).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// A type checker the well-formedness instrument can run after each pass.
+pub type TypeChecker = fn(&IRModule) -> Result<(), String>;
+
+/// After every pass: the module must be well-formed (and well-typed, when a
+/// checker is given); otherwise the error names the pass that broke it.
+#[derive(Debug, Default)]
+pub struct WellFormedChecker {
+    type_check: Option<TypeChecker>,
+}
+
+impl WellFormedChecker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also type-check after every pass (with kiln's type inference on a copy).
+    pub fn with_type_check() -> Self {
+        WellFormedChecker {
+            type_check: Some(|m| {
+                let mut copy = m.clone();
+                kiln_ir::relay::infer_module(&mut copy).map_err(|e| e.to_string())
+            }),
+        }
+    }
+}
+
+impl PassInstrument for WellFormedChecker {
+    fn name(&self) -> &str {
+        "WellFormedChecker"
+    }
+
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        super::verify::well_formed(m).map_err(|e| format!("after pass `{}`, the module is malformed: {e}", info.name))?;
+        if let Some(check) = self.type_check {
+            check(m).map_err(|e| format!("after pass `{}`, the module is ill-typed: {e}", info.name))?;
+        }
+        Ok(())
+    }
+}

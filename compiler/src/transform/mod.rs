@@ -1,0 +1,31 @@
+//! The pass infrastructure, modelled on TVM's (`../shared/seeds/pass-infrastructure-tvm-doc.txt`).
+//!
+//! - [`PassInfo`] and the [`Pass`] trait: every pass is `IRModule → IRModule`
+//!   under a [`PassContext`].
+//! - Pass kinds: [`ModulePass`], [`FunctionPass`] (one global function at a
+//!   time, skipping `SkipOptimization` ones), and [`Sequential`], which runs its
+//!   passes in order, each after the passes it `required`.
+//! - [`PassContext`]: opt level, required and disabled passes, typed
+//!   configuration, instruments, diagnostics; a thread-local stack of scopes.
+//! - [`instrument`]: the `PassInstrument` trait and the built-in instruments
+//!   (timing, print IR, dump IR, well-formedness checker).
+//! - [`registry`]: passes by name (TVM's `GetPass`), built-in and user ones.
+//!
+//! TIR kernels are not in `IRModule` yet; a `PrimFuncPass` will join when TIR
+//! modules travel through the same pipeline (the `Pass` trait is already
+//! agnostic of what a pass changes inside the module).
+
+mod config;
+mod context;
+pub mod instrument;
+mod pass;
+pub mod registry;
+mod sequential;
+pub mod verify;
+
+pub use config::{register_config_key, ConfigKind, ConfigValue};
+pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
+pub use instrument::PassInstrument;
+pub use pass::{apply, FunctionPass, ModulePass, Pass, PassError, PassInfo};
+pub use registry::{get_pass, pass_names, register_pass};
+pub use sequential::Sequential;

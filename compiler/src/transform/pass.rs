@@ -1,0 +1,166 @@
+//! `PassInfo`, the `Pass` trait, module and function passes, and the
+//! instrumented application of a pass.
+
+use std::fmt;
+use std::sync::Arc;
+
+use kiln_ir::relay::{ExprId, IRModule};
+
+use super::context::PassContext;
+
+/// What the pass infrastructure knows of a pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassInfo {
+    pub name: String,
+    /// The pass runs in a `Sequential` when this is ≤ the context's opt level.
+    pub opt_level: u32,
+    /// Passes (by registered name) that run before this one in a `Sequential`.
+    pub required: Vec<String>,
+}
+
+impl PassInfo {
+    pub fn new(name: impl Into<String>, opt_level: u32, required: &[&str]) -> Self {
+        PassInfo { name: name.into(), opt_level, required: required.iter().map(|s| s.to_string()).collect() }
+    }
+}
+
+/// Why a pass pipeline failed. Every variant names the pass (or instrument) involved.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PassError {
+    #[error("pass `{pass}` failed: {message}")]
+    Failed { pass: String, message: String },
+    #[error("unknown pass `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+    UnknownPass { name: String, suggestion: Option<String> },
+    #[error("pass `{pass}` requires `{required}`, which is not a registered pass (chain: {chain})")]
+    MissingRequired { pass: String, required: String, chain: String },
+    #[error("passes require each other in a cycle: {chain}")]
+    Cycle { chain: String },
+    #[error("instrument `{instrument}` failed in {stage}: {message}")]
+    Instrument { instrument: String, stage: &'static str, message: String },
+    #[error("{0}")]
+    Config(String),
+    #[error("function pass `{pass}` added or removed global functions")]
+    FunctionSetChanged { pass: String },
+    #[error("pass `{name}` is registered twice")]
+    Duplicate { name: String },
+}
+
+/// A module-to-module transformation.
+pub trait Pass: Send + Sync {
+    fn info(&self) -> &PassInfo;
+
+    /// The transformation itself, without instruments or enabling rules
+    /// (call [`apply`] to run a pass the way the infrastructure does).
+    fn run(&self, module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError>;
+}
+
+impl fmt::Debug for dyn Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pass({})", self.info().name)
+    }
+}
+
+/// Run `pass` as TVM's `Pass::operator()` does: ask the instruments whether
+/// it should run, tell them before and after, and run it. A pass applied
+/// directly always runs (enabling rules belong to `Sequential`), unless an
+/// instrument's `should_run` says no.
+pub fn apply(pass: &dyn Pass, module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
+    let info = pass.info();
+    if !ctx.instrument_before_pass(&module, info)? {
+        return Ok(module);
+    }
+    let out = pass.run(module, ctx)?;
+    ctx.instrument_after_pass(&out, info)?;
+    Ok(out)
+}
+
+type ModuleFn = dyn Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync;
+
+/// A pass over the whole module: it may add and remove functions.
+pub struct ModulePass {
+    info: PassInfo,
+    f: Box<ModuleFn>,
+}
+
+impl fmt::Debug for ModulePass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ModulePass({})", self.info.name)
+    }
+}
+
+impl ModulePass {
+    pub fn new(info: PassInfo, f: impl Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync + 'static) -> Self {
+        ModulePass { info, f: Box::new(f) }
+    }
+
+    pub fn arc(self) -> Arc<dyn Pass> {
+        Arc::new(self)
+    }
+}
+
+impl Pass for ModulePass {
+    fn info(&self) -> &PassInfo {
+        &self.info
+    }
+
+    fn run(&self, module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
+        (self.f)(module, ctx).map_err(|message| PassError::Failed { pass: self.info.name.clone(), message })
+    }
+}
+
+type FunctionFn = dyn Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String> + Send + Sync;
+
+/// A pass over one global function at a time. It gets the module (to read
+/// other functions and to build new nodes in its store) and the function's
+/// handle, and returns the new function. It cannot add or remove functions,
+/// and functions marked `SkipOptimization` are left alone.
+pub struct FunctionPass {
+    info: PassInfo,
+    f: Box<FunctionFn>,
+}
+
+impl fmt::Debug for FunctionPass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FunctionPass({})", self.info.name)
+    }
+}
+
+impl FunctionPass {
+    pub fn new(
+        info: PassInfo,
+        f: impl Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String> + Send + Sync + 'static,
+    ) -> Self {
+        FunctionPass { info, f: Box::new(f) }
+    }
+
+    pub fn arc(self) -> Arc<dyn Pass> {
+        Arc::new(self)
+    }
+}
+
+impl Pass for FunctionPass {
+    fn info(&self) -> &PassInfo {
+        &self.info
+    }
+
+    fn run(&self, mut module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
+        let fail = |message: String| PassError::Failed { pass: self.info.name.clone(), message };
+        let names = module.function_names();
+        for name in &names {
+            let Some(func) = module.function(name) else { continue };
+            if module.store.as_function(func).is_some_and(|f| f.skips_optimization()) {
+                continue;
+            }
+            let new = (self.f)(&mut module, func, ctx).map_err(|m| fail(format!("in `@{name}`: {m}")))?;
+            if module.store.as_function(new).is_none() {
+                return Err(fail(format!("in `@{name}`: the pass returned something that is not a function")));
+            }
+            module.update_function(name, new).map_err(|_| PassError::FunctionSetChanged { pass: self.info.name.clone() })?;
+        }
+        if module.function_names() != names {
+            return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });
+        }
+        Ok(module)
+    }
+}
