@@ -13,8 +13,8 @@ pub mod relay;
 pub mod schedule;
 pub mod te;
 pub mod tir;
-pub mod transform;
 pub mod topi;
+pub mod transform;
 
 pub use kiln_macros::relay_model;
 

@@ -241,7 +241,8 @@ impl PassInstrument for WellFormedChecker {
     }
 
     fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
-        super::verify::well_formed(m).map_err(|e| format!("after pass `{}`, the module is malformed: {e}", info.name))?;
+        super::verify::well_formed(m)
+            .map_err(|e| format!("after pass `{}`, the module is malformed: {e}", info.name))?;
         if let Some(check) = self.type_check {
             check(m).map_err(|e| format!("after pass `{}`, the module is ill-typed: {e}", info.name))?;
         }

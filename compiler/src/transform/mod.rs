@@ -23,7 +23,7 @@ pub mod registry;
 mod sequential;
 pub mod verify;
 
-pub use config::{register_config_key, ConfigKind, ConfigValue};
+pub use config::{config_kind, register_config_key, ConfigKind, ConfigValue};
 pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
 pub use instrument::PassInstrument;
 pub use pass::{apply, FunctionPass, ModulePass, Pass, PassError, PassInfo};

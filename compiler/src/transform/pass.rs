@@ -90,7 +90,10 @@ impl fmt::Debug for ModulePass {
 }
 
 impl ModulePass {
-    pub fn new(info: PassInfo, f: impl Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        info: PassInfo,
+        f: impl Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync + 'static,
+    ) -> Self {
         ModulePass { info, f: Box::new(f) }
     }
 
@@ -156,7 +159,9 @@ impl Pass for FunctionPass {
             if module.store.as_function(new).is_none() {
                 return Err(fail(format!("in `@{name}`: the pass returned something that is not a function")));
             }
-            module.update_function(name, new).map_err(|_| PassError::FunctionSetChanged { pass: self.info.name.clone() })?;
+            module
+                .update_function(name, new)
+                .map_err(|_| PassError::FunctionSetChanged { pass: self.info.name.clone() })?;
         }
         if module.function_names() != names {
             return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });

@@ -44,7 +44,11 @@ fn resolve(pass: &dyn Pass) -> Result<Vec<Arc<dyn Pass>>, PassError> {
         let Some(p) = get_pass(name) else {
             let mut chain = path.clone();
             chain.push(name.to_string());
-            return Err(PassError::MissingRequired { pass: required_by.to_string(), required: name.to_string(), chain: chain.join(" -> ") });
+            return Err(PassError::MissingRequired {
+                pass: required_by.to_string(),
+                required: name.to_string(),
+                chain: chain.join(" -> "),
+            });
         };
         path.push(name.to_string());
         for r in &p.info().required {

@@ -89,9 +89,12 @@ impl Backward {
         scale_shape: &[usize],
     ) -> Option<ExprId> {
         let op = store.op_name(anchor_post)?;
+        if !matches!(op, "nn.conv2d" | "nn.dense" | "nn.matmul") {
+            return None;
+        }
         let out = shape(store, anchor_pre)?;
         let pre_args = args(store, anchor_pre);
-        let w_shape = shape(store, pre_args[1])?;
+        let w_shape = shape(store, *pre_args.get(1)?)?;
         let [x, w] = args(store, anchor_post)[..] else { return None };
         let scaled_w = match op {
             "nn.conv2d" if out.len() == 4 && is_nchw_channel_vector(scale_shape, out[1]) => {
@@ -141,7 +144,7 @@ impl ExprMutator for Backward {
                 continue;
             }
             let (inner_pre, inner_post) = (args(store, lhs_pre), args(store, lhs_post));
-            if !self.single_use(inner_pre[0]) {
+            if inner_pre.len() != 2 || inner_post.len() != 2 || !self.single_use(inner_pre[0]) {
                 continue;
             }
             let Some(bias_shape) = shape(store, inner_pre[1]) else { continue };
@@ -188,6 +191,9 @@ impl ExprMutator for Forward {
         }
         let Some(w_shape) = shape(store, pre_args[1]) else { return post };
         let (mul_pre, mul_post) = (args(store, data_pre), args(store, data_post));
+        if mul_pre.len() != 2 || mul_post.len() != 2 {
+            return post;
+        }
         for (side, other) in [(0, 1), (1, 0)] {
             let Some(s_shape) = shape(store, mul_pre[other]) else { continue };
             if shape(store, mul_pre[side]) != shape(store, data_pre) {

@@ -26,20 +26,36 @@ pub fn infer_type() -> Arc<dyn Pass> {
     .arc()
 }
 
-fn function_pass(name: &str, opt_level: u32, required: &[&str], f: fn(&mut IRModule, kiln_ir::relay::ExprId) -> Result<kiln_ir::relay::ExprId, String>) -> Arc<dyn Pass> {
-    FunctionPass::new(PassInfo::new(name, opt_level, required), move |m: &mut IRModule, func, _: &PassContext| f(m, func)).arc()
+fn function_pass(
+    name: &str,
+    opt_level: u32,
+    required: &[&str],
+    f: fn(&mut IRModule, kiln_ir::relay::ExprId) -> Result<kiln_ir::relay::ExprId, String>,
+) -> Arc<dyn Pass> {
+    FunctionPass::new(PassInfo::new(name, opt_level, required), move |m: &mut IRModule, func, _: &PassContext| {
+        f(m, func)
+    })
+    .arc()
 }
 
 /// Every built-in Relay pass, as registered by name.
 pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     let mut v = vec![
         infer_type(),
-        function_pass("SimplifyInference", 0, &["InferType"], |m, f| simplify_inference::simplify_inference(&mut m.store, f)),
+        function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
+            simplify_inference::simplify_inference(&mut m.store, f)
+        }),
         function_pass("FoldConstant", 2, &[], |m, f| Ok(fold_constant::fold_constant(&mut m.store, f))),
-        function_pass("EliminateCommonSubexpr", 3, &[], |m, f| Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))),
+        function_pass("EliminateCommonSubexpr", 3, &[], |m, f| {
+            Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))
+        }),
         function_pass("SimplifyExpr", 0, &["InferType"], |m, f| Ok(simplify_expr::simplify_expr(&mut m.store, f))),
-        function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))),
-        function_pass("ForwardFoldScaleAxis", 3, &["InferType"], |m, f| Ok(fold_scale_axis::forward_fold_scale_axis(&mut m.store, f))),
+        function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| {
+            Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))
+        }),
+        function_pass("ForwardFoldScaleAxis", 3, &["InferType"], |m, f| {
+            Ok(fold_scale_axis::forward_fold_scale_axis(&mut m.store, f))
+        }),
         function_pass("ToANormalForm", 1, &[], |m, f| Ok(to_anf::to_a_normal_form(&mut m.store, f))),
         ModulePass::new(PassInfo::new("DeadCodeElimination", 1, &[]), |mut m: IRModule, _: &PassContext| {
             dead_code::dead_code_elimination(&mut m);
@@ -48,7 +64,11 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
         FunctionPass::new(PassInfo::new("FuseOps", 0, &["InferType"]), |m: &mut IRModule, f, ctx: &PassContext| {
             // At opt level 0 every operator stays in its own kernel, as in TVM.
-            let depth = if ctx.opt_level == 0 { 1 } else { ctx.config_int("relay.FuseOps.max_depth").unwrap_or(fuse_ops::DEFAULT_MAX_DEPTH as i64).max(1) as usize };
+            let depth = if ctx.opt_level == 0 {
+                1
+            } else {
+                ctx.config_int("relay.FuseOps.max_depth").unwrap_or(fuse_ops::DEFAULT_MAX_DEPTH as i64).max(1) as usize
+            };
             fuse_ops::fuse_function(&mut m.store, f, depth)
         })
         .arc(),
