@@ -33,8 +33,8 @@ fn resolve(pass: &dyn Pass) -> Result<Vec<Arc<dyn Pass>>, PassError> {
         path: &mut Vec<String>,
         order: &mut Vec<Arc<dyn Pass>>,
     ) -> Result<(), PassError> {
-        if let Some(pos) = path.iter().position(|p| p == name) {
-            let mut chain: Vec<String> = path[pos..].to_vec();
+        if path.iter().any(|p| p == name) {
+            let mut chain: Vec<String> = path.clone();
             chain.push(name.to_string());
             return Err(PassError::Cycle { chain: chain.join(" -> ") });
         }

@@ -1,0 +1,322 @@
+//! The pass infrastructure: enabling rules, required passes, build-time
+//! dependency checks, context scopes across threads and failures, typed
+//! config, and the instrument call order and failure semantics of the seed
+//! document (checked with a recording instrument).
+
+use std::sync::{Arc, Mutex};
+
+use kiln::relay::{parse_module, IRModule};
+use kiln::transform::instrument::{DumpIr, PassTimingInstrument, WellFormedChecker};
+use kiln::transform::{apply, register_pass, ConfigValue, ModulePass, Pass, PassContext, PassError, PassInfo, PassInstrument, Sequential};
+
+fn module() -> IRModule {
+    parse_module("#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2), float32]) {\n  exp(%x)\n}\n").expect("parse")
+}
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// A pass that only records that it ran.
+fn recording_pass(name: &str, opt_level: u32, required: &[&str], log: &Log) -> Arc<dyn Pass> {
+    let log = log.clone();
+    let n = name.to_string();
+    ModulePass::new(PassInfo::new(name, opt_level, required), move |m, _| {
+        log.lock().unwrap().push(format!("run {n}"));
+        Ok(m)
+    })
+    .arc()
+}
+
+/// Unique names per test: the registry is process-wide.
+fn uniq(test: &str, name: &str) -> String {
+    format!("{test}_{name}")
+}
+
+#[test]
+fn enabling_rules() {
+    let log: Log = Default::default();
+    let a = recording_pass("EnA", 1, &[], &log);
+    let b = recording_pass("EnB", 3, &[], &log);
+    let c = recording_pass("EnC", 0, &[], &log);
+    let seq = Sequential::new("Seq", vec![a.clone(), b.clone(), c.clone()]).unwrap();
+    let run = |ctx: PassContext| {
+        log.lock().unwrap().clear();
+        apply(&seq, module(), &ctx).unwrap();
+        log.lock().unwrap().clone()
+    };
+    // opt_level ≤ context's opt level runs.
+    assert_eq!(run(PassContext::new().with_opt_level(2)), ["run EnA", "run EnC"]);
+    // Required runs whatever its level.
+    assert_eq!(run(PassContext::new().with_opt_level(2).with_required(&["EnB"])), ["run EnA", "run EnB", "run EnC"]);
+    // Disabled never runs, even when also required.
+    assert_eq!(run(PassContext::new().with_opt_level(3).with_required(&["EnA"]).with_disabled(&["EnA"])), ["run EnB", "run EnC"]);
+    // A pass applied directly always runs.
+    log.lock().unwrap().clear();
+    apply(b.as_ref(), module(), &PassContext::new().with_opt_level(0).with_disabled(&["EnB"])).unwrap();
+    assert_eq!(*log.lock().unwrap(), ["run EnB"]);
+}
+
+#[test]
+fn required_passes_run_first_transitively() {
+    let log: Log = Default::default();
+    let (base, mid, top) = (uniq("req", "Base"), uniq("req", "Mid"), uniq("req", "Top"));
+    register_pass(recording_pass(&base, 0, &[], &log)).unwrap();
+    register_pass(recording_pass(&mid, 0, &[&base], &log)).unwrap();
+    let t = recording_pass(&top, 0, &[&mid], &log);
+    let seq = Sequential::new("S", vec![t]).unwrap();
+    apply(&seq, module(), &PassContext::new()).unwrap();
+    assert_eq!(*log.lock().unwrap(), [format!("run {base}"), format!("run {mid}"), format!("run {top}")]);
+}
+
+#[test]
+fn dependency_errors_at_build_time() {
+    let log: Log = Default::default();
+    let bad = recording_pass("NeedsGhost", 0, &["GhostPass"], &log);
+    let e = Sequential::new("S", vec![bad]).unwrap_err();
+    assert_eq!(e.to_string(), "pass `NeedsGhost` requires `GhostPass`, which is not a registered pass (chain: NeedsGhost -> GhostPass)");
+    let (a, b) = (uniq("cyc", "A"), uniq("cyc", "B"));
+    register_pass(recording_pass(&a, 0, &[&b], &log)).unwrap();
+    register_pass(recording_pass(&b, 0, &[&a], &log)).unwrap();
+    let user = recording_pass("UsesCycle", 0, &[&a], &log);
+    let e = Sequential::new("S", vec![user]).unwrap_err();
+    assert_eq!(e, PassError::Cycle { chain: format!("UsesCycle -> {a} -> {b} -> {a}") });
+    assert!(log.lock().unwrap().is_empty(), "nothing may run when the pipeline is rejected");
+    let unknown = Sequential::from_names("S", &["FoldConstnt"]).unwrap_err();
+    assert_eq!(unknown.to_string(), "unknown pass `FoldConstnt`; did you mean `FoldConstant`?");
+}
+
+#[test]
+fn contexts_nest_restore_and_stay_per_thread() {
+    assert_eq!(PassContext::current().opt_level, 2);
+    let outer = Arc::new(PassContext::new().with_opt_level(3));
+    let g1 = outer.enter().unwrap();
+    assert_eq!(PassContext::current().opt_level, 3);
+    {
+        let inner = Arc::new(PassContext::new().with_opt_level(1));
+        let _g2 = inner.enter().unwrap();
+        assert_eq!(PassContext::current().opt_level, 1);
+        // Another thread sees its own default.
+        std::thread::spawn(|| assert_eq!(PassContext::current().opt_level, 2)).join().unwrap();
+    }
+    assert_eq!(PassContext::current().opt_level, 3);
+    g1.exit().unwrap();
+    assert_eq!(PassContext::current().opt_level, 2);
+    // Restored after an error…
+    let r: Result<(), PassError> = Arc::new(PassContext::new().with_opt_level(0)).scope(|_| Err(PassError::Config("boom".into())));
+    assert!(r.is_err());
+    assert_eq!(PassContext::current().opt_level, 2);
+    // …and after a panic.
+    let caught = std::panic::catch_unwind(|| {
+        let _g = Arc::new(PassContext::new().with_opt_level(0)).enter().unwrap();
+        panic!("inside a context");
+    });
+    assert!(caught.is_err());
+    assert_eq!(PassContext::current().opt_level, 2);
+}
+
+#[test]
+fn typed_config() {
+    let mut ctx = PassContext::new();
+    ctx.set_config("relay.FuseOps.max_depth", ConfigValue::Int(4)).unwrap();
+    assert_eq!(ctx.config_int("relay.FuseOps.max_depth"), Some(4));
+    let e = ctx.set_config("relay.FuseOps.max_dept", ConfigValue::Int(4)).unwrap_err().to_string();
+    assert!(e.starts_with("unknown config key `relay.FuseOps.max_dept`; valid keys:") && e.contains("relay.FuseOps.max_depth (int"), "{e}");
+    let e = ctx.set_config("relay.FuseOps.max_depth", ConfigValue::Str("4".into())).unwrap_err().to_string();
+    assert_eq!(e, "config key `relay.FuseOps.max_depth` takes a int, given a string");
+}
+
+/// An instrument that logs every call and fails where told.
+struct Recorder {
+    name: String,
+    log: Log,
+    fail_at: Option<&'static str>,
+    skip: Option<String>,
+}
+
+impl Recorder {
+    fn new(name: &str, log: &Log) -> Arc<Recorder> {
+        Arc::new(Recorder { name: name.into(), log: log.clone(), fail_at: None, skip: None })
+    }
+    fn failing(name: &str, log: &Log, at: &'static str) -> Arc<Recorder> {
+        Arc::new(Recorder { name: name.into(), log: log.clone(), fail_at: Some(at), skip: None })
+    }
+    fn hit(&self, what: &str) -> Result<(), String> {
+        self.log.lock().unwrap().push(format!("{} {what}", self.name));
+        if self.fail_at == Some(what.split(' ').next().unwrap_or("")) {
+            Err(format!("{} fails in {what}", self.name))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl PassInstrument for Recorder {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn enter_pass_ctx(&self) -> Result<(), String> {
+        self.hit("enter")
+    }
+    fn exit_pass_ctx(&self) -> Result<(), String> {
+        self.hit("exit")
+    }
+    fn should_run(&self, _: &IRModule, info: &PassInfo) -> Result<bool, String> {
+        self.hit(&format!("should_run {}", info.name))?;
+        Ok(self.skip.as_deref() != Some(info.name.as_str()))
+    }
+    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+        self.hit(&format!("before {}", info.name))
+    }
+    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+        self.hit(&format!("after {}", info.name))
+    }
+}
+
+fn take(log: &Log) -> Vec<String> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+#[test]
+fn instrument_call_order() {
+    let log: Log = Default::default();
+    let p1 = recording_pass("P1", 0, &[], &log);
+    let p2 = recording_pass("P2", 0, &[], &log);
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![Recorder::new("A", &log), Recorder::new("B", &log)]));
+    ctx.scope(|ctx| {
+        let m = apply(p1.as_ref(), module(), ctx)?;
+        apply(p2.as_ref(), m, ctx)
+    })
+    .unwrap();
+    assert_eq!(
+        take(&log),
+        [
+            "A enter", "B enter", "A should_run P1", "B should_run P1", "A before P1", "B before P1", "run P1", "A after P1", "B after P1",
+            "A should_run P2", "B should_run P2", "A before P2", "B before P2", "run P2", "A after P2", "B after P2", "A exit", "B exit"
+        ]
+    );
+}
+
+#[test]
+fn should_run_blocks_and_is_not_asked_for_required_passes() {
+    let log: Log = Default::default();
+    let p = recording_pass("Blockable", 0, &[], &log);
+    let blocker = Arc::new(Recorder { name: "A".into(), log: log.clone(), fail_at: None, skip: Some("Blockable".into()) });
+    let ctx = PassContext::new().with_instruments(vec![blocker.clone()]);
+    apply(p.as_ref(), module(), &ctx).unwrap();
+    assert_eq!(take(&log), ["A should_run Blockable"]);
+    let ctx = PassContext::new().with_required(&["Blockable"]).with_instruments(vec![blocker]);
+    apply(p.as_ref(), module(), &ctx).unwrap();
+    assert_eq!(take(&log), ["A before Blockable", "run Blockable", "A after Blockable"]);
+}
+
+#[test]
+fn enter_failure_exits_the_entered_and_clears() {
+    let log: Log = Default::default();
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![
+        Recorder::new("A", &log),
+        Recorder::failing("B", &log, "enter"),
+        Recorder::new("C", &log),
+    ]));
+    let e = ctx.clone().enter().unwrap_err();
+    assert_eq!(e.to_string(), "instrument `B` failed in enter_pass_ctx: B fails in enter");
+    assert_eq!(take(&log), ["A enter", "B enter", "A exit"]);
+    // The instruments were cleared: running a pass calls none of them.
+    let p = recording_pass("AfterClear", 0, &[], &log);
+    apply(p.as_ref(), module(), &ctx).unwrap();
+    assert_eq!(take(&log), ["run AfterClear"]);
+}
+
+#[test]
+fn exit_failure_stops_and_clears() {
+    let log: Log = Default::default();
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![
+        Recorder::new("A", &log),
+        Recorder::failing("B", &log, "exit"),
+        Recorder::new("C", &log),
+    ]));
+    let g = ctx.clone().enter().unwrap();
+    take(&log);
+    let e = g.exit().unwrap_err();
+    assert_eq!(e.to_string(), "instrument `B` failed in exit_pass_ctx: B fails in exit");
+    assert_eq!(take(&log), ["A exit", "B exit"]);
+}
+
+#[test]
+fn before_pass_failure_skips_the_pass_and_the_scope_still_exits() {
+    let log: Log = Default::default();
+    let p = recording_pass("Fragile", 0, &[], &log);
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "before"), Recorder::new("B", &log)]));
+    let e = ctx.scope(|ctx| apply(p.as_ref(), module(), ctx)).unwrap_err();
+    assert_eq!(e.to_string(), "instrument `A` failed in run_before_pass: A fails in before Fragile");
+    assert_eq!(
+        take(&log),
+        ["A enter", "B enter", "A should_run Fragile", "B should_run Fragile", "A before Fragile", "A exit", "B exit"]
+    );
+}
+
+#[test]
+fn after_pass_failure_propagates() {
+    let log: Log = Default::default();
+    let p = recording_pass("Q", 0, &[], &log);
+    let ctx = PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "after"), Recorder::new("B", &log)]);
+    let e = apply(p.as_ref(), module(), &ctx).unwrap_err();
+    assert_eq!(e.to_string(), "instrument `A` failed in run_after_pass: A fails in after Q");
+    assert_eq!(take(&log), ["A should_run Q", "B should_run Q", "A before Q", "B before Q", "run Q", "A after Q"]);
+}
+
+#[test]
+fn override_instruments_exits_old_and_enters_new() {
+    let log: Log = Default::default();
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![Recorder::new("Old", &log)]));
+    let g = ctx.clone().enter().unwrap();
+    ctx.override_instruments(vec![Recorder::new("New", &log)]).unwrap();
+    g.exit().unwrap();
+    assert_eq!(take(&log), ["Old enter", "Old exit", "New enter", "New exit"]);
+}
+
+#[test]
+fn timing_report_is_nested() {
+    let log: Log = Default::default();
+    let inner = Sequential::new("Inner", vec![recording_pass("T1", 0, &[], &log)]).unwrap().arc();
+    let outer = Sequential::new("Outer", vec![inner, recording_pass("T2", 0, &[], &log)]).unwrap();
+    let timing = Arc::new(PassTimingInstrument::new());
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![timing.clone()]));
+    ctx.scope(|ctx| apply(&outer, module(), ctx)).unwrap();
+    let rows: Vec<(usize, String)> = timing.times().into_iter().map(|t| (t.depth, t.name)).collect();
+    assert_eq!(rows, [(0, "Outer".into()), (1, "Inner".into()), (2, "T1".into()), (1, "T2".into())]);
+    let report = timing.report();
+    assert!(report.contains("  Outer: ") && report.contains("(100.0%)") && report.contains("      T1: "), "{report}");
+}
+
+#[test]
+fn dump_ir_numbers_files() {
+    let log: Log = Default::default();
+    let dir = tempfile::tempdir().unwrap();
+    let seq = Sequential::new("S", vec![recording_pass("D1", 0, &[], &log), recording_pass("D2", 0, &[], &log)]).unwrap();
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![Arc::new(DumpIr::new(dir.path()))]));
+    ctx.scope(|ctx| apply(&seq, module(), ctx)).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["000_D1.relay", "001_D2.relay", "002_S.relay"]);
+    let text = std::fs::read_to_string(dir.path().join("000_D1.relay")).unwrap();
+    assert!(text.contains("exp(%x)"));
+}
+
+#[test]
+fn checker_names_the_pass_that_broke_the_module() {
+    // A pass that makes `@main` call a global function that does not exist.
+    let breaker = ModulePass::new(PassInfo::new("Breaker", 0, &[]), |mut m: IRModule, _| {
+        let main = m.main().map_err(|e| e.to_string())?;
+        let f = m.store.as_function(main).cloned().ok_or("no function")?;
+        let g = m.store.global_var("missing");
+        let call = m.store.call(g, vec![f.body]);
+        let new = m.store.function(f.params.clone(), call, None, f.attrs.clone());
+        m.update_function("main", new).map_err(|e| e.to_string())?;
+        Ok(m)
+    })
+    .arc();
+    let ok = kiln::relay::transform::infer_type();
+    let seq = Sequential::new("S", vec![ok, breaker]).unwrap();
+    let ctx = PassContext::new().with_instruments(vec![Arc::new(WellFormedChecker::with_type_check())]);
+    let e = apply(&seq, module(), &ctx).unwrap_err().to_string();
+    assert_eq!(e, "instrument `WellFormedChecker` failed in run_after_pass: after pass `Breaker`, the module is malformed: in `@main`: `@missing` is not a function of the module");
+}
