@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use kiln::relay::{parse_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, WellFormedChecker};
-use kiln::transform::{apply, register_pass, ConfigValue, ModulePass, Pass, PassContext, PassError, PassInfo, PassInstrument, Sequential};
+use kiln::transform::{
+    apply, register_pass, ConfigValue, ModulePass, Pass, PassContext, PassError, PassInfo, PassInstrument, Sequential,
+};
 
 fn module() -> IRModule {
     parse_module("#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2), float32]) {\n  exp(%x)\n}\n").expect("parse")
@@ -48,7 +50,10 @@ fn enabling_rules() {
     // Required runs whatever its level.
     assert_eq!(run(PassContext::new().with_opt_level(2).with_required(&["EnB"])), ["run EnA", "run EnB", "run EnC"]);
     // Disabled never runs, even when also required.
-    assert_eq!(run(PassContext::new().with_opt_level(3).with_required(&["EnA"]).with_disabled(&["EnA"])), ["run EnB", "run EnC"]);
+    assert_eq!(
+        run(PassContext::new().with_opt_level(3).with_required(&["EnA"]).with_disabled(&["EnA"])),
+        ["run EnB", "run EnC"]
+    );
     // A pass applied directly always runs.
     log.lock().unwrap().clear();
     apply(b.as_ref(), module(), &PassContext::new().with_opt_level(0).with_disabled(&["EnB"])).unwrap();
@@ -72,7 +77,10 @@ fn dependency_errors_at_build_time() {
     let log: Log = Default::default();
     let bad = recording_pass("NeedsGhost", 0, &["GhostPass"], &log);
     let e = Sequential::new("S", vec![bad]).unwrap_err();
-    assert_eq!(e.to_string(), "pass `NeedsGhost` requires `GhostPass`, which is not a registered pass (chain: NeedsGhost -> GhostPass)");
+    assert_eq!(
+        e.to_string(),
+        "pass `NeedsGhost` requires `GhostPass`, which is not a registered pass (chain: NeedsGhost -> GhostPass)"
+    );
     let (a, b) = (uniq("cyc", "A"), uniq("cyc", "B"));
     register_pass(recording_pass(&a, 0, &[&b], &log)).unwrap();
     register_pass(recording_pass(&b, 0, &[&a], &log)).unwrap();
@@ -101,7 +109,8 @@ fn contexts_nest_restore_and_stay_per_thread() {
     g1.exit().unwrap();
     assert_eq!(PassContext::current().opt_level, 2);
     // Restored after an error…
-    let r: Result<(), PassError> = Arc::new(PassContext::new().with_opt_level(0)).scope(|_| Err(PassError::Config("boom".into())));
+    let r: Result<(), PassError> =
+        Arc::new(PassContext::new().with_opt_level(0)).scope(|_| Err(PassError::Config("boom".into())));
     assert!(r.is_err());
     assert_eq!(PassContext::current().opt_level, 2);
     // …and after a panic.
@@ -119,7 +128,11 @@ fn typed_config() {
     ctx.set_config("relay.FuseOps.max_depth", ConfigValue::Int(4)).unwrap();
     assert_eq!(ctx.config_int("relay.FuseOps.max_depth"), Some(4));
     let e = ctx.set_config("relay.FuseOps.max_dept", ConfigValue::Int(4)).unwrap_err().to_string();
-    assert!(e.starts_with("unknown config key `relay.FuseOps.max_dept`; valid keys:") && e.contains("relay.FuseOps.max_depth (int"), "{e}");
+    assert!(
+        e.starts_with("unknown config key `relay.FuseOps.max_dept`; valid keys:")
+            && e.contains("relay.FuseOps.max_depth (int"),
+        "{e}"
+    );
     let e = ctx.set_config("relay.FuseOps.max_depth", ConfigValue::Str("4".into())).unwrap_err().to_string();
     assert_eq!(e, "config key `relay.FuseOps.max_depth` takes a int, given a string");
 }
@@ -189,8 +202,24 @@ fn instrument_call_order() {
     assert_eq!(
         take(&log),
         [
-            "A enter", "B enter", "A should_run P1", "B should_run P1", "A before P1", "B before P1", "run P1", "A after P1", "B after P1",
-            "A should_run P2", "B should_run P2", "A before P2", "B before P2", "run P2", "A after P2", "B after P2", "A exit", "B exit"
+            "A enter",
+            "B enter",
+            "A should_run P1",
+            "B should_run P1",
+            "A before P1",
+            "B before P1",
+            "run P1",
+            "A after P1",
+            "B after P1",
+            "A should_run P2",
+            "B should_run P2",
+            "A before P2",
+            "B before P2",
+            "run P2",
+            "A after P2",
+            "B after P2",
+            "A exit",
+            "B exit"
         ]
     );
 }
@@ -199,7 +228,8 @@ fn instrument_call_order() {
 fn should_run_blocks_and_is_not_asked_for_required_passes() {
     let log: Log = Default::default();
     let p = recording_pass("Blockable", 0, &[], &log);
-    let blocker = Arc::new(Recorder { name: "A".into(), log: log.clone(), fail_at: None, skip: Some("Blockable".into()) });
+    let blocker =
+        Arc::new(Recorder { name: "A".into(), log: log.clone(), fail_at: None, skip: Some("Blockable".into()) });
     let ctx = PassContext::new().with_instruments(vec![blocker.clone()]);
     apply(p.as_ref(), module(), &ctx).unwrap();
     assert_eq!(take(&log), ["A should_run Blockable"]);
@@ -244,7 +274,9 @@ fn exit_failure_stops_and_clears() {
 fn before_pass_failure_skips_the_pass_and_the_scope_still_exits() {
     let log: Log = Default::default();
     let p = recording_pass("Fragile", 0, &[], &log);
-    let ctx = Arc::new(PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "before"), Recorder::new("B", &log)]));
+    let ctx = Arc::new(
+        PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "before"), Recorder::new("B", &log)]),
+    );
     let e = ctx.scope(|ctx| apply(p.as_ref(), module(), ctx)).unwrap_err();
     assert_eq!(e.to_string(), "instrument `A` failed in run_before_pass: A fails in before Fragile");
     assert_eq!(
@@ -257,7 +289,8 @@ fn before_pass_failure_skips_the_pass_and_the_scope_still_exits() {
 fn after_pass_failure_propagates() {
     let log: Log = Default::default();
     let p = recording_pass("Q", 0, &[], &log);
-    let ctx = PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "after"), Recorder::new("B", &log)]);
+    let ctx =
+        PassContext::new().with_instruments(vec![Recorder::failing("A", &log, "after"), Recorder::new("B", &log)]);
     let e = apply(p.as_ref(), module(), &ctx).unwrap_err();
     assert_eq!(e.to_string(), "instrument `A` failed in run_after_pass: A fails in after Q");
     assert_eq!(take(&log), ["A should_run Q", "B should_run Q", "A before Q", "B before Q", "run Q", "A after Q"]);
@@ -291,10 +324,12 @@ fn timing_report_is_nested() {
 fn dump_ir_numbers_files() {
     let log: Log = Default::default();
     let dir = tempfile::tempdir().unwrap();
-    let seq = Sequential::new("S", vec![recording_pass("D1", 0, &[], &log), recording_pass("D2", 0, &[], &log)]).unwrap();
+    let seq =
+        Sequential::new("S", vec![recording_pass("D1", 0, &[], &log), recording_pass("D2", 0, &[], &log)]).unwrap();
     let ctx = Arc::new(PassContext::new().with_instruments(vec![Arc::new(DumpIr::new(dir.path()))]));
     ctx.scope(|ctx| apply(&seq, module(), ctx)).unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["000_D1.relay", "001_D2.relay", "002_S.relay"]);
     let text = std::fs::read_to_string(dir.path().join("000_D1.relay")).unwrap();

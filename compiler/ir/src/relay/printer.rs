@@ -134,6 +134,14 @@ impl<'a> Printer<'a> {
                 ExprKind::Let { var, value, body } => vec![*value, *var, *body],
                 ExprKind::Var(_) => let_value.get(&id).copied().into_iter().collect(),
                 ExprKind::Function(f) => vec![f.body],
+                // Arguments before the function they are passed to, so data flows downwards.
+                ExprKind::Call(c) => {
+                    let mut d = c.args.clone();
+                    if let Callee::Expr(f) = c.callee {
+                        d.push(f);
+                    }
+                    d
+                }
                 k => k.children(),
             }
         };

@@ -13,17 +13,18 @@ use kiln_ir::relay::{mutate, post_order, ExprId, ExprKind, ExprMutator, IRModule
 fn used_vars(store: &Store, root: ExprId) -> FxHashSet<ExprId> {
     let mut used = FxHashSet::default();
     for id in post_order(store, &[root]) {
-        let kind = store.kind(id);
-        let binders: Vec<ExprId> = match kind {
-            ExprKind::Let { var, .. } => vec![*var],
-            ExprKind::Function(f) => f.params.clone(),
-            _ => Vec::new(),
+        // Children in use positions (a binder's own slot is not a use, but
+        // the same variable as a `let` body or argument is).
+        let uses: Vec<ExprId> = match store.kind(id) {
+            ExprKind::Let { value, body, .. } => vec![*value, *body],
+            ExprKind::Function(f) => vec![f.body],
+            k => k.children(),
         };
-        kind.for_each_child(|c| {
-            if matches!(store.kind(c), ExprKind::Var(_)) && !binders.contains(&c) {
+        for c in uses {
+            if matches!(store.kind(c), ExprKind::Var(_)) {
                 used.insert(c);
             }
-        });
+        }
     }
     used
 }

@@ -199,6 +199,8 @@ struct Partition {
     parent: Vec<usize>,
     pattern: Vec<OpPattern>,
     num_nodes: Vec<usize>,
+    /// Whether the group holds an out-elemwise-fusable anchor (conv2d, dense).
+    anchored: Vec<bool>,
 }
 
 impl Partition {
@@ -216,7 +218,12 @@ impl Partition {
         }
         self.num_nodes[p] += self.num_nodes[c];
         self.parent[c] = p;
-        self.pattern[p] = self.pattern[p].max(self.pattern[c]);
+        // As in TVM, only an anchor changes the pattern of the group it joins:
+        // a tuple fused into `concatenate` leaves the group injective.
+        if self.anchored[c] {
+            self.anchored[p] = true;
+            self.pattern[p] = self.pattern[p].max(self.pattern[c]);
+        }
     }
 
     /// Whether every node on every path from `src` (exclusive) to `sink` satisfies `ok(pattern, is_sink)`.
@@ -280,7 +287,8 @@ impl Partition {
 
     fn run(g: &ForwardGraph, dom: &PostDomTree, max_depth: usize) -> Partition {
         let n = g.nodes.len();
-        let mut p = Partition { parent: (0..n).collect(), pattern: g.pattern.clone(), num_nodes: vec![1; n] };
+        let anchored = g.pattern.iter().map(|&k| k == OpPattern::OutEWiseFusable).collect();
+        let mut p = Partition { parent: (0..n).collect(), pattern: g.pattern.clone(), num_nodes: vec![1; n], anchored };
         for phase in 0..3 {
             for i in 0..n {
                 // The node's own pattern (a merged node's group pattern lives at its root).

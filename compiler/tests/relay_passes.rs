@@ -1,0 +1,465 @@
+//! Relay passes: text in, text out (inline snapshots; bless with
+//! UPDATE_EXPECT=1), the seeds' FoldConstant cases, FuseOps groupings, and a
+//! property test that every pass preserves what the program computes.
+
+use std::sync::Arc;
+
+use expect_test::{expect, Expect};
+use kiln::attrs::{AttrValue, Attrs};
+use kiln::relay::{eval_function, infer_module, parse_module, print_module, IRModule, Store, Type, Value};
+use kiln::transform::{apply, ConfigValue, PassContext, Sequential};
+use kiln::{DataType, Tensor};
+
+fn parse(text: &str) -> IRModule {
+    let mut m = parse_module(&format!("#[version = \"0.0.5\"]\n{text}")).expect("parse");
+    infer_module(&mut m).expect("infer");
+    m
+}
+
+fn run_passes(m: IRModule, passes: &[&str], ctx: PassContext) -> IRModule {
+    let mut names = passes.to_vec();
+    names.push("InferType");
+    let seq = Sequential::from_names("Test", &names).expect("pipeline");
+    let ctx = Arc::new(ctx.with_required(passes));
+    ctx.scope(|ctx| apply(&seq, m, ctx)).expect("passes")
+}
+
+fn check(text: &str, passes: &[&str], expected: Expect) {
+    let out = run_passes(parse(text), passes, PassContext::new().with_opt_level(3));
+    expected.assert_eq(&print_module(&out));
+}
+
+#[test]
+fn fold_constant_seed_cases() {
+    // A call whose arguments are all constant is evaluated.
+    check(
+        "def @main(%x: Tensor[(2), float32]) {\n  %0 = add(1f, 2f);\n  multiply(%x, %0)\n}",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(2), float32]) {
+              multiply(%x, 3f) /* ty=Tensor[(2), float32] */
+            }
+        "#]],
+    );
+    // `let` of a constant propagates into the body and disappears.
+    check(
+        "def @main(%x: float32) {\n  let %c = multiply(2f, 3f);\n  add(%x, %c)\n}",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: float32) {
+              add(%x, 6f) /* ty=float32 */
+            }
+        "#]],
+    );
+    // A projection of a literal tuple becomes the field.
+    check(
+        "def @main(%x: float32) {\n  %0 = (%x, 2f);\n  add(%0.0, %0.1)\n}",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: float32) {
+              add(%x, 2f) /* ty=float32 */
+            }
+        "#]],
+    );
+    // Zero-argument calls are not folded (it would only bloat the program).
+    check(
+        "def @main(%x: Tensor[(4, 5), float32]) {\n  add(%x, ones(shape=[4, 5]))\n}",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(4, 5), float32]) {
+              %0 = ones(shape=[4, 5]) /* ty=Tensor[(4, 5), float32] */;
+              add(%x, %0) /* ty=Tensor[(4, 5), float32] */
+            }
+        "#]],
+    );
+    // Constant chains fold through; tensors become metadata constants.
+    check(
+        "def @main(%x: Tensor[(2), float32]) {\n  %0 = meta[relay.Constant][0];\n  %1 = exp(%0);\n  %2 = (%1, %0);\n  %3 = concatenate(%2);\n  %4 = sum(%3);\n  add(%x, %4)\n}\n#[metadata]\nrelay.Constant[0]: Tensor[(2), float32] = \"0000000000000000\"",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(2), float32]) {
+              add(%x, 2f) /* ty=Tensor[(2), float32] */
+            }
+        "#]],
+    );
+    // `if` on a constant keeps the branch taken.
+    check(
+        "def @main(%x: float32) {\n  if (True) { exp(%x) } else { %x }\n}",
+        &["FoldConstant"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: float32) {
+              exp(%x) /* ty=float32 */
+            }
+        "#]],
+    );
+}
+
+#[test]
+fn dead_code_and_cse() {
+    check(
+        "def @unused(%a: float32) {\n  %a\n}\n\ndef @main(%x: float32) {\n  let %dead = exp(%x);\n  let %alive = log(%x);\n  %alive\n}",
+        &["DeadCodeElimination"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: float32) {
+              let %alive = log(%x) /* ty=float32 */;
+              %alive
+            }
+        "#]],
+    );
+    check(
+        "def @main(%x: Tensor[(3), float32]) {\n  %0 = exp(%x);\n  %1 = exp(%x);\n  %2 = add(%0, %x);\n  %3 = add(%1, %x);\n  multiply(%2, %3)\n}",
+        &["EliminateCommonSubexpr"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(3), float32]) {
+              %0 = exp(%x) /* ty=Tensor[(3), float32] */;
+              %1 = add(%0, %x) /* ty=Tensor[(3), float32] */;
+              multiply(%1, %1) /* ty=Tensor[(3), float32] */
+            }
+        "#]],
+    );
+}
+
+#[test]
+fn simplify_inference_and_expr() {
+    check(
+        "def @main(%x: Tensor[(1, 2, 2, 2), float32], %g: Tensor[(2), float32], %b: Tensor[(2), float32], %m: Tensor[(2), float32], %v: Tensor[(2), float32]) {\n  %0 = nn.batch_norm(%x, %g, %b, %m, %v);\n  %1 = nn.dropout(%0.0);\n  %1.0\n}",
+        &["SimplifyInference"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(1, 2, 2, 2), float32], %g: Tensor[(2), float32], %b: Tensor[(2), float32], %m: Tensor[(2), float32], %v: Tensor[(2), float32]) {
+              %0 = add(%v, 1e-5f) /* ty=Tensor[(2), float32] */;
+              %1 = sqrt(%0) /* ty=Tensor[(2), float32] */;
+              %2 = divide(1f, %1) /* ty=Tensor[(2), float32] */;
+              %3 = multiply(%2, %g) /* ty=Tensor[(2), float32] */;
+              %4 = expand_dims(%3, axis=1, num_newaxis=2) /* ty=Tensor[(2, 1, 1), float32] */;
+              %5 = multiply(%x, %4) /* ty=Tensor[(1, 2, 2, 2), float32] */;
+              %6 = negative(%m) /* ty=Tensor[(2), float32] */;
+              %7 = multiply(%6, %3) /* ty=Tensor[(2), float32] */;
+              %8 = add(%7, %b) /* ty=Tensor[(2), float32] */;
+              %9 = expand_dims(%8, axis=1, num_newaxis=2) /* ty=Tensor[(2, 1, 1), float32] */;
+              add(%5, %9) /* ty=Tensor[(1, 2, 2, 2), float32] */
+            }
+        "#]],
+    );
+    check(
+        "def @main(%x: Tensor[(2, 3), float32]) {\n  %0 = add(%x, 0f);\n  %1 = multiply(1f, %0);\n  %2 = transpose(%1);\n  %3 = transpose(%2);\n  %4 = reshape(%3, newshape=[3, 2]);\n  %5 = reshape(%4, newshape=[6]);\n  negative(negative(%5))\n}",
+        &["SimplifyExpr"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(2, 3), float32]) {
+              reshape(%x, newshape=[6]) /* ty=Tensor[(6), float32] */
+            }
+        "#]],
+    );
+}
+
+#[test]
+fn fold_scale_axis_moves_scales_into_weights() {
+    check(
+        "def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(3, 2, 3, 3), float32], %s: Tensor[(3, 1, 1), float32], %t: Tensor[(2, 1, 1), float32]) {\n  %0 = multiply(%x, %t);\n  %1 = nn.conv2d(%0, %w, padding=[1, 1, 1, 1]);\n  multiply(%1, %s)\n}",
+        &["FoldScaleAxis"],
+        expect![[r#"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(3, 2, 3, 3), float32], %s: Tensor[(3, 1, 1), float32], %t: Tensor[(2, 1, 1), float32]) {
+              %0 = reshape(%s, newshape=[3, 1, 1, 1]) /* ty=Tensor[(3, 1, 1, 1), float32] */;
+              %1 = multiply(%w, %0) /* ty=Tensor[(3, 2, 3, 3), float32] */;
+              %2 = reshape(%t, newshape=[1, 2, 1, 1]) /* ty=Tensor[(1, 2, 1, 1), float32] */;
+              %3 = multiply(%1, %2) /* ty=Tensor[(3, 2, 3, 3), float32] */;
+              nn.conv2d(%x, %3, padding=[1, 1, 1, 1]) /* ty=Tensor[(1, 3, 4, 4), float32] */
+            }
+        "#]],
+    );
+}
+
+#[test]
+fn to_a_normal_form_binds_in_the_right_scope() {
+    check(
+        "def @main(%c: bool, %x: float32) {\n  %0 = exp(%x);\n  %1 = if (%c) { add(%0, log(%x)) } else { %0 };\n  negative(%1)\n}",
+        &["ToANormalForm"],
+        expect![[r##"
+            #[version = "0.0.5"]
+            def @main(%c: bool, %x: float32) {
+              let %x1: float32 = exp(%x) /* ty=float32 */;
+              let %x4: float32 = if (%c) {
+                let %x2: float32 = log(%x) /* ty=float32 */;
+                let %x3: float32 = add(%x1, %x2) /* ty=float32 */;
+                %x3
+              } else {
+                %x1
+              };
+              let %x5: float32 = negative(%x4) /* ty=float32 */;
+              %x5
+            }
+        "##]],
+    );
+}
+
+fn fuse(text: &str, ctx: PassContext) -> String {
+    let m = run_passes(parse(text), &["FuseOps"], ctx);
+    print_module(&m)
+}
+
+/// Each primitive function's operators, in order: the grouping FuseOps chose.
+fn groups(printed: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    for line in printed.lines() {
+        if line.contains("Primitive=1") {
+            current = Some(Vec::new());
+        } else if line.trim() == "};" || line.trim().starts_with("}") {
+            if let Some(g) = current.take() {
+                out.push(g);
+            }
+        } else if let Some(g) = current.as_mut() {
+            let body = line.split('=').nth(if line.trim_start().starts_with('%') { 1 } else { 0 }).unwrap_or(line);
+            if let Some(op) = body.trim().split('(').next() {
+                if !op.is_empty() && !op.starts_with('%') {
+                    g.push(op.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn fuse_groups(text: &str) -> Vec<Vec<String>> {
+    groups(&fuse(text, PassContext::new()))
+}
+
+fn g(ops: &[&str]) -> Vec<String> {
+    ops.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn fuse_conv_epilogue() {
+    let gs = fuse_groups("def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(2, 2, 3, 3), float32], %b: Tensor[(2), float32]) {\n  %0 = nn.conv2d(%x, %w, padding=[1, 1]);\n  %1 = nn.bias_add(%0, %b);\n  nn.relu(%1)\n}");
+    assert_eq!(gs, [g(&["nn.conv2d", "nn.bias_add", "nn.relu"])]);
+}
+
+#[test]
+fn fuse_elementwise_diamond() {
+    let gs = fuse_groups("def @main(%x: Tensor[(4), float32]) {\n  %0 = add(%x, 1f);\n  %1 = exp(%0);\n  %2 = sqrt(%0);\n  add(%1, %2)\n}");
+    assert_eq!(gs, [g(&["add", "exp", "sqrt", "add"])]);
+}
+
+#[test]
+fn fuse_diamond_after_conv_stops_at_the_post_dominator() {
+    // conv → relu → two elementwise branches → add: the conv group takes its
+    // epilogue up to the add, which post-dominates everything.
+    let gs = fuse_groups("def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(2, 2, 1, 1), float32]) {\n  %0 = nn.conv2d(%x, %w);\n  %1 = nn.relu(%0);\n  %2 = exp(%1);\n  %3 = negative(%1);\n  add(%2, %3)\n}");
+    assert_eq!(gs, [g(&["nn.conv2d", "nn.relu", "exp", "negative", "add"])]);
+}
+
+#[test]
+fn fuse_tuple_into_concatenate() {
+    let gs = fuse_groups("def @main(%x: Tensor[(2, 2), float32], %y: Tensor[(2, 2), float32]) {\n  %0 = exp(%x);\n  %1 = log(%y);\n  %2 = (%0, %1);\n  concatenate(%2)\n}");
+    assert_eq!(gs, [g(&["exp", "log", "concatenate"])]);
+}
+
+#[test]
+fn fuse_reduction_takes_its_inputs_not_its_users() {
+    let gs = fuse_groups(
+        "def @main(%x: Tensor[(4, 4), float32]) {\n  %0 = exp(%x);\n  %1 = sum(%0, axis=[1]);\n  sqrt(%1)\n}",
+    );
+    assert_eq!(gs, [g(&["exp", "sum"]), g(&["sqrt"])]);
+}
+
+#[test]
+fn fuse_opaque_ops_stay_alone() {
+    let gs = fuse_groups("def @main(%x: Tensor[(2, 4), float32], %w: Tensor[(3, 4), float32]) {\n  %0 = nn.dense(%x, %w);\n  %1 = nn.softmax(%0);\n  exp(%1)\n}");
+    assert_eq!(gs, [g(&["nn.dense"]), g(&["nn.softmax"]), g(&["exp"])]);
+}
+
+#[test]
+fn fuse_residual_block() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ir/tests/data/relay/residual_block.relay"))
+            .expect("corpus file");
+    let text = text.trim_start_matches("#[version = \"0.0.5\"]\n");
+    let m = run_passes(
+        parse(text),
+        &["SimplifyInference", "FoldScaleAxis", "FoldConstant", "FuseOps"],
+        PassContext::new().with_opt_level(3),
+    );
+    let gs = groups(&print_module(&m));
+    // Each conv2d's group holds its batch-norm shift, its relu, and (the
+    // second) the residual add; the scale went into the weights.
+    let conv_groups: Vec<&Vec<String>> = gs.iter().filter(|g| g.contains(&"nn.conv2d".to_string())).collect();
+    assert_eq!(conv_groups.len(), 2, "{gs:?}");
+    assert!(conv_groups.iter().all(|g| g.contains(&"nn.relu".to_string()) && g.contains(&"add".to_string())), "{gs:?}");
+    assert!(conv_groups[1].iter().filter(|op| *op == "add").count() >= 2, "residual add fused: {gs:?}");
+    assert!(!gs.iter().flatten().any(|op| op == "nn.batch_norm"));
+}
+
+#[test]
+fn fuse_respects_max_depth() {
+    let text = "def @main(%x: Tensor[(4), float32]) {\n  %0 = exp(%x);\n  %1 = exp(%0);\n  %2 = exp(%1);\n  %3 = exp(%2);\n  %4 = exp(%3);\n  exp(%4)\n}";
+    assert_eq!(fuse_groups(text), [g(&["exp"; 6])]);
+    let ctx = PassContext::new().with_config("relay.FuseOps.max_depth", ConfigValue::Int(2)).expect("config");
+    let gs = groups(&fuse(text, ctx));
+    assert!(gs.iter().all(|g| g.len() <= 2), "{gs:?}");
+    assert_eq!(gs.iter().map(Vec::len).sum::<usize>(), 6);
+    // At opt level 0 nothing fuses.
+    let gs = groups(&fuse(text, PassContext::new().with_opt_level(0)));
+    assert_eq!(gs.len(), 6);
+}
+
+// ---- semantics preservation ------------------------------------------------
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn float(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+fn tensor(rng: &mut Rng, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_f64(DataType::F32, shape.to_vec(), &(0..n).map(|_| rng.float()).collect::<Vec<_>>())
+}
+
+/// A random well-typed program over [2, 3] tensors: elementwise, broadcast,
+/// reductions, data movement, constants, lets and a tuple.
+fn random_program(rng: &mut Rng) -> IRModule {
+    let mut s = Store::new();
+    let ty = Type::tensor([2, 3], DataType::F32);
+    let x = s.var("x", Some(ty.clone()));
+    let y = s.var("y", Some(ty));
+    let mut pool = vec![x, y];
+    let mut lets = Vec::new();
+    let attrs = |pairs: &[(&str, AttrValue)]| Attrs::from_pairs(pairs.iter().map(|(k, v)| (*k, v.clone())));
+    for _ in 0..6 + rng.below(10) {
+        let a = pool[rng.below(pool.len())];
+        let b = pool[rng.below(pool.len())];
+        let e = match rng.below(12) {
+            0 => s.call_op("add", vec![a, b], Attrs::new()),
+            1 => s.call_op("multiply", vec![a, b], Attrs::new()),
+            2 => s.call_op("subtract", vec![a, b], Attrs::new()),
+            3 => s.call_op("tanh", vec![a], Attrs::new()),
+            4 => s.call_op("nn.relu", vec![a], Attrs::new()),
+            5 => {
+                let c = s.constant(tensor(rng, &[3]));
+                s.call_op("add", vec![a, c], Attrs::new())
+            }
+            6 => {
+                let c = s.constant(tensor(rng, &[2, 3]));
+                let k = s.constant(tensor(rng, &[2, 3]));
+                let ck = s.call_op("multiply", vec![c, k], Attrs::new()).expect("op");
+                s.call_op("maximum", vec![a, ck], Attrs::new())
+            }
+            7 => {
+                let r = s
+                    .call_op(
+                        "sum",
+                        vec![a],
+                        attrs(&[("axis", AttrValue::Ints(vec![1])), ("keepdims", AttrValue::Bool(true))]),
+                    )
+                    .expect("op");
+                let denominator = s_exp_plus_one(&mut s, r);
+                s.call_op("divide", vec![b, denominator], Attrs::new())
+            }
+            8 => {
+                let t = s.call_op("transpose", vec![a], Attrs::new()).expect("op");
+                s.call_op("transpose", vec![t], Attrs::new())
+            }
+            9 => {
+                let r = s.call_op("reshape", vec![a], attrs(&[("newshape", AttrValue::Ints(vec![3, 2]))])).expect("op");
+                s.call_op("reshape", vec![r], attrs(&[("newshape", AttrValue::Ints(vec![2, 3]))]))
+            }
+            10 => {
+                let zero = s.constant(Tensor::scalar(DataType::F32, 0.0));
+                s.call_op("add", vec![a, zero], Attrs::new())
+            }
+            _ => {
+                let v = s.var(format!("l{}", lets.len()), None);
+                let value = s.call_op("sigmoid", vec![a], Attrs::new()).expect("op");
+                lets.push((v, value));
+                Ok(v)
+            }
+        }
+        .expect("op");
+        pool.push(e);
+    }
+    let last = *pool.last().expect("nonempty");
+    let other = pool[rng.below(pool.len())];
+    let mut body = s.tuple(vec![last, other]);
+    for (v, value) in lets.into_iter().rev() {
+        body = s.let_(v, value, body);
+    }
+    let f = s.function(vec![x, y], body, None, Attrs::new());
+    IRModule::from_main(s, f).expect("module")
+}
+
+fn s_exp_plus_one(s: &mut Store, r: kiln::relay::ExprId) -> kiln::relay::ExprId {
+    let e = s.call_op("exp", vec![r], Attrs::new()).expect("op");
+    let one = s.constant(Tensor::scalar(DataType::F32, 1.0));
+    s.call_op("add", vec![e, one], Attrs::new()).expect("op")
+}
+
+fn flat(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Tensor(t) => t.to_f64_vec(),
+        Value::Tuple(f) => f.iter().flat_map(flat).collect(),
+        Value::Closure(_) => vec![],
+    }
+}
+
+#[test]
+fn every_pass_preserves_semantics_on_random_programs() {
+    let passes = [
+        "FoldConstant",
+        "EliminateCommonSubexpr",
+        "DeadCodeElimination",
+        "SimplifyExpr",
+        "SimplifyInference",
+        "FoldScaleAxis",
+        "ToANormalForm",
+        "FuseOps",
+    ];
+    let mut rng = Rng(0xC0FF_EE00_1234_5678);
+    for case in 0..60 {
+        let mut m = random_program(&mut rng);
+        infer_module(&mut m).expect("random programs are well-typed");
+        let args = [Value::Tensor(tensor(&mut rng, &[2, 3])), Value::Tensor(tensor(&mut rng, &[2, 3]))];
+        let want = flat(&eval_function(&m, "main", &args).expect("eval"));
+        for pass in passes {
+            let out = run_passes(m.clone(), &[pass], PassContext::new().with_opt_level(3));
+            let got = flat(
+                &eval_function(&out, "main", &args)
+                    .unwrap_or_else(|e| panic!("case {case}, {pass}: {e}\n{}", print_module(&out))),
+            );
+            assert_eq!(got.len(), want.len());
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "case {case}, {pass}: {a} vs {b}\n{}",
+                    print_module(&m)
+                );
+            }
+        }
+        // And the whole default pipeline.
+        let seq = kiln::relay::transform::default_pipeline().expect("pipeline");
+        let out = apply(&seq, m.clone(), &PassContext::new().with_opt_level(3)).expect("pipeline runs");
+        let got = flat(&eval_function(&out, "main", &args).expect("eval"));
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "case {case}, default pipeline");
+        }
+    }
+}
