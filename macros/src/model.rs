@@ -71,7 +71,7 @@ enum Stmt {
     /// `weight name: [dims];` — a parameter bound to real values at build time.
     Weight(Ident, TypeAst),
     /// `let pat = expr;` with `pat` a name or a tuple of names.
-    Let(Pat, Expr),
+    Let(Box<Pat>, Box<Expr>),
 }
 
 struct ModelFn {
@@ -126,7 +126,7 @@ impl Parse for ModelFn {
                 body.parse::<Token![=]>()?;
                 let e: Expr = body.parse()?;
                 body.parse::<Token![;]>()?;
-                stmts.push(Stmt::Let(pat, e));
+                stmts.push(Stmt::Let(Box::new(pat), Box::new(e)));
             } else {
                 break;
             }

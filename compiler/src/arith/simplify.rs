@@ -266,7 +266,7 @@ pub fn simplify_stmt(s: Stmt, bounds: &mut Bounds) -> Stmt {
                 (_, Some(e)) if e <= 0 => Stmt::nop(),
                 (Some(m), Some(1)) => {
                     let v = l.var.clone();
-                    let body = l.body.map_exprs(&mut |e| e.substitute(&|w| (w == &v).then(|| Expr::Int(m, w.ty))));
+                    let body = l.body.map_exprs(&mut |e| e.substitute(&|w| (w == &v).then_some(Expr::Int(m, w.ty))));
                     simplify_stmt(body, bounds)
                 }
                 (Some(m), Some(e)) => {

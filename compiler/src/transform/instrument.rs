@@ -43,10 +43,13 @@ pub struct PassTime {
     pub time: Duration,
 }
 
+/// Passes under way (name, start) and the finished rows.
+type TimingState = (Vec<(String, Instant)>, Vec<PassTime>);
+
 /// Times every pass; [`PassTimingInstrument::report`] gives a nested table.
 #[derive(Debug, Default)]
 pub struct PassTimingInstrument {
-    state: Mutex<(Vec<(String, Instant)>, Vec<PassTime>)>,
+    state: Mutex<TimingState>,
 }
 
 impl PassTimingInstrument {

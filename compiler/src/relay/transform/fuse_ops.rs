@@ -325,13 +325,12 @@ impl Partition {
                     continue;
                 }
                 match group_pattern {
-                    OpPattern::OutEWiseFusable => {
+                    OpPattern::OutEWiseFusable
                         if phase == 0
                             && dom.pattern[i] == OpPattern::ElemWise
-                            && p.check_path(g, i, dom_parent, |k, _| k <= OpPattern::Broadcast)
-                        {
-                            p.commit(g, i, dom_parent);
-                        }
+                            && p.check_path(g, i, dom_parent, |k, _| k <= OpPattern::Broadcast) =>
+                    {
+                        p.commit(g, i, dom_parent);
                     }
                     k if k <= OpPattern::Broadcast => {
                         let edge = dom.pattern[i];
@@ -349,10 +348,10 @@ impl Partition {
                             p.commit(g, i, dom_parent);
                         }
                     }
-                    OpPattern::Injective | OpPattern::Tuple => {
-                        if phase == 1 && p.check_path(g, i, dom_parent, |k, _| k <= OpPattern::Injective) {
-                            p.commit(g, i, dom_parent);
-                        }
+                    OpPattern::Injective | OpPattern::Tuple
+                        if phase == 1 && p.check_path(g, i, dom_parent, |k, _| k <= OpPattern::Injective) =>
+                    {
+                        p.commit(g, i, dom_parent);
                     }
                     _ => {}
                 }
