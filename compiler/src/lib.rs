@@ -16,11 +16,30 @@ pub mod tir;
 pub mod topi;
 pub mod transform;
 
-pub use kiln_macros::relay_model;
+pub use kiln_macros::{function_pass, module_pass, relay_model};
 
 /// What the macros' expansions call. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    use crate::relay::ExprId;
+
+    /// A `transform_function` may return the new function or a `Result` of it.
+    pub trait IntoPassResult {
+        fn into_pass_result(self) -> Result<ExprId, String>;
+    }
+
+    impl IntoPassResult for ExprId {
+        fn into_pass_result(self) -> Result<ExprId, String> {
+            Ok(self)
+        }
+    }
+
+    impl<E: std::fmt::Display> IntoPassResult for Result<ExprId, E> {
+        fn into_pass_result(self) -> Result<ExprId, String> {
+            self.map_err(|e| e.to_string())
+        }
+    }
+
     /// Parse the Relay text `relay_model!` embedded after checking it.
     pub fn parse_embedded_model(text: &str) -> crate::relay::IRModule {
         match kiln_ir::relay::parser::parse_module(text) {

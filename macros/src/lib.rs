@@ -32,3 +32,31 @@ pub fn relay_model(input: TokenStream) -> TokenStream {
     let models = syn::parse_macro_input!(input as model::Models);
     model::expand(models).unwrap_or_else(syn::Error::into_compile_error).into()
 }
+
+mod pass;
+
+/// Turn `fn(IRModule, &PassContext) -> IRModule` (or `-> Result<IRModule, E>`)
+/// into a registered module pass.
+///
+/// Arguments: `opt_level = N` (default 0), `name = "Name"` (default: the
+/// function's name in CamelCase), `required = ["InferType", …]` (default none).
+/// Generates a unit struct of the pass's name with `pass()` and `register()`.
+#[proc_macro_attribute]
+pub fn module_pass(args: TokenStream, item: TokenStream) -> TokenStream {
+    let args = syn::parse_macro_input!(args as pass::PassArgs);
+    let item = syn::parse_macro_input!(item as syn::ItemFn);
+    pass::module_pass(args, item).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Turn `fn(ExprId, &mut IRModule, &PassContext) -> ExprId` (or `-> Result<ExprId, E>`),
+/// or a struct with a `transform_function(&self, func, module, ctx)` method of
+/// that shape, into a function pass (which skips `SkipOptimization` functions).
+///
+/// Same arguments as [`module_pass`]. kiln's functions live in the module's
+/// arena, so a function pass gets the function's handle and the module
+/// mutably (to build new nodes), and returns the new function's handle.
+#[proc_macro_attribute]
+pub fn function_pass(args: TokenStream, item: TokenStream) -> TokenStream {
+    let args = syn::parse_macro_input!(args as pass::PassArgs);
+    pass::function_pass(args, item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}

@@ -26,6 +26,6 @@ pub mod verify;
 pub use config::{config_kind, register_config_key, ConfigKind, ConfigValue};
 pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
 pub use instrument::PassInstrument;
-pub use pass::{apply, FunctionPass, ModulePass, Pass, PassError, PassInfo};
+pub use pass::{apply, run_function_pass, FunctionPass, ModulePass, Pass, PassError, PassInfo};
 pub use registry::{get_pass, pass_names, register_pass};
 pub use sequential::Sequential;

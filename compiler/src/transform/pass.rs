@@ -147,25 +147,35 @@ impl Pass for FunctionPass {
         &self.info
     }
 
-    fn run(&self, mut module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
-        let fail = |message: String| PassError::Failed { pass: self.info.name.clone(), message };
-        let names = module.function_names();
-        for name in &names {
-            let Some(func) = module.function(name) else { continue };
-            if module.store.as_function(func).is_some_and(|f| f.skips_optimization()) {
-                continue;
-            }
-            let new = (self.f)(&mut module, func, ctx).map_err(|m| fail(format!("in `@{name}`: {m}")))?;
-            if module.store.as_function(new).is_none() {
-                return Err(fail(format!("in `@{name}`: the pass returned something that is not a function")));
-            }
-            module
-                .update_function(name, new)
-                .map_err(|_| PassError::FunctionSetChanged { pass: self.info.name.clone() })?;
-        }
-        if module.function_names() != names {
-            return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });
-        }
-        Ok(module)
+    fn run(&self, module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
+        run_function_pass(&self.info, module, ctx, |m, f, c| (self.f)(m, f, c))
     }
+}
+
+/// Apply a function-level transformation to every global function not marked
+/// `SkipOptimization`, checking that the set of functions does not change
+/// (what [`FunctionPass`] and `#[function_pass]` structs run).
+pub fn run_function_pass(
+    info: &PassInfo,
+    mut module: IRModule,
+    ctx: &PassContext,
+    mut f: impl FnMut(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String>,
+) -> Result<IRModule, PassError> {
+    let fail = |message: String| PassError::Failed { pass: info.name.clone(), message };
+    let names = module.function_names();
+    for name in &names {
+        let Some(func) = module.function(name) else { continue };
+        if module.store.as_function(func).is_some_and(|f| f.skips_optimization()) {
+            continue;
+        }
+        let new = f(&mut module, func, ctx).map_err(|m| fail(format!("in `@{name}`: {m}")))?;
+        if module.store.as_function(new).is_none() {
+            return Err(fail(format!("in `@{name}`: the pass returned something that is not a function")));
+        }
+        module.update_function(name, new).map_err(|_| PassError::FunctionSetChanged { pass: info.name.clone() })?;
+    }
+    if module.function_names() != names {
+        return Err(PassError::FunctionSetChanged { pass: info.name.clone() });
+    }
+    Ok(module)
 }
