@@ -1,6 +1,78 @@
 //! kiln: compile deep-learning models into machine code at `cargo build` time.
 //!
-//! The IR levels without LLVM live in `kiln-ir` and are re-exported here.
+//! A model — declared in Rust with [`relay_model!`], or written in Relay text
+//! ([`relay::parse_module`]) — is a [`relay::IRModule`]. The pass
+//! infrastructure ([`transform`]) optimizes and fuses it; [`backend`] lowers
+//! fused functions to TIR kernels and plans their memory; [`codegen`] emits
+//! LLVM (object files, assembly, a JIT) or portable C. The IR levels without
+//! LLVM live in `kiln-ir` and are re-exported here.
+//!
+//! # Declaring a model
+//!
+//! ```
+//! kiln::relay_model! {
+//!     /// The 784-128-10 MLP of the seeds.
+//!     pub fn mlp(x: Tensor<[1, 784], f32>) -> Tensor<[1, 10], f32> {
+//!         weight w1: [784, 128]; weight b1: [128];
+//!         weight w2: [128, 10];  weight b2: [10];
+//!         let h = relu(matmul(x, w1) + b1);
+//!         matmul(h, w2) + b2
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use kiln::relay::transform::default_pipeline;
+//! use kiln::transform::{apply, PassContext};
+//!
+//! let mut module = mlp(); // every shape was checked when the macro expanded
+//! kiln::relay::infer_module(&mut module)?;
+//! let fused = apply(&default_pipeline()?, module, &PassContext::new().with_opt_level(3))?;
+//! let text = kiln::relay::print_module(&fused);
+//! assert_eq!(text.matches("Primitive=1").count(), 2); // matmul+add+relu, matmul+add
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Declaring passes
+//!
+//! ```
+//! use kiln::relay::{ExprId, IRModule};
+//! use kiln::transform::{apply, Pass, PassContext, Sequential};
+//!
+//! /// A module pass: may add or remove functions.
+//! #[kiln::module_pass(opt_level = 1, required = ["InferType"])]
+//! fn drop_unused_functions(mut m: IRModule, _ctx: &PassContext) -> IRModule {
+//!     for name in m.function_names() {
+//!         if name != "main" {
+//!             m.remove_function(&name);
+//!         }
+//!     }
+//!     m
+//! }
+//!
+//! /// A function pass with state: constructor arguments kept in fields.
+//! #[kiln::function_pass(opt_level = 2, required = ["DropUnusedFunctions"])]
+//! struct ReplaceBody {
+//!     replacement: String,
+//! }
+//!
+//! impl ReplaceBody {
+//!     fn transform_function(&self, _f: ExprId, m: &mut IRModule, _ctx: &PassContext) -> Result<ExprId, String> {
+//!         let other = kiln::relay::parse_module(&self.replacement).map_err(|e| e.to_string())?;
+//!         Ok(m.store.import(&other.store, other.main().map_err(|e| e.to_string())?))
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! DropUnusedFunctions::register()?; // so `required` can name it
+//! let replace = ReplaceBody { replacement: "def @main(%x: float32) { exp(%x) }".into() };
+//! let pipeline = Sequential::new("Mine", vec![std::sync::Arc::new(replace)])?;
+//! let m = kiln::relay::parse_module("def @main(%x: float32) { %x }\ndef @other() { 1f }")?;
+//! let out = apply(&pipeline, m, &PassContext::new())?;
+//! assert_eq!(out.function_names(), ["main"]);
+//! # Ok(())
+//! # }
+//! ```
 
 extern crate self as kiln;
 

@@ -49,7 +49,8 @@ fn text(t: &str) -> IRModule {
 
 #[test]
 fn models_equal_their_relay_text() {
-    let mlp_text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/relay/mlp.relay")).expect("mlp.relay");
+    let mlp_text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/relay/mlp.relay"))
+        .expect("mlp.relay");
     assert!(mlp().structural_eq(&parse_module(&mlp_text).expect("parse")), "{}", print_module(&mlp()));
     let conv = text(
         "def @main(%x: Tensor[(1, 3, 16, 16), float32], %w: Tensor[(8, 3, 3, 3), float32], %g: Tensor[(8), float32], %b: Tensor[(8), float32], %m: Tensor[(8), float32], %v: Tensor[(8), float32]) -> Tensor[(1, 8, 16, 16), float32] {
@@ -75,7 +76,10 @@ fn models_equal_their_relay_text() {
     let mut two = two_outputs();
     infer_module(&mut two).expect("typed");
     let printed = print_module(&two);
-    assert!(printed.contains("multiply(%0, 0.5f)") && printed.contains("negative(") && printed.contains("sum("), "{printed}");
+    assert!(
+        printed.contains("multiply(%0, 0.5f)") && printed.contains("negative(") && printed.contains("sum("),
+        "{printed}"
+    );
 }
 
 /// A module pass: counts functions into a diagnostic and leaves the module as is.
@@ -130,13 +134,17 @@ fn macro_passes_behave_like_builtin_passes() {
     let replacement = "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1, 784), float32]) { negative(%x) }";
     let replace: Arc<dyn kiln::transform::Pass> = Arc::new(ReplaceFunc::new(replacement));
     assert_eq!(replace.info(), &PassInfo::new("ReplaceFunc", 2, &["CountFunctions"]));
-    let seq = Sequential::new("UserPipeline", vec![IdentityFunction::pass(), replace.clone()]).expect("requirements resolve");
+    let seq =
+        Sequential::new("UserPipeline", vec![IdentityFunction::pass(), replace.clone()]).expect("requirements resolve");
 
     // opt level 2: ReplaceFunc runs after what it requires (CountFunctions, which requires InferType).
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = PassContext::new().with_instruments(vec![Arc::new(Log(log.clone()))]);
     let out = apply(&seq, mlp(), &ctx).expect("pipeline");
-    assert_eq!(*log.lock().unwrap(), ["UserPipeline", "IdentityFunction", "InferType", "CountFunctions", "ReplaceFunc"]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["UserPipeline", "IdentityFunction", "InferType", "CountFunctions", "ReplaceFunc"]
+    );
     assert!(print_module(&out).contains("negative(%x)"));
     assert_eq!(ctx.diagnostics()[0].message, "1 function(s)");
 

@@ -43,9 +43,27 @@ mod pass;
 /// Generates a unit struct of the pass's name with `pass()` and `register()`.
 #[proc_macro_attribute]
 pub fn module_pass(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = syn::parse_macro_input!(args as pass::PassArgs);
-    let item = syn::parse_macro_input!(item as syn::ItemFn);
-    pass::module_pass(args, item).unwrap_or_else(syn::Error::into_compile_error).into()
+    let original: proc_macro2::TokenStream = item.clone().into();
+    let result = syn::parse::<pass::PassArgs>(args)
+        .and_then(|args| Ok((args, syn::parse::<syn::ItemFn>(item)?)))
+        .and_then(|(args, item)| pass::module_pass(args, item));
+    with_original_on_error(result, original)
+}
+
+/// On error, keep the user's item next to the error so that one mistake
+/// does not cascade into "unused" and "not found" diagnostics.
+fn with_original_on_error(
+    result: syn::Result<proc_macro2::TokenStream>,
+    original: proc_macro2::TokenStream,
+) -> TokenStream {
+    match result {
+        Ok(t) => t.into(),
+        Err(e) => {
+            let mut t = e.into_compile_error();
+            t.extend(original);
+            t.into()
+        }
+    }
 }
 
 /// Turn `fn(ExprId, &mut IRModule, &PassContext) -> ExprId` (or `-> Result<ExprId, E>`),
@@ -57,6 +75,7 @@ pub fn module_pass(args: TokenStream, item: TokenStream) -> TokenStream {
 /// mutably (to build new nodes), and returns the new function's handle.
 #[proc_macro_attribute]
 pub fn function_pass(args: TokenStream, item: TokenStream) -> TokenStream {
-    let args = syn::parse_macro_input!(args as pass::PassArgs);
-    pass::function_pass(args, item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+    let original: proc_macro2::TokenStream = item.clone().into();
+    let result = syn::parse::<pass::PassArgs>(args).and_then(|args| pass::function_pass(args, item.into()));
+    with_original_on_error(result, original)
 }

@@ -36,7 +36,12 @@ impl Parse for PassArgs {
                             .map_err(|_| syn::Error::new(i.span(), "`opt_level` must be a non-negative integer"))?;
                         args.opt_level = Some(i.clone());
                     }
-                    other => return Err(syn::Error::new(other.span(), "`opt_level` must be an integer literal, e.g. `opt_level = 2`")),
+                    other => {
+                        return Err(syn::Error::new(
+                            other.span(),
+                            "`opt_level` must be an integer literal, e.g. `opt_level = 2`",
+                        ))
+                    }
                 },
                 "name" => match &item.value {
                     Expr::Lit(l) if matches!(&l.lit, Lit::Str(_)) => {
@@ -53,11 +58,21 @@ impl Parse for PassArgs {
                                     let Lit::Str(s) = &l.lit else { unreachable_lit() };
                                     args.required.push(s.clone());
                                 }
-                                other => return Err(syn::Error::new(other.span(), "`required` lists pass names as string literals")),
+                                other => {
+                                    return Err(syn::Error::new(
+                                        other.span(),
+                                        "`required` lists pass names as string literals",
+                                    ))
+                                }
                             }
                         }
                     }
-                    other => return Err(syn::Error::new(other.span(), "`required` must be a list of pass names, e.g. `required = [\"InferType\"]`")),
+                    other => {
+                        return Err(syn::Error::new(
+                            other.span(),
+                            "`required` must be a list of pass names, e.g. `required = [\"InferType\"]`",
+                        ))
+                    }
                 },
                 _ => {
                     return Err(syn::Error::new(
@@ -77,10 +92,14 @@ fn unreachable_lit() -> ! {
 }
 
 fn camel_case(snake: &str) -> String {
-    snake.split('_').filter(|s| !s.is_empty()).map(|w| {
-        let mut c = w.chars();
-        c.next().map(|f| f.to_uppercase().chain(c).collect::<String>()).unwrap_or_default()
-    }).collect()
+    snake
+        .split('_')
+        .filter(|s| !s.is_empty())
+        .map(|w| {
+            let mut c = w.chars();
+            c.next().map(|f| f.to_uppercase().chain(c).collect::<String>()).unwrap_or_default()
+        })
+        .collect()
 }
 
 impl PassArgs {
@@ -119,16 +138,25 @@ fn returns_result(ret: &ReturnType) -> bool {
 fn expect_sig(sig: &syn::Signature, expected: &[(&str, Option<bool>)], ret: &str, shape: &str) -> syn::Result<()> {
     let types = arg_types(sig)?;
     if types.len() != expected.len() {
-        return Err(syn::Error::new(sig.inputs.span().join(sig.ident.span()).unwrap_or(sig.ident.span()), format!("expected the signature `{shape}`")));
+        return Err(syn::Error::new(
+            sig.inputs.span().join(sig.ident.span()).unwrap_or(sig.ident.span()),
+            format!("expected the signature `{shape}`"),
+        ));
     }
     for (ty, (name, reference)) in types.iter().zip(expected) {
         let (got, r) = type_name(ty);
         if got != *name || r != *reference {
-            return Err(syn::Error::new(ty.span(), format!("expected `{}{name}` here; the signature is `{shape}`", match reference {
-                Some(true) => "&mut ",
-                Some(false) => "&",
-                None => "",
-            })));
+            return Err(syn::Error::new(
+                ty.span(),
+                format!(
+                    "expected `{}{name}` here; the signature is `{shape}`",
+                    match reference {
+                        Some(true) => "&mut ",
+                        Some(false) => "&",
+                        None => "",
+                    }
+                ),
+            ));
         }
     }
     let ok = match &sig.output {
@@ -143,7 +171,10 @@ fn expect_sig(sig: &syn::Signature, expected: &[(&str, Option<bool>)], ret: &str
             ReturnType::Type(_, t) => t.span(),
             ReturnType::Default => sig.paren_token.span.close(),
         };
-        return Err(syn::Error::new(span, format!("a pass returns `{ret}` or `Result<{ret}, E>`; the signature is `{shape}`")));
+        return Err(syn::Error::new(
+            span,
+            format!("a pass returns `{ret}` or `Result<{ret}, E>`; the signature is `{shape}`"),
+        ));
     }
     Ok(())
 }
@@ -154,7 +185,11 @@ pub fn module_pass(args: PassArgs, item: ItemFn) -> syn::Result<TokenStream> {
     expect_sig(&item.sig, &[("IRModule", None), ("PassContext", Some(false))], "IRModule", shape)?;
     let fname = &item.sig.ident;
     let default_name = camel_case(&fname.to_string());
-    let type_ident = args.name.as_ref().map(|n| Ident::new(&camel_case(&n.value()), n.span())).unwrap_or_else(|| format_ident!("{}", default_name));
+    let type_ident = args
+        .name
+        .as_ref()
+        .map(|n| Ident::new(&camel_case(&n.value()), n.span()))
+        .unwrap_or_else(|| format_ident!("{}", default_name));
     let info = args.info(&default_name);
     let call = if returns_result(&item.sig.output) {
         quote!(#fname(module, ctx).map_err(|e| e.to_string()))
@@ -194,12 +229,22 @@ pub fn function_pass(args: PassArgs, item: TokenStream) -> syn::Result<TokenStre
     if let Ok(s) = syn::parse2::<ItemStruct>(item.clone()) {
         return function_pass_struct(args, s);
     }
-    let item: ItemFn = syn::parse2(item).map_err(|e| syn::Error::new(e.span(), "`#[function_pass]` goes on a function or a struct"))?;
+    let item: ItemFn = syn::parse2(item)
+        .map_err(|e| syn::Error::new(e.span(), "`#[function_pass]` goes on a function or a struct"))?;
     let shape = "fn(ExprId, &mut IRModule, &PassContext) -> ExprId";
-    expect_sig(&item.sig, &[("ExprId", None), ("IRModule", Some(true)), ("PassContext", Some(false))], "ExprId", shape)?;
+    expect_sig(
+        &item.sig,
+        &[("ExprId", None), ("IRModule", Some(true)), ("PassContext", Some(false))],
+        "ExprId",
+        shape,
+    )?;
     let fname = &item.sig.ident;
     let default_name = camel_case(&fname.to_string());
-    let type_ident = args.name.as_ref().map(|n| Ident::new(&camel_case(&n.value()), n.span())).unwrap_or_else(|| format_ident!("{}", default_name));
+    let type_ident = args
+        .name
+        .as_ref()
+        .map(|n| Ident::new(&camel_case(&n.value()), n.span()))
+        .unwrap_or_else(|| format_ident!("{}", default_name));
     let info = args.info(&default_name);
     let call = if returns_result(&item.sig.output) {
         quote!(#fname(func, module, ctx).map_err(|e| e.to_string()))

@@ -1,0 +1,6 @@
+kiln::relay_model! {
+    fn model(x: Tensor<[2, 3], f64>) -> Tensor<[2, 3], f32> {
+        x
+    }
+}
+fn main() {}
