@@ -463,3 +463,123 @@ fn every_pass_preserves_semantics_on_random_programs() {
         }
     }
 }
+
+/// A random conv/dense block: conv2d (maybe grouped) → bias → batch norm →
+/// activation → per-channel scale → residual; and a dense head with a scale
+/// and layer norm — the shapes SimplifyInference and FoldScaleAxis rewrite.
+fn random_block(rng: &mut Rng) -> (IRModule, Vec<Value>) {
+    let c = 2 + rng.below(3);
+    let groups = if rng.below(2) == 0 { 1 } else { c };
+    let bias = ["nn.bias_add", "add", ""][rng.below(3)];
+    let act = ["nn.relu(%3)", "clip(%3, a_min=0f, a_max=6f)", "%3"][rng.below(3)];
+    let scale_side = rng.below(2);
+    let text = format!(
+        "def @main(%x: Tensor[(1, {c}, 5, 5), float32], %w: Tensor[({c}, {icpg}, 3, 3), float32], %b: Tensor[({c}), float32], %bb: Tensor[({c}, 1, 1), float32],
+                   %g: Tensor[({c}), float32], %be: Tensor[({c}), float32], %m: Tensor[({c}), float32], %v: Tensor[({c}), float32],
+                   %s: Tensor[({c}, 1, 1), float32], %t: Tensor[({c}, 1, 1), float32], %wd: Tensor[(4, {flat}), float32], %sd: Tensor[(4), float32],
+                   %lg: Tensor[(4), float32], %lb: Tensor[(4), float32]) {{
+           %0 = nn.conv2d(multiply(%x, %t), %w, padding=[1, 1], groups={groups});
+           %1 = {bias_expr};
+           %2 = nn.batch_norm(%1, %g, %be, %m, %v);
+           %3 = %2.0;
+           %4 = {act};
+           %5 = {scaled};
+           %6 = add(%5, %x);
+           %7 = nn.batch_flatten(%6);
+           %8 = nn.dense(%7, %wd);
+           %9 = multiply(%8, %sd);
+           %10 = nn.dropout(%9);
+           nn.layer_norm(%10.0, %lg, %lb)
+         }}",
+        icpg = c / groups,
+        flat = c * 25,
+        bias_expr = match bias {
+            "nn.bias_add" => "nn.bias_add(%0, %b)",
+            "add" => "add(%0, %bb)",
+            _ => "%0",
+        },
+        scaled = if scale_side == 0 { "multiply(%4, %s)" } else { "multiply(%s, %4)" },
+    );
+    let m = parse(&text);
+    let main = m.main().expect("main");
+    let f = m.store.as_function(main).expect("function");
+    let mut args = Vec::new();
+    for &p in &f.params {
+        let Type::Tensor(t) = m.store.checked_type(p).expect("typed").clone() else { panic!("tensor params") };
+        let mut x = tensor(rng, &t.shape);
+        // Variances must be positive.
+        if m.store.as_var(p).is_some_and(|v| v.name == "v") {
+            x = Tensor::from_f64(
+                DataType::F32,
+                t.shape.clone(),
+                &x.to_f64_vec().iter().map(|v| v.abs() + 0.5).collect::<Vec<_>>(),
+            );
+        }
+        args.push(Value::Tensor(x));
+    }
+    (m, args)
+}
+
+#[test]
+fn inference_and_scale_passes_preserve_semantics_on_random_blocks() {
+    let mut rng = Rng(0xB10C_0000_0000_0001);
+    for case in 0..30 {
+        let (m, args) = random_block(&mut rng);
+        let want = flat(&eval_function(&m, "main", &args).expect("eval"));
+        let pipelines: [&[&str]; 5] = [
+            &["SimplifyInference"],
+            &["SimplifyInference", "FoldScaleAxis"],
+            &["SimplifyInference", "FoldScaleAxis", "FoldConstant", "SimplifyExpr"],
+            &["SimplifyInference", "FoldScaleAxis", "FuseOps"],
+            &["ToANormalForm", "DeadCodeElimination"],
+        ];
+        for passes in pipelines {
+            let out = run_passes(m.clone(), passes, PassContext::new().with_opt_level(3));
+            let got =
+                flat(&eval_function(&out, "main", &args).unwrap_or_else(|e| panic!("case {case}, {passes:?}: {e}")));
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                    "case {case}, {passes:?}: {a} vs {b}\n{}",
+                    print_module(&out)
+                );
+            }
+        }
+        // SimplifyInference removed every batch_norm, layer_norm and dropout; FoldScaleAxis every scale after conv2d.
+        let out = run_passes(m.clone(), &["SimplifyInference", "FoldScaleAxis"], PassContext::new().with_opt_level(3));
+        let text = print_module(&out);
+        assert!(
+            !text.contains("nn.batch_norm") && !text.contains("nn.layer_norm") && !text.contains("nn.dropout"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn optimized_residual_block_computes_the_same_values() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ir/tests/data/relay/residual_block.relay"))
+            .expect("corpus file");
+    let mut m = parse_module(&text).expect("parse");
+    infer_module(&mut m).expect("infer");
+    let mut rng = Rng(77);
+    let main = m.main().expect("main");
+    let f = m.store.as_function(main).expect("function");
+    let args: Vec<Value> = f
+        .params
+        .iter()
+        .map(|&p| {
+            let Type::Tensor(t) = m.store.checked_type(p).expect("typed").clone() else { panic!("tensor") };
+            let x = tensor(&mut rng, &t.shape);
+            let vals: Vec<f64> = x.to_f64_vec().iter().map(|v| v.abs() + 0.1).collect();
+            Value::Tensor(Tensor::from_f64(DataType::F32, t.shape.clone(), &vals))
+        })
+        .collect();
+    let want = flat(&eval_function(&m, "main", &args).expect("eval"));
+    let seq = kiln::relay::transform::default_pipeline().expect("pipeline");
+    let out = apply(&seq, m, &PassContext::new().with_opt_level(3)).expect("opt");
+    let got = flat(&eval_function(&out, "main", &args).expect("eval optimized"));
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
+    }
+}

@@ -4,8 +4,11 @@
 use crate::tir::{Buffer, Expr, PrimFunc, Stmt};
 
 fn flat_index(buffer: &Buffer, indices: Vec<Expr>) -> Vec<Expr> {
-    if indices.len() <= 1 {
-        return indices;
+    match indices.len() {
+        // A 0-d buffer holds one element at offset 0.
+        0 => return vec![Expr::int(0)],
+        1 => return indices,
+        _ => {}
     }
     let shape = buffer.shape();
     let mut acc: Option<Expr> = None;

@@ -1,0 +1,1 @@
+//! Integration tests of kiln as an outside crate uses it (see `tests/`).
