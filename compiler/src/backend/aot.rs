@@ -217,15 +217,34 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                 p.tensors[t].storage = Storage::Output(i);
                 p.outputs.push(t);
             }
+            // An input, a constant or a repeated output is copied into its own output buffer.
             _ => {
-                return Err(err(format!(
-                    "output {i} is an input, a constant or another output; kiln needs each output computed by a kernel"
-                )))
+                let src = p.tensors[t].clone();
+                let kernel = copy_kernel(&mut p, &src.shape, src.dtype).map_err(err)?;
+                p.tensors.push(TensorSlot { name: format!("output{i}"), storage: Storage::Output(i), ..src });
+                let dst = p.tensors.len() - 1;
+                p.calls.push(KernelCall { kernel, args: vec![t, dst] });
+                p.outputs.push(dst);
             }
         }
     }
     place_intermediates(&mut p);
     Ok(p)
+}
+
+/// The index of a kernel copying a tensor of `shape` and `dtype`, added once.
+fn copy_kernel(p: &mut ExecutorPlan, shape: &[usize], dtype: DataType) -> Result<usize, String> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let name = format!("copy_{dtype}_{}", dims.join("x"));
+    if let Some(k) = p.kernels.iter().position(|k| k.name == name) {
+        return Ok(k);
+    }
+    let src = crate::te::placeholder("src", shape, dtype);
+    let s2 = src.clone();
+    let dst = crate::te::compute("dst", shape, |i| s2.at(i));
+    let f = crate::te::lower(&name, &[src], &[dst]).map_err(|e| e.to_string())?;
+    p.kernels.push(f);
+    Ok(p.kernels.len() - 1)
 }
 
 /// Live ranges of the arena tensors (from the call that writes them to the last that reads them), then placement.

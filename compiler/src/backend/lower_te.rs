@@ -43,6 +43,25 @@ fn flatten_outputs(v: &TeValue, out: &mut Vec<Tensor>) {
     }
 }
 
+/// Placeholders for a parameter of type `ty`, appended to `inputs`.
+fn placeholders(ty: &Type, name: &str, inputs: &mut Vec<Tensor>) -> Result<TeValue, String> {
+    match ty {
+        Type::Tensor(tt) => {
+            let t = placeholder(name, &tt.shape, tt.dtype);
+            inputs.push(t.clone());
+            Ok(TeValue::Tensor(t))
+        }
+        Type::Tuple(fields) => Ok(TeValue::Tuple(
+            fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| placeholders(f, &format!("{name}_{i}"), inputs))
+                .collect::<Result<_, _>>()?,
+        )),
+        Type::Func(_) => Err(format!("parameter `{name}` is a function")),
+    }
+}
+
 /// Lower the primitive function `func` (with checked types) into the kernel `name`.
 pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFunc, LowerTeError> {
     let err = |m: String| LowerTeError { kernel: name.to_string(), message: m };
@@ -55,10 +74,10 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
             .cloned()
             .or_else(|| store.as_var(p).and_then(|v| v.ty).map(|t| store.ty(t).clone()))
             .ok_or_else(|| err(format!("parameter {k} has no type")))?;
-        let Type::Tensor(tt) = ty else { return Err(err(format!("parameter {k} is not a tensor: {ty}"))) };
-        let t = placeholder(&format!("p{k}"), &tt.shape, tt.dtype);
-        inputs.push(t.clone());
-        values.insert(p, TeValue::Tensor(t));
+        // A tuple parameter becomes one kernel input per tensor field, in order
+        // (the executor passes tuples flattened the same way).
+        let value = placeholders(&ty, &format!("p{k}"), &mut inputs).map_err(err)?;
+        values.insert(p, value);
     }
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         let value = match store.kind(id) {

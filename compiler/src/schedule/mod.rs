@@ -21,9 +21,14 @@ fn work(s: &Stmt) -> u64 {
 }
 
 /// Mark the outermost loop of a single-nest kernel parallel when it is worth it.
-pub fn parallelize_outer(mut f: PrimFunc) -> PrimFunc {
+pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
+    parallelize_outer_above(f, MIN_PARALLEL_WORK)
+}
+
+/// [`parallelize_outer`] with an explicit work threshold (tests use 0).
+pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
     let total = work(&f.body);
-    if total < MIN_PARALLEL_WORK {
+    if total < min_work {
         return f;
     }
     if let Stmt::For(l) = &mut f.body {

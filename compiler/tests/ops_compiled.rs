@@ -1,0 +1,167 @@
+//! Every registered operator, compiled for LLVM (JIT) and for C, matches the
+//! reference interpreter: each program of the Relay corpus that compiles
+//! ahead of time (no control flow) is optimized, lowered, compiled and run
+//! over its planned arena, serially and task-sliced over 3 threads. Together
+//! the compiled programs use every operator.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use kiln::backend::aot::{plan_executor, ExecutorPlan};
+use kiln::backend::host::{self, KernelLibrary};
+use kiln::codegen::PackedKernel;
+use kiln::relay::transform::default_pipeline;
+use kiln::relay::{eval_function, infer_module, parse_module, post_order, IRModule, Type, Value};
+use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
+use kiln::transform::{apply, PassContext};
+use kiln::Tensor;
+
+/// Kernels compiled as C into a shared object.
+struct CLibrary {
+    _dir: tempfile::TempDir,
+    lib: libloading::Library,
+}
+
+impl CLibrary {
+    fn build(plan: &ExecutorPlan) -> CLibrary {
+        let src = kiln::codegen::c::codegen_module(&plan.kernels).expect("C code");
+        let dir = tempfile::tempdir().expect("dir");
+        let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
+        std::fs::write(&c, &src).expect("write");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let ok = std::process::Command::new(cc)
+            .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .arg("-lm")
+            .status()
+            .expect("cc");
+        assert!(ok.success(), "the C compiler rejected:\n{src}");
+        let lib = unsafe { libloading::Library::new(&so) }.expect("load");
+        CLibrary { _dir: dir, lib }
+    }
+}
+
+impl KernelLibrary for CLibrary {
+    fn packed(&self, name: &str) -> Result<PackedKernel, String> {
+        let sym: libloading::Symbol<PackedKernel> =
+            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
+        Ok(*sym)
+    }
+}
+
+fn inputs(m: &IRModule) -> Option<Vec<Tensor>> {
+    let main = m.main().ok()?;
+    let f = m.store.as_function(main)?;
+    let mut seed = 7u64;
+    f.params
+        .iter()
+        .map(|&p| {
+            let Some(Type::Tensor(t)) = m.store.checked_type(p).cloned() else { return None };
+            let vals: Vec<f64> = (0..t.numel())
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    0.5 + ((seed >> 33) % 1000) as f64 / 1000.0
+                })
+                .collect();
+            Some(Tensor::from_f64(t.dtype, t.shape.clone(), &vals))
+        })
+        .collect()
+}
+
+fn flat(v: &Value, out: &mut Vec<Tensor>) {
+    match v {
+        Value::Tensor(t) => out.push(t.clone()),
+        Value::Tuple(f) => f.iter().for_each(|x| flat(x, out)),
+        Value::Closure(_) => {}
+    }
+}
+
+fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor]) {
+    assert_eq!(got.len(), want.len(), "{name} {what}: output count");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()), "{name} {what}");
+        let tol = if w.dtype().is_float() { 1e-4 } else { 0.0 };
+        for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
+            assert!((a - b).abs() <= tol * b.abs().max(1.0), "{name} {what}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn every_operator_compiled_matches_the_interpreter() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/tests/data/relay");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("corpus")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
+        .collect();
+    files.sort();
+    let mut covered = BTreeSet::new();
+    let mut compiled = 0;
+    for path in files {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let mut m = parse_module(&std::fs::read_to_string(&path).expect("read")).expect("parse");
+        infer_module(&mut m).expect("infer");
+        let Some(args) = inputs(&m) else { continue };
+        let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+        let mut want = Vec::new();
+        flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+        for opt_level in [0, 3] {
+            // At opt level 0 normalization ops stay operators (no SimplifyInference) and nothing fuses.
+            let ctx = if opt_level == 0 {
+                PassContext::new().with_opt_level(0).with_disabled(&["SimplifyInference"])
+            } else {
+                PassContext::new().with_opt_level(3)
+            };
+            let fused = apply(&default_pipeline().expect("pipeline"), m.clone(), &ctx).expect("optimize");
+            // Programs with control flow, closures or several globals are not compiled ahead of time.
+            let mut plan = match plan_executor(&fused) {
+                Ok(p) => p,
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
+                    continue;
+                }
+            };
+            if opt_level == 0 {
+                for (_, f) in fused.functions() {
+                    for id in post_order(&fused.store, &[f]) {
+                        if let Some(op) = fused.store.op_name(id) {
+                            covered.insert(op);
+                        }
+                    }
+                }
+            }
+            plan.kernels = plan
+                .kernels
+                .into_iter()
+                .map(|k| kiln::schedule::parallelize_outer_above(simplify_prim_func(flatten_buffers(k)), 0))
+                .collect();
+            // An output that is passed through unchanged can't be a kernel output.
+            let Ok(jit) = kiln::codegen::llvm::Jit::new(&name, &plan.kernels) else {
+                panic!("{name}: LLVM codegen failed")
+            };
+            let c = CLibrary::build(&plan);
+            for threads in [1, 3] {
+                compare(
+                    &name,
+                    &format!("llvm opt {opt_level} threads {threads}"),
+                    &host::run(&plan, &jit, &args, threads).expect("run"),
+                    &want,
+                );
+                compare(
+                    &name,
+                    &format!("C opt {opt_level} threads {threads}"),
+                    &host::run(&plan, &c, &args, threads).expect("run"),
+                    &want,
+                );
+            }
+            compiled += 1;
+        }
+    }
+    let missing: Vec<&str> =
+        kiln::relay::op_registry().iter().map(|(_, d)| d.name).filter(|n| !covered.contains(n)).collect();
+    assert!(missing.is_empty(), "operators not covered by a compiled program: {missing:?}");
+    assert!(compiled > 40, "only {compiled} programs compiled");
+}
