@@ -80,6 +80,7 @@ pub use kiln_ir::*;
 
 pub mod arith;
 pub mod backend;
+pub mod build;
 pub mod codegen;
 pub mod relay;
 pub mod schedule;
@@ -88,6 +89,7 @@ pub mod tir;
 pub mod topi;
 pub mod transform;
 
+pub use build::Build;
 pub use kiln_macros::{function_pass, module_pass, relay_model};
 
 /// What the macros' expansions call. Not a public API.

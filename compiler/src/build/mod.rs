@@ -1,0 +1,554 @@
+//! The build-script API: compile a model in `build.rs`.
+//!
+//! ```no_run
+//! // build.rs
+//! # fn mlp() -> kiln::relay::IRModule { unimplemented!() }
+//! fn main() {
+//!     kiln::Build::new("mlp")
+//!         .module(mlp())                          // from relay_model!, or .relay_file("mlp.relay")
+//!         .weights("weights/mlp.safetensors")     // bound as constants before optimization
+//!         .target("llvm -mcpu=native")            // or "c"
+//!         .opt_level(3)
+//!         .compile_or_exit();                     // or .compile()? for a Result
+//! }
+//! ```
+//!
+//! `compile` optimizes the model, lowers and compiles its kernels, and writes
+//! into `$OUT_DIR/kiln/`: `lib kiln_<model>.a` (kernels and weights),
+//! `<model>.rs` (the typed glue, included with `kiln_runtime::include_model!`),
+//! `<model>.h` (for C callers) and `<model>.json` (memory plan and kernels).
+//! It prints the `cargo:` lines that link the library and rerun the build
+//! script only when an input changed; when nothing changed since the last
+//! build, it reuses the artifacts without compiling (the same inputs always
+//! give byte-identical artifacts). `KILN_TARGET` overrides the target,
+//! `KILN_DUMP_IR=dir` dumps the IR after every pass, and `KILN_VERBOSE=1`
+//! makes the build say whether it compiled or reused the model.
+
+pub mod glue;
+mod weights;
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_ir::relay::{ExprId, ExprKind, ExprMutator, IRModule, Store};
+use kiln_ir::Tensor;
+
+use crate::backend::aot::{plan_executor, ExecutorPlan};
+use crate::relay::transform::default_pipeline;
+use crate::tir::transform::{flatten_buffers, simplify_prim_func};
+use crate::transform::instrument::DumpIr;
+use crate::transform::{apply, PassContext, PassInstrument};
+
+/// What went wrong in a model build; the text says what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("kiln: model `{model}`: no model given; call .module(…) or .relay_file(…)")]
+    NoModel { model: String },
+    #[error("kiln: model `{model}`: {message}")]
+    Model { model: String, message: String },
+    #[error("kiln: model `{model}`: weights: {message}")]
+    Weights { model: String, message: String },
+    #[error("kiln: model `{model}`: {path}: {source}")]
+    Io { model: String, path: String, source: std::io::Error },
+    #[error("kiln: model `{model}`: OUT_DIR is not set; call .out_dir(…) when not running in a build script")]
+    NoOutDir { model: String },
+}
+
+#[derive(Clone, Debug)]
+enum ModelSource {
+    Module(Box<IRModule>),
+    RelayFile(PathBuf),
+}
+
+#[derive(Clone, Debug)]
+enum WeightSource {
+    File(PathBuf),
+    Tensor(String, Tensor),
+}
+
+/// A model to compile in `build.rs` (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Build {
+    name: String,
+    model: Option<ModelSource>,
+    weights: Vec<WeightSource>,
+    target: String,
+    opt_level: u32,
+    disabled: Vec<String>,
+    out_dir: Option<PathBuf>,
+    cargo_metadata: bool,
+}
+
+/// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    pub name: String,
+    /// The kernels and weights as an object file (LLVM targets).
+    pub object: Option<Vec<u8>>,
+    /// The kernels and weights as C source (the `c` target).
+    pub c_source: Option<String>,
+    /// `<model>.rs`.
+    pub glue: String,
+    /// `<model>.h`.
+    pub header: String,
+    /// `<model>.json`: memory plan and kernels.
+    pub report: String,
+    pub plan: ExecutorPlan,
+    /// Whether `compile` reused the artifacts of an identical earlier build.
+    pub reused: bool,
+}
+
+/// Read an environment variable and tell cargo to rerun when it changes.
+fn env_var(name: &str, emit: bool) -> Option<String> {
+    if emit {
+        println!("cargo:rerun-if-env-changed={name}");
+    }
+    #[allow(clippy::disallowed_methods)]
+    std::env::var(name).ok()
+}
+
+struct BindWeights<'a> {
+    constants: &'a BTreeMap<ExprId, ExprId>,
+}
+
+impl ExprMutator for BindWeights<'_> {
+    fn rewrite_var(&mut self, _: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
+        self.constants.get(&pre).copied().unwrap_or(post)
+    }
+}
+
+impl Build {
+    /// A build of the model that the generated module `name` will hold.
+    pub fn new(name: &str) -> Build {
+        Build {
+            name: name.to_string(),
+            model: None,
+            weights: Vec::new(),
+            target: "llvm -mcpu=native".into(),
+            opt_level: 3,
+            disabled: Vec::new(),
+            out_dir: None,
+            cargo_metadata: true,
+        }
+    }
+
+    /// The model, e.g. from a `relay_model!` function.
+    pub fn module(&mut self, m: IRModule) -> &mut Self {
+        self.model = Some(ModelSource::Module(Box::new(m)));
+        self
+    }
+
+    /// The model, from a Relay text file.
+    pub fn relay_file(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.model = Some(ModelSource::RelayFile(path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Weights from a `.safetensors` file: each tensor binds the `@main` parameter of its name.
+    pub fn weights(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.weights.push(WeightSource::File(path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// One weight, in memory.
+    pub fn weight(&mut self, name: &str, value: Tensor) -> &mut Self {
+        self.weights.push(WeightSource::Tensor(name.to_string(), value));
+        self
+    }
+
+    /// `llvm -mcpu=native` (default), `llvm -mcpu=<cpu> [-mattr=…]`, or `c`.
+    pub fn target(&mut self, target: &str) -> &mut Self {
+        self.target = target.to_string();
+        self
+    }
+
+    pub fn opt_level(&mut self, level: u32) -> &mut Self {
+        self.opt_level = level;
+        self
+    }
+
+    /// Never run pass `name`.
+    pub fn disable_pass(&mut self, name: &str) -> &mut Self {
+        self.disabled.push(name.to_string());
+        self
+    }
+
+    /// Where to write (default: `$OUT_DIR`); artifacts go in its `kiln/` folder.
+    pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Whether to print `cargo:` directives (default true).
+    pub fn cargo_metadata(&mut self, on: bool) -> &mut Self {
+        self.cargo_metadata = on;
+        self
+    }
+
+    fn model_err(&self, message: impl Into<String>) -> Error {
+        Error::Model { model: self.name.clone(), message: message.into() }
+    }
+
+    fn load_module(&self) -> Result<IRModule, Error> {
+        match &self.model {
+            None => Err(Error::NoModel { model: self.name.clone() }),
+            Some(ModelSource::Module(m)) => Ok((**m).clone()),
+            Some(ModelSource::RelayFile(p)) => {
+                let text = std::fs::read_to_string(p).map_err(|e| Error::Io {
+                    model: self.name.clone(),
+                    path: p.display().to_string(),
+                    source: e,
+                })?;
+                kiln_ir::relay::parse_module(&text).map_err(|e| self.model_err(format!("{}:{e}", p.display())))
+            }
+        }
+    }
+
+    fn load_weights(&self) -> Result<Vec<(String, Tensor)>, Error> {
+        let mut out = Vec::new();
+        for w in &self.weights {
+            match w {
+                WeightSource::Tensor(n, t) => out.push((n.clone(), t.clone())),
+                WeightSource::File(p) => {
+                    let bytes = std::fs::read(p).map_err(|e| Error::Io {
+                        model: self.name.clone(),
+                        path: p.display().to_string(),
+                        source: e,
+                    })?;
+                    let tensors = weights::read_safetensors(&bytes).map_err(|m| Error::Weights {
+                        model: self.name.clone(),
+                        message: format!("{}: {m}", p.display()),
+                    })?;
+                    out.extend(tensors);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replace the `@main` parameters named by weights with constants.
+    fn bind_weights(&self, mut m: IRModule, weights: &[(String, Tensor)]) -> Result<IRModule, Error> {
+        let werr = |message: String| Error::Weights { model: self.name.clone(), message };
+        let main = m.main().map_err(|e| self.model_err(e.to_string()))?;
+        let f = m.store.as_function(main).cloned().ok_or_else(|| self.model_err("@main is not a function"))?;
+        let mut constants = BTreeMap::new();
+        for (name, t) in weights {
+            let param =
+                f.params.iter().copied().find(|&p| m.store.as_var(p).is_some_and(|v| &v.name == name)).ok_or_else(
+                    || {
+                        let names: Vec<String> =
+                            f.params.iter().filter_map(|&p| m.store.as_var(p).map(|v| v.name.clone())).collect();
+                        werr(format!("`{name}` is not a parameter of @main (parameters: {})", names.join(", ")))
+                    },
+                )?;
+            if let Some(ty) = m.store.as_var(param).and_then(|v| v.ty) {
+                let want = m.store.ty(ty).clone();
+                let got = kiln_ir::relay::Type::tensor(t.shape().to_vec(), t.dtype());
+                if want != got {
+                    return Err(werr(format!("`{name}` is {got} in the weights, but the model declares {want}")));
+                }
+            }
+            let c = m.store.constant(t.clone());
+            constants.insert(param, c);
+        }
+        let body = kiln_ir::relay::mutate(&mut m.store, f.body, &mut BindWeights { constants: &constants });
+        let params: Vec<ExprId> = f.params.iter().copied().filter(|p| !constants.contains_key(p)).collect();
+        let new = m.store.add(
+            ExprKind::Function(kiln_ir::relay::Function { params, body, ret_ty: f.ret_ty, attrs: f.attrs.clone() }),
+            m.store.span(main).clone(),
+        );
+        m.update_function("main", new).map_err(|e| self.model_err(e.to_string()))?;
+        m.compact();
+        Ok(m)
+    }
+
+    /// Compile in memory: nothing is written, nothing printed.
+    pub fn generate(&self) -> Result<Artifacts, Error> {
+        self.generate_with(None)
+    }
+
+    fn generate_with(&self, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
+        let mut m = self.load_module()?;
+        let weights = self.load_weights()?;
+        m = self.bind_weights(m, &weights)?;
+        kiln_ir::relay::infer_module(&mut m).map_err(|e| self.model_err(e.to_string()))?;
+        let mut ctx = PassContext::new().with_opt_level(self.opt_level);
+        ctx.disabled = self.disabled.clone();
+        let mut instruments: Vec<Arc<dyn PassInstrument>> = Vec::new();
+        if let Some(dir) = dump_ir {
+            instruments.push(Arc::new(DumpIr::new(dir)));
+        }
+        let ctx = Arc::new(ctx.with_instruments(instruments));
+        let pipeline = default_pipeline().map_err(|e| self.model_err(e.to_string()))?;
+        let fused = ctx.scope(|ctx| apply(&pipeline, m, ctx)).map_err(|e| self.model_err(e.to_string()))?;
+        let mut plan = plan_executor(&fused).map_err(|e| self.model_err(e.to_string()))?;
+        plan.kernels = plan
+            .kernels
+            .into_iter()
+            .map(|k| crate::schedule::parallelize_outer(simplify_prim_func(flatten_buffers(k))))
+            .collect();
+        let symbols: Vec<(String, &[u8])> =
+            plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
+        let (object, c_source) = if self.target.trim() == "c" {
+            let src = crate::codegen::c::codegen_module_with_data(&plan.kernels, &symbols)
+                .map_err(|e| self.model_err(e.to_string()))?;
+            (None, Some(src))
+        } else {
+            self.llvm_object(&plan, &symbols)?
+        };
+        let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", true);
+        let header = glue::c_header(&self.name, &plan);
+        let report = report_json(&self.name, &self.target, &plan);
+        Ok(Artifacts { name: self.name.clone(), object, c_source, glue, header, report, plan, reused: false })
+    }
+
+    #[cfg(feature = "llvm")]
+    fn llvm_object(
+        &self,
+        plan: &ExecutorPlan,
+        symbols: &[(String, &[u8])],
+    ) -> Result<(Option<Vec<u8>>, Option<String>), Error> {
+        use crate::codegen::llvm::{compile_with_data, DataSymbol, LlvmTarget};
+        let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
+        let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
+        let out =
+            compile_with_data(&self.name, &plan.kernels, &data, &target).map_err(|e| self.model_err(e.to_string()))?;
+        Ok((Some(out.object), None))
+    }
+
+    #[cfg(not(feature = "llvm"))]
+    fn llvm_object(&self, _: &ExecutorPlan, _: &[(String, &[u8])]) -> Result<(Option<Vec<u8>>, Option<String>), Error> {
+        Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
+    }
+
+    /// The hash of everything that determines the artifacts.
+    fn cache_key(&self) -> Result<String, Error> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        env!("CARGO_PKG_VERSION").hash(&mut h);
+        let m = self.load_module()?;
+        kiln_ir::relay::print_module(&m).hash(&mut h);
+        for (n, t) in self.load_weights()? {
+            n.hash(&mut h);
+            t.hash(&mut h);
+        }
+        (&self.target, self.opt_level, &self.disabled, &self.name).hash(&mut h);
+        // Touching an input file rebuilds, as cargo users expect.
+        for w in &self.weights {
+            if let WeightSource::File(p) = w {
+                std::fs::metadata(p).and_then(|m| m.modified()).ok().hash(&mut h);
+            }
+        }
+        // A different kiln (the build script is relinked) never reuses old artifacts.
+        if let Ok(exe) = std::env::current_exe() {
+            std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(&mut h);
+        }
+        Ok(format!("{:016x}", h.finish()))
+    }
+
+    /// Generate, write into `$OUT_DIR/kiln/` (reusing an identical earlier
+    /// build), build the static library and print the cargo directives.
+    pub fn compile(&self) -> Result<Artifacts, Error> {
+        let emit = self.cargo_metadata;
+        let out_dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => env_var("OUT_DIR", false)
+                .map(PathBuf::from)
+                .ok_or_else(|| Error::NoOutDir { model: self.name.clone() })?,
+        };
+        let dir = out_dir.join("kiln");
+        let mut build = self.clone();
+        if let Some(t) = env_var("KILN_TARGET", emit) {
+            build.target = t;
+        }
+        let dump = env_var("KILN_DUMP_IR", emit).map(PathBuf::from);
+        if emit {
+            for w in &self.weights {
+                if let WeightSource::File(p) = w {
+                    println!("cargo:rerun-if-changed={}", p.display());
+                }
+            }
+            if let Some(ModelSource::RelayFile(p)) = &self.model {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
+        }
+        let io = |path: &Path, e: std::io::Error| Error::Io {
+            model: self.name.clone(),
+            path: path.display().to_string(),
+            source: e,
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let key = build.cache_key()?;
+        let key_file = dir.join(format!("{}.key", self.name));
+        let lib_name = format!("kiln_{}", self.name);
+        let lib_file = dir.join(format!("lib{lib_name}.a"));
+        let glue_file = dir.join(format!("{}.rs", self.name));
+        let fresh = std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str())
+            && lib_file.exists()
+            && glue_file.exists()
+            && dump.is_none();
+        let mut artifacts = if fresh {
+            // Reuse: regenerate nothing, but report what is there.
+            let plan = ExecutorPlan {
+                kernels: Vec::new(),
+                tensors: Vec::new(),
+                calls: Vec::new(),
+                constants: Vec::new(),
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                arena_bytes: 0,
+                arena_lower_bound: 0,
+            };
+            let read = |p: PathBuf| std::fs::read_to_string(&p).map_err(|e| io(&p, e));
+            Artifacts {
+                name: self.name.clone(),
+                object: None,
+                c_source: None,
+                glue: read(glue_file.clone())?,
+                header: read(dir.join(format!("{}.h", self.name)))?,
+                report: read(dir.join(format!("{}.json", self.name)))?,
+                plan,
+                reused: true,
+            }
+        } else {
+            let a = build.generate_with(dump)?;
+            a.write_to(&dir)?;
+            archive(&a, &dir, &lib_name).map_err(|m| self.model_err(m))?;
+            write_if_changed(&key_file, key.as_bytes()).map_err(|e| io(&key_file, e))?;
+            a
+        };
+        if emit {
+            println!("cargo:rustc-link-search=native={}", dir.display());
+            println!("cargo:rustc-link-lib=static={lib_name}");
+            if env_var("KILN_VERBOSE", true).is_some() {
+                println!(
+                    "cargo:warning=kiln: model `{}` {}",
+                    self.name,
+                    if fresh { "unchanged, artifacts reused" } else { "compiled" }
+                );
+            }
+        }
+        artifacts.reused = fresh;
+        Ok(artifacts)
+    }
+
+    /// [`Build::compile`], printing the error and exiting the build script on failure.
+    pub fn compile_or_exit(&self) -> Artifacts {
+        match self.compile() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+}
+
+impl Artifacts {
+    /// Write `<model>.rs`, `.h`, `.json` and the object (`.o`) or C source (`.c`) into `dir`.
+    pub fn write_to(&self, dir: &Path) -> Result<(), Error> {
+        let io = |path: &Path, e: std::io::Error| Error::Io {
+            model: self.name.clone(),
+            path: path.display().to_string(),
+            source: e,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let mut files: Vec<(PathBuf, &[u8])> = vec![
+            (dir.join(format!("{}.rs", self.name)), self.glue.as_bytes()),
+            (dir.join(format!("{}.h", self.name)), self.header.as_bytes()),
+            (dir.join(format!("{}.json", self.name)), self.report.as_bytes()),
+        ];
+        if let Some(o) = &self.object {
+            files.push((dir.join(format!("{}.o", self.name)), o));
+        }
+        if let Some(c) = &self.c_source {
+            files.push((dir.join(format!("{}.c", self.name)), c.as_bytes()));
+        }
+        for (p, bytes) in files {
+            write_if_changed(&p, bytes).map_err(|e| io(&p, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Every tensor of a `.safetensors` file, by name (what `.weights(…)` binds).
+pub fn read_safetensors(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
+    let p = path.as_ref();
+    let model = String::from("(weights)");
+    let bytes =
+        std::fs::read(p).map_err(|e| Error::Io { model: model.clone(), path: p.display().to_string(), source: e })?;
+    weights::read_safetensors(&bytes).map_err(|m| Error::Weights { model, message: format!("{}: {m}", p.display()) })
+}
+
+/// Write only when the contents differ, so mtimes stay put for unchanged files.
+fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if std::fs::read(path).ok().as_deref() == Some(bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes)
+}
+
+/// Build `lib<lib_name>.a` from the object or C source with the `cc` crate.
+fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
+    let mut b = cc::Build::new();
+    b.out_dir(dir).cargo_metadata(false).warnings(false);
+    // Outside a build script cc needs the target spelled out.
+    #[allow(clippy::disallowed_methods)]
+    if std::env::var("TARGET").is_err() {
+        let host = crate::build::host_triple();
+        b.target(&host).host(&host).opt_level(2);
+    }
+    if a.object.is_some() {
+        b.object(dir.join(format!("{}.o", a.name)));
+    } else {
+        b.file(dir.join(format!("{}.c", a.name))).flag_if_supported("-std=c99").opt_level(2);
+    }
+    b.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
+}
+
+/// The host's target triple (for builds outside cargo).
+pub(crate) fn host_triple() -> String {
+    format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
+}
+
+fn report_json(name: &str, target: &str, plan: &ExecutorPlan) -> String {
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let kernels: Vec<String> = plan.kernels.iter().map(|k| format!("\"{}\"", esc(&k.name))).collect();
+    let calls: Vec<String> = plan
+        .calls
+        .iter()
+        .map(|c| format!("{{\"kernel\": \"{}\", \"args\": {:?}}}", esc(&plan.kernels[c.kernel].name), c.args))
+        .collect();
+    let tensors: Vec<String> = plan
+        .tensors
+        .iter()
+        .map(|t| {
+            format!(
+                "{{\"name\": \"{}\", \"shape\": {:?}, \"dtype\": \"{}\", \"storage\": \"{:?}\"}}",
+                esc(&t.name),
+                t.shape,
+                t.dtype,
+                t.storage
+            )
+        })
+        .collect();
+    let bytes = |f: &dyn Fn(&crate::backend::aot::TensorSlot) -> bool| {
+        plan.tensors.iter().filter(|t| f(t)).map(|t| t.bytes()).sum::<usize>()
+    };
+    use crate::backend::aot::Storage;
+    format!(
+        "{{\n  \"model\": \"{}\",\n  \"target\": \"{}\",\n  \"memory\": {{\"arena_bytes\": {}, \"lower_bound_bytes\": {}, \"input_bytes\": {}, \"output_bytes\": {}, \"constant_bytes\": {}}},\n  \"kernels\": [{}],\n  \"calls\": [\n    {}\n  ],\n  \"tensors\": [\n    {}\n  ]\n}}\n",
+        esc(name),
+        esc(target),
+        plan.arena_bytes,
+        plan.arena_lower_bound,
+        bytes(&|t| matches!(t.storage, Storage::Input(_))),
+        bytes(&|t| matches!(t.storage, Storage::Output(_))),
+        plan.constants.iter().map(|c| c.bytes().len()).sum::<usize>(),
+        kernels.join(", "),
+        calls.join(",\n    "),
+        tensors.join(",\n    ")
+    )
+}

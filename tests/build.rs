@@ -1,0 +1,65 @@
+//! kiln used from a build script exactly as a user would: two models, one a
+//! conv net with parameters bound in memory, compiled for the host.
+
+use kiln::{DataType, Tensor};
+
+kiln::relay_model! {
+    /// A small conv net: conv-bn-relu, max pool, residual conv, global pool, dense.
+    fn convnet(x: Tensor<[1, 3, 12, 12], f32>) -> Tensor<[1, 5], f32> {
+        weight c1: [8, 3, 3, 3]; weight g: [8]; weight b: [8]; weight m: [8]; weight v: [8];
+        weight c2: [8, 8, 3, 3]; weight fc: [5, 8]; weight fb: [5];
+        let y = relu(batch_norm(conv2d(x, c1, padding = [1, 1]), g, b, m, v).0);
+        let p = max_pool2d(y, pool_size = [2, 2], strides = [2, 2]);
+        let r = relu(conv2d(p, c2, padding = [1, 1]) + p);
+        let f = batch_flatten(global_avg_pool2d(r));
+        softmax(bias_add(dense(f, fc), fb))
+    }
+}
+
+/// Deterministic parameter values: small, and positive where a variance is needed.
+pub fn param(name: &str, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let seed = name.bytes().fold(7u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+    let vals: Vec<f64> = (0..n)
+        .map(|i| {
+            let x = ((seed as f64) * 0.001 + i as f64 * 0.7).sin() * 0.3;
+            if name == "v" {
+                x.abs() + 0.5
+            } else {
+                x
+            }
+        })
+        .collect();
+    Tensor::from_f64(DataType::F32, shape.to_vec(), &vals)
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=models/mlp.relay");
+    // Model 1: Relay text, weights given in memory.
+    let mut mlp = kiln::Build::new("mlp_text");
+    mlp.relay_file("models/mlp.relay");
+    for (name, shape) in [("w1", [784usize, 128].as_slice()), ("b1", &[128]), ("w2", &[128, 10]), ("b2", &[10])] {
+        mlp.weight(name, param(name, shape));
+    }
+    mlp.compile_or_exit();
+    // Model 2: a conv net declared with relay_model!, compiled to C.
+    let mut conv = kiln::Build::new("convnet");
+    conv.module(convnet()).target("c");
+    for (name, shape) in [
+        ("c1", [8usize, 3, 3, 3].as_slice()),
+        ("g", &[8]),
+        ("b", &[8]),
+        ("m", &[8]),
+        ("v", &[8]),
+        ("c2", &[8, 8, 3, 3]),
+        ("fc", &[5, 8]),
+        ("fb", &[5]),
+    ] {
+        conv.weight(name, param(name, shape));
+    }
+    conv.compile_or_exit();
+    // The models themselves, for the tests' reference interpreter runs.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    std::fs::write(out.join("convnet.relay"), kiln::relay::print_module(&convnet())).expect("write");
+}

@@ -1,0 +1,115 @@
+//! The models compiled by this crate's `build.rs` and linked into it: their
+//! outputs match the reference interpreter, `run` allocates nothing, and
+//! inputs of the wrong length do not compile (fixed-size arrays) or are `Err`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kiln::relay::{eval_function, infer_module, parse_module, Value};
+use kiln::Tensor;
+use kiln_user_tests::{convnet, mlp_text, param, CONVNET_RELAY};
+
+/// Counts allocations made on this thread while `COUNTING` is set.
+struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! { static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) }; }
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(|c| c.get()) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn close(got: &[f32], want: &[f64]) {
+    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+    for (a, b) in got.iter().zip(want) {
+        assert!((*a as f64 - b).abs() <= 1e-4 * scale.max(1e-6), "{a} vs {b}");
+    }
+}
+
+fn sample(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32) * 0.13).cos()).collect()
+}
+
+#[test]
+fn mlp_from_relay_text_matches_the_interpreter() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/models/mlp.relay")).expect("model");
+    let mut m = parse_module(&text).expect("parse");
+    infer_module(&mut m).expect("infer");
+    let x: [f32; 784] = sample(784).try_into().expect("784");
+    let args = vec![
+        Value::Tensor(Tensor::from_f32(vec![1, 784], &x)),
+        Value::Tensor(param("w1", &[784, 128])),
+        Value::Tensor(param("b1", &[128])),
+        Value::Tensor(param("w2", &[128, 10])),
+        Value::Tensor(param("b2", &[10])),
+    ];
+    let Ok(Value::Tensor(want)) = eval_function(&m, "main", &args) else { panic!("interpreter") };
+    let mut buffer = vec![0u8; mlp_text::ARENA_BYTES + 64];
+    let mut model = mlp_text::Model::new(&mut buffer).expect("arena");
+    let mut out = [0f32; 10];
+    model.run(&x, &mut out);
+    close(&out, &want.to_f64_vec());
+}
+
+#[test]
+fn convnet_compiled_to_c_matches_the_interpreter() {
+    let mut m = parse_module(CONVNET_RELAY).expect("parse");
+    infer_module(&mut m).expect("infer");
+    let x: Vec<f32> = sample(3 * 12 * 12);
+    let mut args = vec![Value::Tensor(Tensor::from_f32(vec![1, 3, 12, 12], &x))];
+    for (name, shape) in [
+        ("c1", [8usize, 3, 3, 3].as_slice()),
+        ("g", &[8]),
+        ("b", &[8]),
+        ("m", &[8]),
+        ("v", &[8]),
+        ("c2", &[8, 8, 3, 3]),
+        ("fc", &[5, 8]),
+        ("fb", &[5]),
+    ] {
+        args.push(Value::Tensor(param(name, shape)));
+    }
+    let Ok(Value::Tensor(want)) = eval_function(&m, "main", &args) else { panic!("interpreter") };
+    let mut model = convnet::OwnedModel::with_threads(2);
+    let mut out = [0f32; 5];
+    model.run(&x.clone().try_into().expect("432"), &mut out);
+    close(&out, &want.to_f64_vec());
+    assert!((out.iter().sum::<f32>() - 1.0).abs() < 1e-5, "softmax output sums to 1");
+}
+
+#[test]
+fn run_allocates_nothing() {
+    let x: [f32; 784] = sample(784).try_into().expect("784");
+    let mut model = mlp_text::OwnedModel::with_threads(1);
+    let mut conv = convnet::OwnedModel::with_threads(1);
+    let cx: [f32; 432] = sample(432).try_into().expect("432");
+    let (mut out, mut cout) = ([0f32; 10], [0f32; 5]);
+    model.run(&x, &mut out); // warm up
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..100 {
+        model.run(&x, &mut out);
+        conv.run(&cx, &mut cout);
+    }
+    COUNTING.with(|c| c.set(false));
+    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_small_arena_is_an_error() {
+    let mut tiny = vec![0u8; 8];
+    let e = mlp_text::Model::new(&mut tiny).err().expect("too small");
+    assert!(e.to_string().contains("the model needs"), "{e}");
+    assert_eq!(mlp_text::X_SHAPE, [1, 784]);
+    assert_eq!(mlp_text::OUTPUT0_SHAPE, [1, 10]);
+}
