@@ -84,3 +84,22 @@ fn conv_block_matches_the_interpreter() {
     compile_and_compare(block(), 1);
     compile_and_compare(block(), 3);
 }
+
+#[test]
+fn mlp_kernels_use_vector_instructions() {
+    let mut m = mlp();
+    infer_module(&mut m).expect("infer");
+    let fused =
+        apply(&default_pipeline().expect("pipeline"), m, &PassContext::new().with_opt_level(3)).expect("optimize");
+    let plan = plan_executor(&fused).expect("plan");
+    let kernels: Vec<_> = plan.kernels.into_iter().map(|k| simplify_prim_func(flatten_buffers(k))).collect();
+    let target = kiln::codegen::llvm::LlvmTarget::parse("llvm -mcpu=skylake-avx512").expect("target");
+    let out = kiln::codegen::llvm::compile("mlp", &kernels, &target).expect("compile");
+    for k in ["fused_nn_matmul_add_nn_relu", "fused_nn_matmul_add"] {
+        let start = out.assembly.find(&format!("{k}:")).unwrap_or_else(|| panic!("{k} in the assembly"));
+        let body = &out.assembly[start..];
+        let body = &body[..body.find(".Lfunc_end").unwrap_or(body.len())];
+        assert!(body.contains("zmm") || body.contains("ymm"), "{k} has no vector code:\n{body}");
+        assert!(body.contains("vfmadd") || body.contains("vmulps"), "{k} has no vector arithmetic");
+    }
+}

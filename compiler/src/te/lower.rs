@@ -66,26 +66,35 @@ fn inline(e: &Expr, inlined: &HashMap<u32, Tensor>) -> Expr {
 fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> Stmt {
     let Operation::Compute { axes, body } = &t.0.op else { return Stmt::nop() };
     let idx: Vec<Expr> = axes.iter().map(Expr::var).collect();
-    let inner = match body {
+    let loop_over = |vars: &[(crate::tir::Var, usize)], mut s: Stmt| {
+        for (v, extent) in vars.iter().rev() {
+            s = Stmt::for_loop(v.clone(), *extent, ForKind::Serial, s);
+        }
+        s
+    };
+    let spatial: Vec<(crate::tir::Var, usize)> = axes.iter().cloned().zip(t.shape().iter().copied()).collect();
+    match body {
         Expr::Reduce(r) => {
             let source = inline(&r.source, inlined);
             let init =
                 Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.identity(t.dtype()) };
             let acc = Expr::Load(target.clone(), idx.clone());
-            let mut update =
+            let update =
                 Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.combine(acc, source) };
-            for (v, extent) in r.axes.iter().rev() {
-                update = Stmt::for_loop(v.clone(), *extent, ForKind::Serial, update);
+            match spatial.split_last() {
+                // The last output axis is innermost in both the initialization and
+                // the update (reduction loops around it): consecutive iterations
+                // write consecutive outputs, which the vectorizer can use.
+                Some((last, outer)) => {
+                    let last = std::slice::from_ref(last);
+                    let body = Stmt::seq(vec![loop_over(last, init), loop_over(&r.axes, loop_over(last, update))]);
+                    loop_over(outer, body)
+                }
+                None => Stmt::seq(vec![init, loop_over(&r.axes, update)]),
             }
-            Stmt::seq(vec![init, update])
         }
-        _ => Stmt::Store { buffer: target.clone(), indices: idx, value: inline(body, inlined) },
-    };
-    let mut s = inner;
-    for (v, extent) in axes.iter().zip(t.shape()).rev() {
-        s = Stmt::for_loop(v.clone(), *extent, ForKind::Serial, s);
+        _ => loop_over(&spatial, Stmt::Store { buffer: target.clone(), indices: idx, value: inline(body, inlined) }),
     }
-    s
 }
 
 /// Lower `outputs` (computed from `inputs`) into the kernel `name`, whose
