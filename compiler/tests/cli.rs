@@ -88,3 +88,75 @@ fn opt_runs_the_pipeline_with_instruments() {
     assert_eq!(code, 0);
     assert_eq!(out.matches("Primitive=1").count(), 5, "opt level 0 keeps one operator per kernel:\n{out}");
 }
+
+const WEIGHTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mlp/weights/mlp.safetensors");
+
+#[test]
+fn build_emits_two_vectorized_kernels_for_the_mlp() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().to_string_lossy().into_owned();
+    let (code, _, err) =
+        kiln(&["build", MLP, "--target", "llvm -mcpu=haswell", "--emit", "tir,llvm,asm,obj,c,relay", "-o", &out]);
+    assert_eq!(code, 0, "{err}");
+    let tir = std::fs::read_to_string(dir.path().join("mlp.tir")).expect("tir");
+    assert_eq!(tir.matches("@T.prim_func").count(), 2, "{tir}");
+    assert!(tir.contains("def fused_nn_matmul_add_nn_relu(") && tir.contains("def fused_nn_matmul_add("));
+    let asm = std::fs::read_to_string(dir.path().join("mlp.s")).expect("asm");
+    assert!(asm.contains("ymm"), "AVX2 vector code expected");
+    assert!(std::fs::read(dir.path().join("mlp.o")).expect("obj").starts_with(b"\x7fELF"));
+    let (code, _, err) = kiln(&["build", MLP, "--emit", "wasm"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown --emit kind `wasm`"), "{err}");
+}
+
+#[test]
+fn run_reads_npy_inputs_and_writes_npy_outputs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let x = kiln::Tensor::from_f32(vec![1, 784], &(0..784).map(|i| (i as f32 * 0.01).sin()).collect::<Vec<_>>());
+    let xin = write(&dir, "x.npy", &kiln::npy::write_npy(&x));
+    let (llvm_out, c_out) = (dir.path().join("y_llvm.npy"), dir.path().join("y_c.npy"));
+    let (code, stdout, err) = kiln(&[
+        "run",
+        MLP,
+        "--weights",
+        WEIGHTS,
+        "--input",
+        &format!("x={xin}"),
+        "--output",
+        &llvm_out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.starts_with("output 0: [1, 10] float32"), "{stdout}");
+    let (code, _, err) = kiln(&[
+        "run",
+        MLP,
+        "--target",
+        "c",
+        "--threads",
+        "2",
+        "--weights",
+        WEIGHTS,
+        "--input",
+        &format!("x={xin}"),
+        "--output",
+        &c_out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let a = kiln::npy::read_npy(&std::fs::read(llvm_out).expect("out")).expect("npy");
+    let b = kiln::npy::read_npy(&std::fs::read(c_out).expect("out")).expect("npy");
+    for (p, q) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+        assert!((p - q).abs() < 1e-5, "{p} vs {q}");
+    }
+    // Missing and wrongly shaped inputs are errors, not crashes.
+    let (code, _, err) = kiln(&["run", MLP, "--weights", WEIGHTS]);
+    assert_eq!(code, 1);
+    assert!(err.contains("missing --input x=PATH.npy"), "{err}");
+    let small = write(&dir, "small.npy", &kiln::npy::write_npy(&kiln::Tensor::from_f32(vec![3], &[1.0, 2.0, 3.0])));
+    let (code, _, err) = kiln(&["run", MLP, "--weights", WEIGHTS, "--input", &format!("x={small}")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("input 0 (`x`) must be [1, 784] float32"), "{err}");
+    let junk = write(&dir, "junk.npy", b"\x93NUMPY\x01\x00\xff\xff");
+    let (code, _, err) = kiln(&["run", MLP, "--weights", WEIGHTS, "--input", &format!("x={junk}")]);
+    assert_eq!(code, 1);
+    assert!(err.contains("junk.npy") && !err.contains("panicked"), "{err}");
+}

@@ -12,6 +12,7 @@ pub mod arena;
 pub mod attrs;
 pub mod dtype;
 pub mod error;
+pub mod npy;
 pub mod relay;
 pub mod span;
 pub mod tensor;

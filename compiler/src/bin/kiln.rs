@@ -27,6 +27,17 @@ commands:
       --time-passes              print a pass timing report
       --dump-ir DIR              write the module after every pass to DIR/NNN_<pass>.relay
       --verify                   check the module is well-formed and well-typed after every pass
+  build FILE      compile a Relay module and write what --emit asks for
+      --target T                 `llvm -mcpu=native` (default), `llvm -mcpu=…`, or `c`
+      --opt-level N              optimization level (default 3)
+      --weights FILE             bind @main parameters from .safetensors/.npy (repeatable)
+      --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c (default obj)
+      -o DIR                     output directory (default .)
+  run FILE        compile in process (JIT, or C) and run on .npy inputs
+      --input NAME=PATH.npy      an input of @main (repeatable; every non-weight parameter)
+      --output PATH.npy          where to write each output, in order (repeatable)
+      --weights FILE, --target T, --opt-level N as for build
+      --threads N                threads for the parallel kernels (default 1)
   passes          list the registered passes
 ";
 
@@ -144,8 +155,210 @@ fn opt(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// Options shared by `kiln build` and `kiln run`.
+struct CompileArgs {
+    file: String,
+    target: String,
+    opt_level: u32,
+    weights: Vec<String>,
+    emit: Vec<String>,
+    out: String,
+    inputs: Vec<(String, String)>,
+    outputs: Vec<String>,
+    threads: usize,
+}
+
+fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
+    let mut c = CompileArgs {
+        file: String::new(),
+        target: "llvm -mcpu=native".into(),
+        opt_level: 3,
+        weights: Vec::new(),
+        emit: vec!["obj".into()],
+        out: ".".into(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        threads: 1,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("`{flag}` needs a value"));
+        match a.as_str() {
+            "--target" => c.target = value(a)?,
+            "--opt-level" => {
+                let v = value(a)?;
+                c.opt_level = v.parse().map_err(|_| format!("--opt-level takes a number, not `{v}`"))?;
+            }
+            "--weights" => c.weights.push(value(a)?),
+            "--emit" => c.emit = value(a)?.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            "-o" => c.out = value(a)?,
+            "--input" => {
+                let v = value(a)?;
+                let (n, p) = v.split_once('=').ok_or_else(|| format!("--input takes NAME=PATH.npy, not `{v}`"))?;
+                c.inputs.push((n.to_string(), p.to_string()));
+            }
+            "--output" => c.outputs.push(value(a)?),
+            "--threads" => {
+                let v = value(a)?;
+                c.threads = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--threads takes a positive number, not `{v}`"))?;
+            }
+            flag if flag.starts_with('-') => {
+                return Err(format!("unknown option `{flag}` for `kiln {cmd}`\n\n{USAGE}"))
+            }
+            file if c.file.is_empty() => c.file = file.to_string(),
+            extra => return Err(format!("unexpected argument `{extra}`")),
+        }
+    }
+    if c.file.is_empty() {
+        return Err(format!("`kiln {cmd}` needs a FILE\n\n{USAGE}"));
+    }
+    for e in &c.emit {
+        if !["relay", "tir", "llvm", "asm", "obj", "c"].contains(&e.as_str()) {
+            return Err(format!("unknown --emit kind `{e}`; expected relay, tir, llvm, asm, obj or c"));
+        }
+    }
+    Ok(c)
+}
+
+/// Parse, bind weights, type-check, optimize and plan.
+fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::ExecutorPlan), String> {
+    read_module(&c.file)?; // file errors with their location first
+    let mut b = kiln::Build::new("model");
+    b.relay_file(&c.file).opt_level(c.opt_level).target(&c.target);
+    for w in &c.weights {
+        b.weights(w);
+    }
+    let m = b.prepare().map_err(|e| e.to_string())?;
+    let ctx = Arc::new(PassContext::new().with_opt_level(c.opt_level));
+    kiln::build::optimize_and_plan(m, ctx).map_err(|e| format!("{}: {e}", c.file))
+}
+
+fn build(args: &[String]) -> Result<(), String> {
+    let c = parse_compile_args(args, "build")?;
+    let (fused, plan) = compile_file(&c)?;
+    let dir = std::path::Path::new(&c.out);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+        eprintln!("wrote {}", p.display());
+        Ok(())
+    };
+    let stem = std::path::Path::new(&c.file).file_stem().and_then(|s| s.to_str()).unwrap_or("model").to_string();
+    for e in &c.emit {
+        match e.as_str() {
+            "relay" => write(&format!("{stem}.relay"), print_module(&fused).as_bytes())?,
+            "tir" => {
+                let text: Vec<String> = plan.kernels.iter().map(kiln::tir::print_prim_func).collect();
+                write(&format!("{stem}.tir"), text.join("\n").as_bytes())?
+            }
+            "c" => {
+                let src = kiln::codegen::c::codegen_module(&plan.kernels).map_err(|e| e.to_string())?;
+                write(&format!("{stem}.c"), src.as_bytes())?
+            }
+            kind => {
+                if c.target.trim() == "c" {
+                    return Err(format!("--emit {kind} needs an LLVM target, not `c`"));
+                }
+                let target = kiln::codegen::llvm::LlvmTarget::parse(&c.target).map_err(|e| e.to_string())?;
+                let out = kiln::codegen::llvm::compile(&stem, &plan.kernels, &target).map_err(|e| e.to_string())?;
+                match kind {
+                    "llvm" => write(&format!("{stem}.ll"), out.llvm_ir.as_bytes())?,
+                    "asm" => write(&format!("{stem}.s"), out.assembly.as_bytes())?,
+                    _ => write(&format!("{stem}.o"), &out.object)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kernels compiled as C into a shared object and loaded.
+struct CLibrary {
+    _dir: std::path::PathBuf,
+    lib: libloading::Library,
+}
+
+impl kiln::backend::host::KernelLibrary for CLibrary {
+    fn packed(&self, name: &str) -> Result<kiln::codegen::PackedKernel, String> {
+        // SAFETY: every kernel has a `<name>_packed` entry point of this type (codegen::c).
+        let sym: libloading::Symbol<kiln::codegen::PackedKernel> =
+            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
+        Ok(*sym)
+    }
+}
+
+fn c_library(plan: &kiln::backend::aot::ExecutorPlan) -> Result<CLibrary, String> {
+    let src = kiln::codegen::c::codegen_module(&plan.kernels).map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("kiln-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (cfile, so) = (dir.join("kernels.c"), dir.join("kernels.so"));
+    std::fs::write(&cfile, src).map_err(|e| e.to_string())?;
+    let status = std::process::Command::new("cc")
+        .args(["-O2", "-std=c99", "-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&cfile)
+        .arg("-lm")
+        .status()
+        .map_err(|e| format!("cannot run the C compiler `cc`: {e}"))?;
+    if !status.success() {
+        return Err("the C compiler failed on the generated kernels".into());
+    }
+    // SAFETY: the library is the C we just generated; loading it runs no initializers of ours.
+    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string())?;
+    Ok(CLibrary { _dir: dir, lib })
+}
+
+fn run_model(args: &[String]) -> Result<(), String> {
+    let c = parse_compile_args(args, "run")?;
+    let (_, plan) = compile_file(&c)?;
+    let mut inputs = Vec::new();
+    for &t in &plan.inputs {
+        let name = &plan.tensors[t].name;
+        let path = c.inputs.iter().find(|(n, _)| n == name).map(|(_, p)| p).ok_or_else(|| {
+            let names: Vec<&str> = plan.inputs.iter().map(|&i| plan.tensors[i].name.as_str()).collect();
+            format!("missing --input {name}=PATH.npy (the model's inputs: {})", names.join(", "))
+        })?;
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        inputs.push(kiln::npy::read_npy(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    for (n, _) in &c.inputs {
+        if !plan.inputs.iter().any(|&i| &plan.tensors[i].name == n) {
+            return Err(format!("`{n}` is not an input of the model"));
+        }
+    }
+    let outputs = if c.target.trim() == "c" {
+        let lib = c_library(&plan)?;
+        kiln::backend::host::run(&plan, &lib, &inputs, c.threads)?
+    } else {
+        let jit = kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())?;
+        kiln::backend::host::run(&plan, &jit, &inputs, c.threads)?
+    };
+    for (i, t) in outputs.iter().enumerate() {
+        let v = t.to_f64_vec();
+        let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:.6}")).collect();
+        println!(
+            "output {i}: {:?} {} [{}{}]",
+            t.shape(),
+            t.dtype(),
+            head.join(", "),
+            if v.len() > 8 { ", …" } else { "" }
+        );
+        if let Some(p) = c.outputs.get(i) {
+            std::fs::write(p, kiln::npy::write_npy(t)).map_err(|e| format!("{p}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
+        Some("build") => build(&args[1..]),
+        Some("run") => run_model(&args[1..]),
         Some("print") => {
             let [_, file] = args else { return Err(format!("`kiln print` takes one FILE\n\n{USAGE}")) };
             let m = read_module(file)?;

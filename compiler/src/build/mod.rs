@@ -147,7 +147,8 @@ impl Build {
         self
     }
 
-    /// Weights from a `.safetensors` file: each tensor binds the `@main` parameter of its name.
+    /// Weights from a `.safetensors` file (each tensor binds the `@main`
+    /// parameter of its name) or a `.npy` file (binding the parameter named like the file).
     pub fn weights(&mut self, path: impl AsRef<Path>) -> &mut Self {
         self.weights.push(WeightSource::File(path.as_ref().to_path_buf()));
         self
@@ -270,11 +271,17 @@ impl Build {
         self.generate_with(None)
     }
 
-    fn generate_with(&self, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
-        let mut m = self.load_module()?;
+    /// The model with its weights bound as constants, type-checked: what gets optimized.
+    pub fn prepare(&self) -> Result<IRModule, Error> {
+        let m = self.load_module()?;
         let weights = self.load_weights()?;
-        m = self.bind_weights(m, &weights)?;
+        let mut m = self.bind_weights(m, &weights)?;
         kiln_ir::relay::infer_module(&mut m).map_err(|e| self.model_err(e.to_string()))?;
+        Ok(m)
+    }
+
+    fn generate_with(&self, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
+        let m = self.prepare()?;
         let mut ctx = PassContext::new().with_opt_level(self.opt_level);
         ctx.disabled = self.disabled.clone();
         let mut instruments: Vec<Arc<dyn PassInstrument>> = Vec::new();
@@ -282,14 +289,7 @@ impl Build {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
         let ctx = Arc::new(ctx.with_instruments(instruments));
-        let pipeline = default_pipeline().map_err(|e| self.model_err(e.to_string()))?;
-        let fused = ctx.scope(|ctx| apply(&pipeline, m, ctx)).map_err(|e| self.model_err(e.to_string()))?;
-        let mut plan = plan_executor(&fused).map_err(|e| self.model_err(e.to_string()))?;
-        plan.kernels = plan
-            .kernels
-            .into_iter()
-            .map(|k| crate::schedule::parallelize_outer(simplify_prim_func(flatten_buffers(k))))
-            .collect();
+        let (_, plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let (object, c_source) = if self.target.trim() == "c" {
@@ -471,6 +471,39 @@ impl Artifacts {
         }
         Ok(())
     }
+}
+
+/// The compiler's middle: the default pipeline under `ctx`, then the
+/// executor plan with its kernels flattened, simplified and scheduled.
+/// (What [`Build`] and `kiln build`/`kiln run` share.)
+pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
+    let pipeline = default_pipeline().map_err(|e| e.to_string())?;
+    let fused = ctx.scope(|ctx| apply(&pipeline, m, ctx)).map_err(|e| e.to_string())?;
+    let mut plan = plan_executor(&fused).map_err(|e| e.to_string())?;
+    plan.kernels = plan
+        .kernels
+        .into_iter()
+        .map(|k| crate::schedule::parallelize_outer(simplify_prim_func(flatten_buffers(k))))
+        .collect();
+    Ok((fused, plan))
+}
+
+/// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.
+pub fn read_weight_file(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
+    let p = path.as_ref();
+    if p.extension().is_some_and(|e| e == "npy") {
+        let model = String::from("(weights)");
+        let bytes = std::fs::read(p).map_err(|e| Error::Io {
+            model: model.clone(),
+            path: p.display().to_string(),
+            source: e,
+        })?;
+        let t = kiln_ir::npy::read_npy(&bytes)
+            .map_err(|m| Error::Weights { model, message: format!("{}: {m}", p.display()) })?;
+        let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        return Ok(vec![(name, t)]);
+    }
+    read_safetensors(p)
 }
 
 /// Every tensor of a `.safetensors` file, by name (what `.weights(…)` binds).
