@@ -42,8 +42,8 @@ fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
     let rest = header[at..].trim_start();
     let end = if rest.starts_with('(') {
         rest.find(')').map(|i| i + 1)
-    } else if rest.starts_with('\'') {
-        rest[1..].find('\'').map(|i| i + 2)
+    } else if let Some(quoted) = rest.strip_prefix('\'') {
+        quoted.find('\'').map(|i| i + 2)
     } else {
         rest.find([',', '}'])
     };
