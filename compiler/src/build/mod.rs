@@ -80,6 +80,7 @@ pub struct Build {
     disabled: Vec<String>,
     out_dir: Option<PathBuf>,
     cargo_metadata: bool,
+    runtime_std: bool,
 }
 
 /// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
@@ -94,8 +95,11 @@ pub struct Artifacts {
     pub glue: String,
     /// `<model>.h`.
     pub header: String,
-    /// `<model>.json`: memory plan and kernels.
+    /// `<model>.json`: memory plan and kernels (deterministic).
     pub report: String,
+    /// The pass timing report, written to `<model>.timings.txt` (not deterministic,
+    /// so kept out of the artifacts that must be byte-identical).
+    pub timings: String,
     pub plan: ExecutorPlan,
     /// Whether `compile` reused the artifacts of an identical earlier build.
     pub reused: bool,
@@ -132,7 +136,15 @@ impl Build {
             disabled: Vec::new(),
             out_dir: None,
             cargo_metadata: true,
+            runtime_std: true,
         }
+    }
+
+    /// Whether the glue may use `kiln-runtime`'s `std` feature (default true): it
+    /// then also defines `OwnedModel` (own arena, thread pool). Set false for `no_std` crates.
+    pub fn runtime_std(&mut self, on: bool) -> &mut Self {
+        self.runtime_std = on;
+        self
     }
 
     /// The model, e.g. from a `relay_model!` function.
@@ -284,7 +296,8 @@ impl Build {
         let m = self.prepare()?;
         let mut ctx = PassContext::new().with_opt_level(self.opt_level);
         ctx.disabled = self.disabled.clone();
-        let mut instruments: Vec<Arc<dyn PassInstrument>> = Vec::new();
+        let timing = Arc::new(crate::transform::instrument::PassTimingInstrument::new());
+        let mut instruments: Vec<Arc<dyn PassInstrument>> = vec![timing.clone()];
         if let Some(dir) = dump_ir {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
@@ -299,10 +312,20 @@ impl Build {
         } else {
             self.llvm_object(&plan, &symbols)?
         };
-        let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", true);
+        let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std);
         let header = glue::c_header(&self.name, &plan);
         let report = report_json(&self.name, &self.target, &plan);
-        Ok(Artifacts { name: self.name.clone(), object, c_source, glue, header, report, plan, reused: false })
+        Ok(Artifacts {
+            name: self.name.clone(),
+            object,
+            c_source,
+            glue,
+            header,
+            report,
+            timings: timing.report(),
+            plan,
+            reused: false,
+        })
     }
 
     #[cfg(feature = "llvm")]
@@ -409,6 +432,7 @@ impl Build {
                 glue: read(glue_file.clone())?,
                 header: read(dir.join(format!("{}.h", self.name)))?,
                 report: read(dir.join(format!("{}.json", self.name)))?,
+                timings: read(dir.join(format!("{}.timings.txt", self.name))).unwrap_or_default(),
                 plan,
                 reused: true,
             }
@@ -466,6 +490,7 @@ impl Artifacts {
         if let Some(c) = &self.c_source {
             files.push((dir.join(format!("{}.c", self.name)), c.as_bytes()));
         }
+        files.push((dir.join(format!("{}.timings.txt", self.name)), self.timings.as_bytes()));
         for (p, bytes) in files {
             write_if_changed(&p, bytes).map_err(|e| io(&p, e))?;
         }
