@@ -78,14 +78,13 @@ extern crate self as kiln;
 
 pub use kiln_ir::*;
 
-pub mod arith;
 pub mod backend;
 pub mod build;
 pub mod codegen;
 pub mod relay;
 pub mod schedule;
 pub mod te;
-pub mod tir;
+
 pub mod topi;
 pub mod transform;
 

@@ -355,3 +355,46 @@ fn checker_names_the_pass_that_broke_the_module() {
     let e = apply(&seq, module(), &ctx).unwrap_err().to_string();
     assert_eq!(e, "instrument `WellFormedChecker` failed in run_after_pass: after pass `Breaker`, the module is malformed: in `@main`: `@missing` is not a function of the module");
 }
+
+#[test]
+fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
+    let log: Log = Default::default();
+    struct Names(Log);
+    impl PassInstrument for Names {
+        fn name(&self) -> &str {
+            "Names"
+        }
+        fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+            if info.name.starts_with("tir.") {
+                let kernels: Vec<String> = m.prim_funcs().map(|k| k.name.clone()).collect();
+                self.0.lock().unwrap().push(format!("{} on {}", info.name, kernels.join(",")));
+            }
+            Ok(())
+        }
+    }
+    let mut m = parse_module(
+        "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(4, 4), float32]) {\n  %0 = exp(%x);\n  add(%0, %x)\n}\n",
+    )
+    .unwrap();
+    kiln::relay::infer_module(&mut m).unwrap();
+    let ctx = Arc::new(PassContext::new().with_opt_level(3).with_instruments(vec![Arc::new(Names(log.clone()))]));
+    let (_, plan) = kiln::build::optimize_and_plan(m, ctx).unwrap();
+    assert_eq!(plan.kernels.len(), 1);
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "tir.FlattenBuffer on fused_exp_add",
+            "tir.Simplify on fused_exp_add",
+            "tir.ParallelizeOuter on fused_exp_add"
+        ]
+    );
+    // A PrimFuncPass may not rename (add or remove) kernels.
+    let mut lowered = IRModule::new();
+    lowered.add_prim_func(plan.kernels[0].clone());
+    let renamer = kiln::transform::PrimFuncPass::new(PassInfo::new("Renamer", 0, &[]), |mut f, _, _| {
+        f.name = "other".into();
+        Ok(f)
+    });
+    let e = apply(&renamer, lowered, &PassContext::new()).unwrap_err();
+    assert_eq!(e, PassError::FunctionSetChanged { pass: "Renamer".into() });
+}

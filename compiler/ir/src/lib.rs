@@ -9,6 +9,7 @@
 //! them; `kiln` re-exports all of it.
 
 pub mod arena;
+pub mod arith;
 pub mod attrs;
 pub mod dtype;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod npy;
 pub mod relay;
 pub mod span;
 pub mod tensor;
+pub mod tir;
 
 pub use attrs::{AttrValue, Attrs};
 pub use dtype::DataType;

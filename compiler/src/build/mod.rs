@@ -37,7 +37,6 @@ use kiln_ir::Tensor;
 
 use crate::backend::aot::{plan_executor, ExecutorPlan};
 use crate::relay::transform::default_pipeline;
-use crate::tir::transform::{flatten_buffers, simplify_prim_func};
 use crate::transform::instrument::DumpIr;
 use crate::transform::{apply, PassContext, PassInstrument};
 
@@ -503,14 +502,21 @@ impl Artifacts {
 /// (What [`Build`] and `kiln build`/`kiln run` share.)
 pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
     let pipeline = default_pipeline().map_err(|e| e.to_string())?;
-    let fused = ctx.scope(|ctx| apply(&pipeline, m, ctx)).map_err(|e| e.to_string())?;
-    let mut plan = plan_executor(&fused).map_err(|e| e.to_string())?;
-    plan.kernels = plan
-        .kernels
-        .into_iter()
-        .map(|k| crate::schedule::parallelize_outer(simplify_prim_func(flatten_buffers(k))))
-        .collect();
-    Ok((fused, plan))
+    let tir = crate::relay::transform::tir_pipeline().map_err(|e| e.to_string())?;
+    ctx.scope(|ctx| {
+        let fused = apply(&pipeline, m, ctx)?;
+        let mut plan = plan_executor(&fused)
+            .map_err(|e| crate::transform::PassError::Failed { pass: "LowerTE".into(), message: e.to_string() })?;
+        // The kernels travel in the module through the TIR passes, so instruments see them.
+        let mut lowered = fused.clone();
+        for k in std::mem::take(&mut plan.kernels) {
+            lowered.add_prim_func(k);
+        }
+        let mut lowered = apply(&tir, lowered, ctx)?;
+        plan.kernels = lowered.take_prim_funcs();
+        Ok((fused, plan))
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.

@@ -11,9 +11,8 @@
 //!   (timing, print IR, dump IR, well-formedness checker).
 //! - [`registry`]: passes by name (TVM's `GetPass`), built-in and user ones.
 //!
-//! TIR kernels are not in `IRModule` yet; a `PrimFuncPass` will join when TIR
-//! modules travel through the same pipeline (the `Pass` trait is already
-//! agnostic of what a pass changes inside the module).
+//! - [`PrimFuncPass`]: the same over the module's TIR kernels (after lowering,
+//!   `IRModule` carries them, as in TVM), so instruments see TIR passes too.
 
 mod config;
 mod context;
@@ -26,6 +25,6 @@ pub mod verify;
 pub use config::{config_kind, register_config_key, ConfigKind, ConfigValue};
 pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
 pub use instrument::PassInstrument;
-pub use pass::{apply, run_function_pass, FunctionPass, ModulePass, Pass, PassError, PassInfo};
+pub use pass::{apply, run_function_pass, FunctionPass, ModulePass, Pass, PassError, PassInfo, PrimFuncPass};
 pub use registry::{get_pass, pass_names, register_pass};
 pub use sequential::Sequential;

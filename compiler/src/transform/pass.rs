@@ -179,3 +179,57 @@ pub fn run_function_pass(
     }
     Ok(module)
 }
+
+type PrimFuncFn =
+    dyn Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, String> + Send + Sync;
+
+/// A pass over the module's TIR kernels, one at a time (TVM's `PrimFuncPass`).
+/// It cannot add or remove kernels.
+pub struct PrimFuncPass {
+    info: PassInfo,
+    f: Box<PrimFuncFn>,
+}
+
+impl fmt::Debug for PrimFuncPass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PrimFuncPass({})", self.info.name)
+    }
+}
+
+impl PrimFuncPass {
+    pub fn new(
+        info: PassInfo,
+        f: impl Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        PrimFuncPass { info, f: Box::new(f) }
+    }
+
+    pub fn arc(self) -> Arc<dyn Pass> {
+        Arc::new(self)
+    }
+}
+
+impl Pass for PrimFuncPass {
+    fn info(&self) -> &PassInfo {
+        &self.info
+    }
+
+    fn run(&self, mut module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
+        let kernels = module.take_prim_funcs();
+        for k in kernels {
+            let name = k.name.clone();
+            let new = (self.f)(k, &module, ctx).map_err(|m| PassError::Failed {
+                pass: self.info.name.clone(),
+                message: format!("in kernel `{name}`: {m}"),
+            })?;
+            if new.name != name {
+                return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });
+            }
+            module.add_prim_func(new);
+        }
+        Ok(module)
+    }
+}

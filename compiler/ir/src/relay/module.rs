@@ -10,12 +10,15 @@ use super::expr::{Call, Callee, ExprId, ExprKind, Function, Store, Var};
 use super::structural::structural_eq;
 use super::visit::post_order;
 
-/// A Relay module: named global functions (`@main`, …) sharing one store.
-/// Function order is insertion order, which printing follows.
+/// A module: named global Relay functions (`@main`, …) sharing one store,
+/// and, once lowered, the TIR kernels (TVM keeps both kinds in one
+/// `IRModule`, so `PrimFuncPass`es and instruments work on the same value).
+/// Order is insertion order, which printing follows.
 #[derive(Clone, Debug, Default)]
 pub struct IRModule {
     pub store: Store,
     functions: IndexMap<String, ExprId>,
+    prim_funcs: IndexMap<String, crate::tir::PrimFunc>,
 }
 
 impl IRModule {
@@ -25,7 +28,7 @@ impl IRModule {
 
     /// A module whose only function, `main`, is `func` (a `Function` node of `store`).
     pub fn from_main(store: Store, func: ExprId) -> Result<Self> {
-        let mut m = IRModule { store, functions: IndexMap::new() };
+        let mut m = IRModule { store, functions: IndexMap::new(), prim_funcs: IndexMap::new() };
         m.add_function("main", func)?;
         Ok(m)
     }
@@ -81,6 +84,25 @@ impl IRModule {
         self.functions.is_empty()
     }
 
+    /// Add or replace a TIR kernel (by its name).
+    pub fn add_prim_func(&mut self, f: crate::tir::PrimFunc) {
+        self.prim_funcs.insert(f.name.clone(), f);
+    }
+
+    pub fn prim_func(&self, name: &str) -> Option<&crate::tir::PrimFunc> {
+        self.prim_funcs.get(name)
+    }
+
+    /// The TIR kernels, in order.
+    pub fn prim_funcs(&self) -> impl Iterator<Item = &crate::tir::PrimFunc> {
+        self.prim_funcs.values()
+    }
+
+    /// Remove and return every TIR kernel, in order.
+    pub fn take_prim_funcs(&mut self) -> Vec<crate::tir::PrimFunc> {
+        std::mem::take(&mut self.prim_funcs).into_values().collect()
+    }
+
     /// Drop the nodes no function reaches and renumber the rest (in the same
     /// relative order, so printing is unchanged). Checked types are kept.
     pub fn compact(&mut self) {
@@ -94,7 +116,8 @@ impl IRModule {
     }
 
     /// Structural equality of two modules: the same function names, in any
-    /// order, bound to structurally equal functions.
+    /// order, bound to structurally equal Relay functions (TIR kernels are
+    /// compared by name only).
     pub fn structural_eq(&self, other: &IRModule) -> bool {
         self.functions.len() == other.functions.len()
             && self

@@ -498,6 +498,12 @@ pub fn print_module(m: &IRModule) -> String {
         }
         p.def(name, f);
     }
+    // Lowered kernels print as TVMScript inside a comment: Relay text cannot hold them.
+    for f in m.prim_funcs() {
+        p.out.push_str("\n/* TIR kernel\n");
+        p.out.push_str(&crate::tir::print_prim_func(f));
+        p.out.push_str("*/\n");
+    }
     p.metadata();
     p.out
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kiln_ir::relay::{infer_module, IRModule};
 
-use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, Sequential};
+use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, PrimFuncPass, Sequential};
 
 pub mod common_subexpr;
 pub mod dead_code;
@@ -73,10 +73,34 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         })
         .arc(),
     ];
+    // TIR passes over lowered kernels.
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::flatten_buffers(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.Simplify", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::simplify_prim_func(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.ParallelizeOuter", 1, &[]), |f, _, _| {
+            Ok(crate::schedule::parallelize_outer(f))
+        })
+        .arc(),
+    );
     // FoldScaleAxis is a Sequential of the backward and the forward pass (the seeds' example).
     let halves: Vec<Arc<dyn Pass>> = v.iter().filter(|p| p.info().name.ends_with("FoldScaleAxis")).cloned().collect();
     v.push(Arc::new(Sequential::unchecked(PassInfo::new("FoldScaleAxis", 3, &[]), halves)));
     v
+}
+
+/// The TIR pipeline run on lowered kernels: flatten buffers, simplify, schedule.
+pub fn tir_pipeline() -> Result<Sequential, PassError> {
+    Sequential::from_names("TirPipeline", &["tir.FlattenBuffer", "tir.Simplify", "tir.ParallelizeOuter"])
 }
 
 /// The standard pipeline (TVM's `relay.build` order, as far as the passes exist):

@@ -1,6 +1,6 @@
 //! The integer simplifier.
 
-use kiln_ir::DataType;
+use crate::DataType;
 
 use super::bounds::Bounds;
 use crate::tir::{BinOp, CmpOp, Expr, Stmt, TirType};

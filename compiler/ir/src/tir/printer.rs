@@ -40,15 +40,15 @@ impl Names {
 fn expr(e: &Expr, names: &mut Names) -> String {
     match e {
         Expr::Int(v, t) => {
-            if t.elem == kiln_ir::DataType::Bool {
+            if t.elem == crate::DataType::Bool {
                 (if *v != 0 { "True" } else { "False" }).to_string()
-            } else if t.elem == kiln_ir::DataType::I64 {
+            } else if t.elem == crate::DataType::I64 {
                 v.to_string()
             } else {
                 format!("T.{}({v})", t.elem)
             }
         }
-        Expr::Float(v, t) => format!("T.{}({})", t.elem, kiln_ir::attrs::format_float(*v)),
+        Expr::Float(v, t) => format!("T.{}({})", t.elem, crate::attrs::format_float(*v)),
         Expr::Var(v) => names.var(v),
         Expr::Bin(op, a, b) => match op {
             BinOp::Min | BinOp::Max => format!("T.{}({}, {})", op.symbol(), expr(a, names), expr(b, names)),

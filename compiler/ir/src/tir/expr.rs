@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use kiln_ir::DataType;
+use crate::DataType;
 
 /// A TIR value type: an element type and a vector width (`lanes == 1` for scalars).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
