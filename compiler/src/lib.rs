@@ -81,6 +81,7 @@ pub use kiln_ir::*;
 pub mod backend;
 pub mod build;
 pub mod codegen;
+pub mod frontend;
 pub mod relay;
 pub mod schedule;
 pub mod te;

@@ -124,7 +124,28 @@ pub fn lower(name: &str, inputs: &[Tensor], outputs: &[Tensor]) -> Result<PrimFu
             }
         }
     }
-    // Loads of a materialized intermediate read its local buffer.
+    // An intermediate read by one output only, at the output's own index (a
+    // conv2d or matmul under its elementwise epilogue), is computed straight
+    // into the output buffer and the epilogue runs in place: no kernel-local
+    // buffer, whatever the size.
+    for k in 0..stages.len() {
+        let (r, _) = &stages[k];
+        if is_output(r) {
+            continue;
+        }
+        let readers: Vec<usize> = (0..stages.len()).filter(|&j| j != k && reads(&stages[j].0, r, &inlined)).collect();
+        if let [j] = readers[..] {
+            let o = &stages[j].0;
+            if is_output(o)
+                && o.shape() == r.shape()
+                && o.dtype() == r.dtype()
+                && reads_only_at_own_index(o, r, &inlined)
+            {
+                stages[k].1 = o.buffer().clone();
+            }
+        }
+    }
+    // Loads of a materialized intermediate read its buffer.
     let remap: HashMap<u32, Buffer> = stages.iter().map(|(t, b)| (t.buffer().id(), b.clone())).collect();
     let mut body_stmts = Vec::new();
     let mut locals = Vec::new();
@@ -142,6 +163,45 @@ pub fn lower(name: &str, inputs: &[Tensor], outputs: &[Tensor]) -> Result<PrimFu
     }
     let params = inputs.iter().chain(outputs).map(|t| t.buffer().clone()).collect();
     Ok(PrimFunc { name: name.to_string(), params, num_outputs: outputs.len(), body, attrs: Default::default() })
+}
+
+/// Every index list with which `consumer`'s body (after inlining) loads `producer`.
+fn load_indices(consumer: &Tensor, producer: &Tensor, inlined: &HashMap<u32, Tensor>) -> Vec<Vec<Expr>> {
+    let Operation::Compute { body, .. } = &consumer.0.op else { return Vec::new() };
+    let body = match body {
+        Expr::Reduce(r) => inline(&r.source, inlined),
+        b => inline(b, inlined),
+    };
+    let mut out = Vec::new();
+    fn walk(e: &Expr, id: u32, out: &mut Vec<Vec<Expr>>) {
+        if let Expr::Load(b, idx) = e {
+            if b.id() == id {
+                out.push(idx.clone());
+            }
+        }
+        e.for_each_child(|c| walk(c, id, out));
+    }
+    walk(&body, producer.buffer().id(), &mut out);
+    out
+}
+
+fn reads(consumer: &Tensor, producer: &Tensor, inlined: &HashMap<u32, Tensor>) -> bool {
+    !load_indices(consumer, producer, inlined).is_empty()
+}
+
+/// Whether `consumer` (elementwise, not a reduction) reads `producer` only at its own output index.
+fn reads_only_at_own_index(consumer: &Tensor, producer: &Tensor, inlined: &HashMap<u32, Tensor>) -> bool {
+    let Operation::Compute { axes, body } = &consumer.0.op else { return false };
+    if matches!(body, Expr::Reduce(_)) {
+        return false;
+    }
+    let own: Vec<Expr> = axes.iter().map(Expr::var).collect();
+    let shape = consumer.shape();
+    // A size-1 axis may be read at a literal 0 (broadcasting writes it that way).
+    load_indices(consumer, producer, inlined).iter().all(|idx| {
+        idx.len() == own.len()
+            && idx.iter().zip(&own).enumerate().all(|(k, (i, o))| i == o || (shape[k] == 1 && i.as_int() == Some(0)))
+    })
 }
 
 fn retarget(e: Expr, remap: &HashMap<u32, Buffer>) -> Expr {

@@ -1,0 +1,3 @@
+//! Frontends: models from other formats into Relay.
+
+pub mod onnx;

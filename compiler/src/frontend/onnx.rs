@@ -1,0 +1,391 @@
+//! ONNX → Relay. The message types come from the `onnx-protobuf` crate; this
+//! module maps the graph: graph inputs become `@main`'s parameters (a dynamic
+//! dimension must be fixed by the caller), initializers and `Constant` nodes
+//! become constants, nodes become operator calls whose span is the node's
+//! name, so every error names the ONNX node, its operator and what is missing.
+
+use std::collections::HashMap;
+
+use onnx_protobuf::{
+    attribute_proto::AttributeType, tensor_proto::DataType as OnnxType, Message, ModelProto, NodeProto, TensorProto,
+};
+use protobuf::Enum;
+
+use kiln_ir::attrs::{AttrValue, Attrs};
+use kiln_ir::relay::{ExprId, IRModule, Store, Type};
+use kiln_ir::span::Span;
+use kiln_ir::{DataType, Tensor};
+
+/// What went wrong importing an ONNX model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OnnxError {
+    #[error("not a valid ONNX model: {0}")]
+    Corrupt(String),
+    #[error("ONNX node `{node}` ({op}): {message}")]
+    Node { node: String, op: String, message: String },
+    #[error("ONNX input `{input}`: {message}")]
+    Input { input: String, message: String },
+}
+
+fn dtype(t: i32) -> Option<DataType> {
+    Some(match OnnxType::from_i32(t)? {
+        OnnxType::FLOAT => DataType::F32,
+        OnnxType::FLOAT16 => DataType::F16,
+        OnnxType::INT64 => DataType::I64,
+        OnnxType::INT32 => DataType::I32,
+        OnnxType::INT8 => DataType::I8,
+        OnnxType::UINT8 => DataType::U8,
+        OnnxType::BOOL => DataType::Bool,
+        _ => return None,
+    })
+}
+
+/// A host tensor from an initializer or `Constant` value.
+fn tensor(t: &TensorProto) -> Result<Tensor, String> {
+    let dt =
+        dtype(t.data_type).ok_or_else(|| format!("tensor `{}` has unsupported data type {}", t.name, t.data_type))?;
+    let shape: Vec<usize> = t
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
+    let n: usize = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the tensor is too large")?;
+    if !t.raw_data.is_empty() {
+        return Tensor::from_bytes(dt, shape, t.raw_data.clone())
+            .ok_or_else(|| format!("tensor `{}`: raw data does not fit its shape", t.name));
+    }
+    let vals: Vec<f64> = match dt {
+        DataType::F32 => t.float_data.iter().map(|&v| v as f64).collect(),
+        DataType::I64 => t.int64_data.iter().map(|&v| v as f64).collect(),
+        DataType::I32 | DataType::I8 | DataType::U8 | DataType::Bool | DataType::F16 => {
+            t.int32_data.iter().map(|&v| v as f64).collect()
+        }
+    };
+    if vals.len() != n {
+        return Err(format!("tensor `{}` has {} values for shape {shape:?}", t.name, vals.len()));
+    }
+    Ok(Tensor::from_f64(dt, shape, &vals))
+}
+
+struct Importer<'a> {
+    store: Store,
+    values: HashMap<String, ExprId>,
+    /// Constant tensors by value name (initializers, `Constant` outputs), for attributes given as inputs.
+    constants: HashMap<String, Tensor>,
+    input_shapes: &'a [(String, Vec<usize>)],
+}
+
+struct Node<'a> {
+    n: &'a NodeProto,
+}
+
+impl Node<'_> {
+    fn err(&self, m: impl Into<String>) -> OnnxError {
+        OnnxError::Node { node: self.n.name.clone(), op: self.n.op_type.clone(), message: m.into() }
+    }
+    fn attr(&self, name: &str) -> Option<&onnx_protobuf::AttributeProto> {
+        self.n.attribute.iter().find(|a| a.name == name)
+    }
+    fn int(&self, name: &str, default: i64) -> i64 {
+        self.attr(name).map_or(default, |a| a.i)
+    }
+    fn float(&self, name: &str, default: f32) -> f32 {
+        self.attr(name).map_or(default, |a| a.f)
+    }
+    fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.attr(name)
+            .filter(|a| a.type_.enum_value() == Ok(AttributeType::INTS) || !a.ints.is_empty())
+            .map(|a| a.ints.clone())
+    }
+    fn string(&self, name: &str) -> Option<String> {
+        self.attr(name).map(|a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+}
+
+fn attrs(pairs: &[(&str, AttrValue)]) -> Attrs {
+    Attrs::from_pairs(pairs.iter().map(|(k, v)| (*k, v.clone())))
+}
+
+impl Importer<'_> {
+    fn input(&self, node: &Node, i: usize) -> Result<ExprId, OnnxError> {
+        let name =
+            node.n.input.get(i).filter(|s| !s.is_empty()).ok_or_else(|| node.err(format!("missing input {i}")))?;
+        self.values
+            .get(name)
+            .copied()
+            .ok_or_else(|| node.err(format!("input `{name}` is not defined before this node")))
+    }
+
+    fn optional_input(&self, node: &Node, i: usize) -> Option<ExprId> {
+        node.n.input.get(i).filter(|s| !s.is_empty()).and_then(|n| self.values.get(n).copied())
+    }
+
+    fn const_input(&self, node: &Node, i: usize) -> Option<&Tensor> {
+        node.n.input.get(i).and_then(|n| self.constants.get(n))
+    }
+
+    fn call(&mut self, node: &Node, op: &str, args: Vec<ExprId>, a: Attrs) -> Result<ExprId, OnnxError> {
+        let span = Span::node(&node.n.name);
+        self.store.call_op_at(op, args, a, span).map_err(|e| node.err(e.message().to_string()))
+    }
+
+    fn scalar(&mut self, v: f64) -> ExprId {
+        self.store.constant(Tensor::scalar(DataType::F32, v))
+    }
+
+    /// Pads `[x1_begin, x2_begin, x1_end, x2_end]` → kiln's `[top, left, bottom, right]` (the same order).
+    fn pads(node: &Node) -> Result<Vec<i64>, OnnxError> {
+        match node.string("auto_pad").as_deref() {
+            None | Some("") | Some("NOTSET") | Some("VALID") => {}
+            Some(other) => return Err(node.err(format!("auto_pad={other} is not supported; give explicit pads"))),
+        }
+        Ok(node.ints("pads").unwrap_or_else(|| vec![0, 0, 0, 0]))
+    }
+
+    fn node(&mut self, n: &NodeProto) -> Result<(), OnnxError> {
+        let node = Node { n };
+        let op = n.op_type.as_str();
+        let unary = |name: &'static str| name;
+        let out = match op {
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" => {
+                let name = match op {
+                    "Add" => "add",
+                    "Sub" => "subtract",
+                    "Mul" => "multiply",
+                    "Div" => "divide",
+                    _ => "power",
+                };
+                let (a, b) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                self.call(&node, name, vec![a, b], Attrs::new())?
+            }
+            "Relu" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "Sqrt" | "Neg" | "Erf" => {
+                let name = match op {
+                    "Relu" => unary("nn.relu"),
+                    "Sigmoid" => "sigmoid",
+                    "Tanh" => "tanh",
+                    "Exp" => "exp",
+                    "Log" => "log",
+                    "Sqrt" => "sqrt",
+                    "Neg" => "negative",
+                    _ => "erf",
+                };
+                let x = self.input(&node, 0)?;
+                self.call(&node, name, vec![x], Attrs::new())?
+            }
+            "Reciprocal" => {
+                let x = self.input(&node, 0)?;
+                let one = self.scalar(1.0);
+                self.call(&node, "divide", vec![one, x], Attrs::new())?
+            }
+            "Identity" | "Dropout" => self.input(&node, 0)?,
+            "MatMul" => {
+                let (a, b) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                self.call(&node, "nn.matmul", vec![a, b], Attrs::new())?
+            }
+            "Gemm" => {
+                let (a, b) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                let (ta, tb) = (node.int("transA", 0) != 0, node.int("transB", 0) != 0);
+                let (alpha, beta) = (node.float("alpha", 1.0), node.float("beta", 1.0));
+                let mut y = self.call(
+                    &node,
+                    "nn.matmul",
+                    vec![a, b],
+                    attrs(&[("transpose_a", AttrValue::Bool(ta)), ("transpose_b", AttrValue::Bool(tb))]),
+                )?;
+                if alpha != 1.0 {
+                    let s = self.scalar(alpha as f64);
+                    y = self.call(&node, "multiply", vec![y, s], Attrs::new())?;
+                }
+                if let Some(c) = self.optional_input(&node, 2) {
+                    let c = if beta != 1.0 {
+                        let s = self.scalar(beta as f64);
+                        self.call(&node, "multiply", vec![c, s], Attrs::new())?
+                    } else {
+                        c
+                    };
+                    y = self.call(&node, "add", vec![y, c], Attrs::new())?;
+                }
+                y
+            }
+            "Conv" => {
+                let (x, w) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                let mut a = vec![
+                    ("padding", AttrValue::Ints(Self::pads(&node)?)),
+                    ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
+                    ("dilation", AttrValue::Ints(node.ints("dilations").unwrap_or_else(|| vec![1, 1]))),
+                    ("groups", AttrValue::Int(node.int("group", 1))),
+                ];
+                if let Some(k) = node.ints("kernel_shape") {
+                    a.push(("kernel_size", AttrValue::Ints(k)));
+                }
+                let y = self.call(&node, "nn.conv2d", vec![x, w], attrs(&a))?;
+                match self.optional_input(&node, 2) {
+                    Some(b) => self.call(&node, "nn.bias_add", vec![y, b], Attrs::new())?,
+                    None => y,
+                }
+            }
+            "MaxPool" | "AveragePool" => {
+                let x = self.input(&node, 0)?;
+                let k = node.ints("kernel_shape").ok_or_else(|| node.err("missing kernel_shape"))?;
+                let mut a = vec![
+                    ("pool_size", AttrValue::Ints(k)),
+                    ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
+                    ("padding", AttrValue::Ints(Self::pads(&node)?)),
+                    ("ceil_mode", AttrValue::Bool(node.int("ceil_mode", 0) != 0)),
+                ];
+                if let Some(d) = node.ints("dilations") {
+                    a.push(("dilation", AttrValue::Ints(d)));
+                }
+                let name = if op == "MaxPool" { "nn.max_pool2d" } else { "nn.avg_pool2d" };
+                if op == "AveragePool" {
+                    a.push(("count_include_pad", AttrValue::Bool(node.int("count_include_pad", 0) != 0)));
+                }
+                self.call(&node, name, vec![x], attrs(&a))?
+            }
+            "GlobalAveragePool" => {
+                let x = self.input(&node, 0)?;
+                self.call(&node, "nn.global_avg_pool2d", vec![x], Attrs::new())?
+            }
+            "BatchNormalization" => {
+                let args = (0..5).map(|i| self.input(&node, i)).collect::<Result<Vec<_>, _>>()?;
+                let bn = self.call(
+                    &node,
+                    "nn.batch_norm",
+                    args,
+                    attrs(&[("epsilon", AttrValue::Float(node.float("epsilon", 1e-5) as f64))]),
+                )?;
+                self.store.tuple_get_item(bn, 0)
+            }
+            "Flatten" => {
+                let x = self.input(&node, 0)?;
+                if node.int("axis", 1) != 1 {
+                    return Err(node.err("only axis=1 is supported"));
+                }
+                self.call(&node, "nn.batch_flatten", vec![x], Attrs::new())?
+            }
+            "Softmax" => {
+                let x = self.input(&node, 0)?;
+                self.call(&node, "nn.softmax", vec![x], attrs(&[("axis", AttrValue::Int(node.int("axis", -1)))]))?
+            }
+            "Clip" => {
+                let x = self.input(&node, 0)?;
+                // Opset ≥ 11: min and max are (constant) inputs; before, attributes.
+                let bound = |i: usize, attr: &str, default: f64, me: &Self| -> Result<f64, OnnxError> {
+                    match (node.n.input.get(i).filter(|s| !s.is_empty()), me.const_input(&node, i)) {
+                        (None, _) => Ok(node.attr(attr).map_or(default, |a| a.f as f64)),
+                        (Some(_), Some(t)) if t.numel() == 1 => Ok(t.get_f64(0)),
+                        (Some(name), _) => Err(node.err(format!("`{name}` must be a constant scalar"))),
+                    }
+                };
+                let lo = bound(1, "min", f32::MIN as f64, self)?;
+                let hi = bound(2, "max", f32::MAX as f64, self)?;
+                self.call(
+                    &node,
+                    "clip",
+                    vec![x],
+                    attrs(&[("a_min", AttrValue::Float(lo)), ("a_max", AttrValue::Float(hi))]),
+                )?
+            }
+            "Reshape" => {
+                let x = self.input(&node, 0)?;
+                let shape = self.const_input(&node, 1).ok_or_else(|| node.err("the new shape must be a constant"))?;
+                let newshape: Vec<i64> = shape.to_f64_vec().iter().map(|&v| v as i64).collect();
+                self.call(&node, "reshape", vec![x], attrs(&[("newshape", AttrValue::Ints(newshape))]))?
+            }
+            "Transpose" => {
+                let x = self.input(&node, 0)?;
+                let a = match node.ints("perm") {
+                    Some(p) => attrs(&[("axes", AttrValue::Ints(p))]),
+                    None => Attrs::new(),
+                };
+                self.call(&node, "transpose", vec![x], a)?
+            }
+            "Concat" => {
+                let fields = (0..n.input.len()).map(|i| self.input(&node, i)).collect::<Result<Vec<_>, _>>()?;
+                let t = self.store.tuple(fields);
+                self.call(&node, "concatenate", vec![t], attrs(&[("axis", AttrValue::Int(node.int("axis", 0)))]))?
+            }
+            "Constant" => {
+                let t = node
+                    .attr("value")
+                    .and_then(|a| a.t.as_ref())
+                    .ok_or_else(|| node.err("only tensor `value` constants are supported"))?;
+                let t = tensor(t).map_err(|m| node.err(m))?;
+                if let Some(name) = n.output.first() {
+                    self.constants.insert(name.clone(), t.clone());
+                }
+                self.store.constant(t)
+            }
+            other => return Err(node.err(format!("operator `{other}` is not supported"))),
+        };
+        self.store.set_span(out, Span::node(&n.name));
+        let name = n.output.first().ok_or_else(|| node.err("the node has no output"))?;
+        self.values.insert(name.clone(), out);
+        Ok(())
+    }
+}
+
+/// Import an ONNX model. `input_shapes` fixes dynamic input dimensions by input name.
+pub fn import(bytes: &[u8], input_shapes: &[(String, Vec<usize>)]) -> Result<IRModule, OnnxError> {
+    let model = ModelProto::parse_from_bytes(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
+    let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Corrupt("the model has no graph".into()))?;
+    let mut im = Importer { store: Store::new(), values: HashMap::new(), constants: HashMap::new(), input_shapes };
+    for init in &graph.initializer {
+        let t = tensor(init).map_err(|m| OnnxError::Corrupt(format!("initializer `{}`: {m}", init.name)))?;
+        im.constants.insert(init.name.clone(), t.clone());
+        let c = im.store.constant(t);
+        im.values.insert(init.name.clone(), c);
+    }
+    let mut params = Vec::new();
+    for input in &graph.input {
+        if im.values.contains_key(&input.name) {
+            continue; // an initializer listed as an input (older exporters)
+        }
+        let err = |m: String| OnnxError::Input { input: input.name.clone(), message: m };
+        let Some(onnx_protobuf::type_proto::Value::TensorType(tt)) =
+            input.type_.as_ref().and_then(|t| t.value.as_ref())
+        else {
+            return Err(err("only tensor inputs are supported".into()));
+        };
+        let dt = dtype(tt.elem_type).ok_or_else(|| err(format!("unsupported element type {}", tt.elem_type)))?;
+        let given = im.input_shapes.iter().find(|(n, _)| n == &input.name).map(|(_, s)| s.clone());
+        let shape: Vec<usize> = match given {
+            Some(s) => s,
+            None => {
+                let dims = tt.shape.as_ref().map(|s| s.dim.clone()).unwrap_or_default();
+                dims.iter()
+                    .map(|d| match &d.value {
+                        Some(onnx_protobuf::tensor_shape_proto::dimension::Value::DimValue(v)) if *v > 0 => {
+                            Ok(*v as usize)
+                        }
+                        _ => Err(err("has a dynamic dimension; fix it with Build::input_shape(name, shape)".into())),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let v = im.store.var(input.name.clone(), Some(Type::tensor(shape, dt)));
+        im.store.set_span(v, Span::node(&input.name));
+        im.values.insert(input.name.clone(), v);
+        params.push(v);
+    }
+    for n in &graph.node {
+        im.node(n)?;
+    }
+    let outs = graph
+        .output
+        .iter()
+        .map(|o| {
+            im.values
+                .get(&o.name)
+                .copied()
+                .ok_or_else(|| OnnxError::Corrupt(format!("graph output `{}` is never computed", o.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let body = match outs.as_slice() {
+        [one] => *one,
+        _ => im.store.tuple(outs),
+    };
+    let f = im.store.function(params, body, None, Attrs::new());
+    IRModule::from_main(im.store, f).map_err(|e| OnnxError::Corrupt(e.to_string()))
+}
