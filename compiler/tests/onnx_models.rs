@@ -46,3 +46,111 @@ fn reference_models_match_onnx_runtime() {
         assert!(err <= 1e-4 * scale, "{name}: max abs error {err} > {}", 1e-4 * scale);
     }
 }
+
+/// A small MatMul → Add → Relu model, built with the ONNX message types.
+fn tiny_model() -> Vec<u8> {
+    use onnx_protobuf::{
+        type_proto, GraphProto, Message, ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto,
+        ValueInfoProto,
+    };
+    let value_info = |name: &str, dims: &[i64]| {
+        let mut shape = TensorShapeProto::new();
+        for &d in dims {
+            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
+            dim.set_dim_value(d);
+            shape.dim.push(dim);
+        }
+        let mut tt = type_proto::Tensor::new();
+        tt.elem_type = 1;
+        tt.shape = Some(shape).into();
+        let mut ty = TypeProto::new();
+        ty.value = Some(type_proto::Value::TensorType(tt));
+        let mut v = ValueInfoProto::new();
+        v.name = name.into();
+        v.type_ = Some(ty).into();
+        v
+    };
+    let node = |op: &str, ins: &[&str], out: &str| {
+        let mut n = NodeProto::new();
+        n.op_type = op.into();
+        n.name = format!("{op}_0");
+        n.input = ins.iter().map(|s| s.to_string()).collect();
+        n.output = vec![out.into()];
+        n
+    };
+    let mut w = TensorProto::new();
+    w.name = "W".into();
+    w.dims = vec![4, 3];
+    w.data_type = 1;
+    w.raw_data = (0..12).flat_map(|i| (i as f32 * 0.1).to_le_bytes()).collect();
+    let mut b = TensorProto::new();
+    b.name = "B".into();
+    b.dims = vec![3];
+    b.data_type = 1;
+    b.float_data = vec![0.5, -0.5, 0.0];
+    let mut g = GraphProto::new();
+    g.name = "tiny".into();
+    g.input.push(value_info("x", &[1, 4]));
+    g.output.push(value_info("y", &[1, 3]));
+    g.initializer = vec![w, b];
+    g.node = vec![node("MatMul", &["x", "W"], "h"), node("Add", &["h", "B"], "a"), node("Relu", &["a"], "y")];
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    m.graph = Some(g).into();
+    m.write_to_bytes().expect("serialize")
+}
+
+#[test]
+fn tiny_model_imports_and_unsupported_ops_name_the_node() {
+    let mut m = onnx::import(&tiny_model(), &[]).expect("import");
+    infer_module(&mut m).expect("infer");
+    let text = kiln::relay::print_module(&m);
+    assert!(text.contains("nn.matmul(%x, meta[relay.Constant][0])") && text.contains("nn.relu("), "{text}");
+    let e = onnx::import(b"definitely not protobuf \xff\xff\xff", &[]).unwrap_err();
+    assert!(matches!(e, onnx::OnnxError::Corrupt(_)), "{e}");
+}
+
+#[test]
+fn five_thousand_corrupted_models_never_panic() {
+    let mut seeds = vec![tiny_model()];
+    let lenet = Path::new(MODELS).join("lenet.onnx");
+    if let Ok(b) = std::fs::read(lenet) {
+        seeds.push(b);
+    }
+    let mut state = 0x0123_4567_89AB_CDEFu64;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut errors = 0;
+    for i in 0..5000 {
+        let mut bytes = seeds[i % seeds.len()].clone();
+        match next() % 3 {
+            0 => bytes.truncate((next() as usize) % (bytes.len() + 1)),
+            1 => {
+                for _ in 0..1 + next() % 8 {
+                    let at = (next() as usize) % bytes.len().max(1);
+                    if let Some(b) = bytes.get_mut(at) {
+                        *b = next() as u8;
+                    }
+                }
+            }
+            _ => {
+                // Corrupt the small prefix where the structure lives.
+                let at = (next() as usize) % bytes.len().clamp(1, 200);
+                if let Some(b) = bytes.get_mut(at) {
+                    *b ^= 1 << (next() % 8);
+                }
+            }
+        }
+        match onnx::import(&bytes, &[]) {
+            Err(_) => errors += 1,
+            Ok(mut m) => {
+                let _ = infer_module(&mut m);
+            }
+        }
+    }
+    assert!(errors > 1000, "only {errors} corrupted files were rejected");
+}

@@ -41,8 +41,27 @@ commands:
   passes          list the registered passes
 ";
 
+/// Write to stdout; a closed pipe (`kiln print f | head`) ends quietly instead of panicking.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut so = std::io::stdout().lock();
+    if so.write_all(text.as_bytes()).and_then(|_| so.flush()).is_err() {
+        std::process::exit(0);
+    }
+}
+
 fn read_module(path: &str) -> Result<IRModule, String> {
+    read_module_with_shapes(path, &[])
+}
+
+/// Relay text, or an ONNX file (`.onnx`; dynamic input dimensions fixed by `shapes`).
+fn read_module_with_shapes(path: &str, shapes: &[(String, Vec<usize>)]) -> Result<IRModule, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: cannot read: {e}"))?;
+    if path.ends_with(".onnx") {
+        let mut m = kiln::frontend::onnx::import(&bytes, shapes).map_err(|e| format!("{path}: {e}"))?;
+        infer_module(&mut m).map_err(|e| format!("{path}: {e}"))?;
+        return Ok(m);
+    }
     let text = String::from_utf8(bytes)
         .map_err(|e| format!("{path}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))?;
     let mut m = parse_module(&text).map_err(|e| format!("{path}:{e}"))?;
@@ -147,11 +166,11 @@ fn opt(args: &[String]) -> Result<(), String> {
         instruments.push(Arc::new(DumpIr::new(dir)));
     }
     let ctx = Arc::new(ctx.with_instruments(instruments));
-    let out = ctx.scope(|ctx| apply(pipeline.as_ref(), module, ctx)).map_err(|e| format!("{file}: {e}"))?;
+    let result = ctx.scope(|ctx| apply(pipeline.as_ref(), module, ctx)).map_err(|e| format!("{file}: {e}"))?;
     if o.time {
         eprint!("{}", timing.report());
     }
-    print!("{}", print_module(&out));
+    out(&print_module(&result));
     Ok(())
 }
 
@@ -226,9 +245,24 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
 
 /// Parse, bind weights, type-check, optimize and plan.
 fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::ExecutorPlan), String> {
-    read_module(&c.file)?; // file errors with their location first
+    // `kiln run` fixes dynamic ONNX input dimensions from the shapes of the .npy inputs.
+    let mut shapes = Vec::new();
+    for (name, path) in &c.inputs {
+        if let Ok(t) = std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| kiln::npy::read_npy(&b)) {
+            shapes.push((name.clone(), t.shape().to_vec()));
+        }
+    }
+    read_module_with_shapes(&c.file, &shapes)?; // file errors with their location first
     let mut b = kiln::Build::new("model");
-    b.relay_file(&c.file).opt_level(c.opt_level).target(&c.target);
+    if c.file.ends_with(".onnx") {
+        b.onnx(&c.file);
+        for (n, s) in &shapes {
+            b.input_shape(n, s);
+        }
+    } else {
+        b.relay_file(&c.file);
+    }
+    b.opt_level(c.opt_level).target(&c.target);
     for w in &c.weights {
         b.weights(w);
     }
@@ -341,13 +375,13 @@ fn run_model(args: &[String]) -> Result<(), String> {
     for (i, t) in outputs.iter().enumerate() {
         let v = t.to_f64_vec();
         let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:.6}")).collect();
-        println!(
-            "output {i}: {:?} {} [{}{}]",
+        out(&format!(
+            "output {i}: {:?} {} [{}{}]\n",
             t.shape(),
             t.dtype(),
             head.join(", "),
             if v.len() > 8 { ", …" } else { "" }
-        );
+        ));
         if let Some(p) = c.outputs.get(i) {
             std::fs::write(p, kiln::npy::write_npy(t)).map_err(|e| format!("{p}: {e}"))?;
         }
@@ -362,7 +396,7 @@ fn run(args: &[String]) -> Result<(), String> {
         Some("print") => {
             let [_, file] = args else { return Err(format!("`kiln print` takes one FILE\n\n{USAGE}")) };
             let m = read_module(file)?;
-            print!("{}", print_module(&m));
+            out(&print_module(&m));
             Ok(())
         }
         Some("opt") => opt(&args[1..]),
@@ -370,13 +404,13 @@ fn run(args: &[String]) -> Result<(), String> {
             for name in registry::pass_names() {
                 if let Some(p) = registry::get_pass(&name) {
                     let i = p.info();
-                    println!("{name} (opt_level {}, requires [{}])", i.opt_level, i.required.join(", "));
+                    out(&format!("{name} (opt_level {}, requires [{}])\n", i.opt_level, i.required.join(", ")));
                 }
             }
             Ok(())
         }
         Some("-h" | "--help" | "help") => {
-            print!("{USAGE}");
+            out(USAGE);
             Ok(())
         }
         Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),

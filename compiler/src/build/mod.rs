@@ -60,6 +60,7 @@ pub enum Error {
 enum ModelSource {
     Module(Box<IRModule>),
     RelayFile(PathBuf),
+    Onnx(PathBuf),
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +81,7 @@ pub struct Build {
     out_dir: Option<PathBuf>,
     cargo_metadata: bool,
     runtime_std: bool,
+    input_shapes: Vec<(String, Vec<usize>)>,
 }
 
 /// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
@@ -136,7 +138,20 @@ impl Build {
             out_dir: None,
             cargo_metadata: true,
             runtime_std: true,
+            input_shapes: Vec::new(),
         }
+    }
+
+    /// The model, from an ONNX file (initializers become constants).
+    pub fn onnx(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.model = Some(ModelSource::Onnx(path.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Fix the shape of a model input whose dimensions are dynamic in the file.
+    pub fn input_shape(&mut self, name: &str, shape: &[usize]) -> &mut Self {
+        self.input_shapes.push((name.to_string(), shape.to_vec()));
+        self
     }
 
     /// Whether the glue may use `kiln-runtime`'s `std` feature (default true): it
@@ -215,6 +230,15 @@ impl Build {
                     source: e,
                 })?;
                 kiln_ir::relay::parse_module(&text).map_err(|e| self.model_err(format!("{}:{e}", p.display())))
+            }
+            Some(ModelSource::Onnx(p)) => {
+                let bytes = std::fs::read(p).map_err(|e| Error::Io {
+                    model: self.name.clone(),
+                    path: p.display().to_string(),
+                    source: e,
+                })?;
+                crate::frontend::onnx::import(&bytes, &self.input_shapes)
+                    .map_err(|e| self.model_err(format!("{}: {e}", p.display())))
             }
         }
     }
@@ -356,7 +380,7 @@ impl Build {
             n.hash(&mut h);
             t.hash(&mut h);
         }
-        (&self.target, self.opt_level, &self.disabled, &self.name).hash(&mut h);
+        (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes).hash(&mut h);
         // Touching an input file rebuilds, as cargo users expect.
         for w in &self.weights {
             if let WeightSource::File(p) = w {
@@ -392,7 +416,7 @@ impl Build {
                     println!("cargo:rerun-if-changed={}", p.display());
                 }
             }
-            if let Some(ModelSource::RelayFile(p)) = &self.model {
+            if let Some(ModelSource::RelayFile(p) | ModelSource::Onnx(p)) = &self.model {
                 println!("cargo:rerun-if-changed={}", p.display());
             }
         }

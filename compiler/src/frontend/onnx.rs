@@ -41,16 +41,25 @@ fn dtype(t: i32) -> Option<DataType> {
     })
 }
 
+/// The largest tensor kiln accepts from a model file (elements).
+const MAX_ELEMENTS: usize = 1 << 34;
+
+/// Dimensions as sizes, rejecting negative ones and absurd totals (corrupt files).
+fn checked_shape(dims: &[i64]) -> Result<Vec<usize>, String> {
+    let shape: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&n| n <= MAX_ELEMENTS);
+    n.map(|_| shape).ok_or_else(|| "the tensor is too large".to_string())
+}
+
 /// A host tensor from an initializer or `Constant` value.
 fn tensor(t: &TensorProto) -> Result<Tensor, String> {
     let dt =
         dtype(t.data_type).ok_or_else(|| format!("tensor `{}` has unsupported data type {}", t.name, t.data_type))?;
-    let shape: Vec<usize> = t
-        .dims
-        .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
-        .collect::<Result<_, _>>()?;
-    let n: usize = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the tensor is too large")?;
+    let shape = checked_shape(&t.dims)?;
+    let n: usize = shape.iter().product();
     if !t.raw_data.is_empty() {
         return Tensor::from_bytes(dt, shape, t.raw_data.clone())
             .ok_or_else(|| format!("tensor `{}`: raw data does not fit its shape", t.name));
