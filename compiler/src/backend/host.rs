@@ -1,7 +1,8 @@
 //! Run an [`ExecutorPlan`] in this process: the arena is a host buffer, the
 //! kernels come from a [`KernelLibrary`] (the LLVM JIT, or a C library built
-//! on the fly), and parallel kernels are spread over scoped threads.
-//! Used by the tests and by `kiln run`; shipped binaries use `kiln-runtime`.
+//! on the fly), and parallel kernels run on `kiln-runtime`'s thread pool.
+//! Used by the tests, `kiln run` and `kiln bench`; shipped binaries use the
+//! generated glue instead.
 
 use kiln_ir::Tensor;
 
@@ -36,6 +37,11 @@ impl Aligned {
     fn new(len: usize) -> Self {
         Aligned { words: vec![Block([0u8; ARENA_ALIGN]); len.div_ceil(ARENA_ALIGN).max(1)], len }
     }
+    fn from_bytes(b: &[u8]) -> Self {
+        let mut a = Aligned::new(b.len());
+        a.bytes_mut().copy_from_slice(b);
+        a
+    }
     fn ptr(&mut self) -> *mut u8 {
         self.words.as_mut_ptr() as *mut u8
     }
@@ -49,83 +55,116 @@ impl Aligned {
     }
 }
 
-/// Run `plan` on `inputs` with `threads` workers per parallel kernel.
+/// A plan ready to run repeatedly: buffers allocated once, kernels resolved.
+pub struct Executor<'p> {
+    plan: &'p ExecutorPlan,
+    kernels: Vec<(PackedKernel, bool)>,
+    arena: Aligned,
+    ins: Vec<Aligned>,
+    consts: Vec<Aligned>,
+    outs: Vec<Aligned>,
+    pool: kiln_runtime::ThreadPool,
+}
+
+impl std::fmt::Debug for Executor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("kernels", &self.kernels.len()).finish_non_exhaustive()
+    }
+}
+
+impl<'p> Executor<'p> {
+    /// Resolve the kernels and allocate every buffer, for `threads` threads.
+    pub fn new(plan: &'p ExecutorPlan, lib: &dyn KernelLibrary, threads: usize) -> Result<Self, String> {
+        let kernels = plan
+            .kernels
+            .iter()
+            .map(|k| Ok((lib.packed(&k.name)?, crate::build::glue::is_parallel(k))))
+            .collect::<Result<_, String>>()?;
+        Ok(Executor {
+            plan,
+            kernels,
+            arena: Aligned::new(plan.arena_bytes),
+            ins: plan.inputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
+            consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
+            outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
+            pool: kiln_runtime::ThreadPool::new(threads.max(1)),
+        })
+    }
+
+    /// Copy `inputs` in, checking their shapes and dtypes.
+    pub fn set_inputs(&mut self, inputs: &[Tensor]) -> Result<(), String> {
+        let plan = self.plan;
+        if inputs.len() != plan.inputs.len() {
+            return Err(format!("the model takes {} input(s), {} given", plan.inputs.len(), inputs.len()));
+        }
+        for (i, (&t, given)) in plan.inputs.iter().zip(inputs).enumerate() {
+            let slot = &plan.tensors[t];
+            if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
+                return Err(format!(
+                    "input {i} (`{}`) must be {:?} {}, got {:?} {}",
+                    slot.name,
+                    slot.shape,
+                    slot.dtype,
+                    given.shape(),
+                    given.dtype()
+                ));
+            }
+            self.ins[i].bytes_mut().copy_from_slice(given.bytes());
+        }
+        Ok(())
+    }
+
+    /// Run every kernel once, in order.
+    pub fn run(&mut self) {
+        let arena = self.arena.ptr();
+        let mut args: Vec<*mut u8> = Vec::new();
+        for call in &self.plan.calls {
+            args.clear();
+            for &t in &call.args {
+                args.push(match self.plan.tensors[t].storage {
+                    Storage::Input(i) => self.ins[i].ptr(),
+                    Storage::Output(i) => self.outs[i].ptr(),
+                    Storage::Constant(i) => self.consts[i].ptr(),
+                    // SAFETY: offsets come from the memory plan, within `arena_bytes`.
+                    Storage::Arena { offset } => unsafe { arena.add(offset) },
+                });
+            }
+            let (k, parallel) = self.kernels[call.kernel];
+            // SAFETY: the arguments match the kernel's parameters (built from the same plan),
+            // and task slices write disjoint parts of the outputs (the kernel ABI).
+            unsafe {
+                if parallel {
+                    self.pool.run(k, &args);
+                } else {
+                    k(args.as_ptr(), 0, 1);
+                }
+            }
+        }
+    }
+
+    /// The outputs of the last run.
+    pub fn outputs(&self) -> Vec<Tensor> {
+        self.plan
+            .outputs
+            .iter()
+            .zip(&self.outs)
+            .filter_map(|(&t, buf)| {
+                let slot = &self.plan.tensors[t];
+                Tensor::from_bytes(slot.dtype, slot.shape.clone(), buf.bytes().to_vec())
+            })
+            .collect()
+    }
+}
+
+/// Run `plan` once on `inputs` with `threads` threads for parallel kernels.
 pub fn run(
     plan: &ExecutorPlan,
     lib: &dyn KernelLibrary,
     inputs: &[Tensor],
     threads: usize,
 ) -> Result<Vec<Tensor>, String> {
-    if inputs.len() != plan.inputs.len() {
-        return Err(format!("the model takes {} input(s), {} given", plan.inputs.len(), inputs.len()));
-    }
-    for (i, (&t, given)) in plan.inputs.iter().zip(inputs).enumerate() {
-        let slot = &plan.tensors[t];
-        if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
-            return Err(format!(
-                "input {i} (`{}`) must be {:?} {}, got {:?} {}",
-                slot.name,
-                slot.shape,
-                slot.dtype,
-                given.shape(),
-                given.dtype()
-            ));
-        }
-    }
-    let kernels: Vec<PackedKernel> = plan.kernels.iter().map(|k| lib.packed(&k.name)).collect::<Result<_, _>>()?;
-    let mut arena = Aligned::new(plan.arena_bytes);
-    let mut ins: Vec<Aligned> = inputs
-        .iter()
-        .map(|t| {
-            let mut a = Aligned::new(t.bytes().len());
-            a.bytes_mut().copy_from_slice(t.bytes());
-            a
-        })
-        .collect();
-    let mut consts: Vec<Aligned> = plan
-        .constants
-        .iter()
-        .map(|t| {
-            let mut a = Aligned::new(t.bytes().len());
-            a.bytes_mut().copy_from_slice(t.bytes());
-            a
-        })
-        .collect();
-    let mut outs: Vec<Aligned> = plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect();
-    let arena_ptr = arena.ptr();
-    let ptr_of = |t: usize, ins: &mut [Aligned], consts: &mut [Aligned], outs: &mut [Aligned]| -> *mut u8 {
-        match plan.tensors[t].storage {
-            Storage::Input(i) => ins[i].ptr(),
-            Storage::Output(i) => outs[i].ptr(),
-            Storage::Constant(i) => consts[i].ptr(),
-            // SAFETY: offsets come from the memory plan, within `arena_bytes`.
-            Storage::Arena { offset } => unsafe { arena_ptr.add(offset) },
-        }
-    };
-    for call in &plan.calls {
-        let args: Vec<*mut u8> = call.args.iter().map(|&t| ptr_of(t, &mut ins, &mut consts, &mut outs)).collect();
-        let k = kernels[call.kernel];
-        let n = threads.max(1) as i64;
-        if n == 1 {
-            // SAFETY: the arguments match the kernel's parameters (built from the same plan).
-            unsafe { k(args.as_ptr(), 0, 1) };
-        } else {
-            let addr = args.as_ptr() as usize;
-            std::thread::scope(|s| {
-                for task in 0..n {
-                    // SAFETY: tasks write disjoint slices of the outputs (the kernel ABI).
-                    s.spawn(move || unsafe { k(addr as *const *mut u8, task, n) });
-                }
-            });
-        }
-    }
-    Ok(plan
-        .outputs
-        .iter()
-        .zip(&outs)
-        .filter_map(|(&t, buf)| {
-            let slot = &plan.tensors[t];
-            Tensor::from_bytes(slot.dtype, slot.shape.clone(), buf.bytes().to_vec())
-        })
-        .collect())
+    let mut ex = Executor::new(plan, lib, threads)?;
+    ex.set_inputs(inputs)?;
+    ex.run();
+    Ok(ex.outputs())
 }

@@ -38,6 +38,8 @@ commands:
       --output PATH.npy          where to write each output, in order (repeatable)
       --weights FILE, --target T, --opt-level N as for build
       --threads N                threads for the parallel kernels (default 1)
+  bench FILE      like run, then time the compiled model
+      --runs N                   timed runs after 10 warm-up runs (default 100)
   passes          list the registered passes
 ";
 
@@ -185,6 +187,7 @@ struct CompileArgs {
     inputs: Vec<(String, String)>,
     outputs: Vec<String>,
     threads: usize,
+    runs: usize,
 }
 
 fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
@@ -198,6 +201,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         inputs: Vec::new(),
         outputs: Vec::new(),
         threads: 1,
+        runs: 100,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -217,6 +221,14 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                 c.inputs.push((n.to_string(), p.to_string()));
             }
             "--output" => c.outputs.push(value(a)?),
+            "--runs" => {
+                let v = value(a)?;
+                c.runs = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--runs takes a positive number, not `{v}`"))?;
+            }
             "--threads" => {
                 let v = value(a)?;
                 c.threads = v
@@ -347,9 +359,9 @@ fn c_library(plan: &kiln::backend::aot::ExecutorPlan) -> Result<CLibrary, String
     Ok(CLibrary { _dir: dir, lib })
 }
 
-fn run_model(args: &[String]) -> Result<(), String> {
-    let c = parse_compile_args(args, "run")?;
-    let (_, plan) = compile_file(&c)?;
+/// Compile `FILE` and load its inputs: what `run` and `bench` share.
+fn prepare_run(c: &CompileArgs) -> Result<(kiln::backend::aot::ExecutorPlan, Vec<kiln::Tensor>), String> {
+    let (_, plan) = compile_file(c)?;
     let mut inputs = Vec::new();
     for &t in &plan.inputs {
         let name = &plan.tensors[t].name;
@@ -365,13 +377,60 @@ fn run_model(args: &[String]) -> Result<(), String> {
             return Err(format!("`{n}` is not an input of the model"));
         }
     }
-    let outputs = if c.target.trim() == "c" {
-        let lib = c_library(&plan)?;
-        kiln::backend::host::run(&plan, &lib, &inputs, c.threads)?
+    Ok((plan, inputs))
+}
+
+/// Run (and, for `bench`, time) a compiled model with the chosen backend.
+fn execute(
+    c: &CompileArgs,
+    plan: &kiln::backend::aot::ExecutorPlan,
+    inputs: &[kiln::Tensor],
+    bench: bool,
+) -> Result<Vec<kiln::Tensor>, String> {
+    let jit;
+    let clib;
+    let lib: &dyn kiln::backend::host::KernelLibrary = if c.target.trim() == "c" {
+        clib = c_library(plan)?;
+        &clib
     } else {
-        let jit = kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())?;
-        kiln::backend::host::run(&plan, &jit, &inputs, c.threads)?
+        jit = kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())?;
+        &jit
     };
+    let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads)?;
+    ex.set_inputs(inputs)?;
+    ex.run();
+    if bench {
+        for _ in 0..10 {
+            ex.run();
+        }
+        let mut times: Vec<f64> = (0..c.runs)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                ex.run();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        out(&format!(
+            "{}: median {:.1} us, min {:.1} us over {} runs, {} thread(s), target `{}`\n",
+            c.file,
+            times[times.len() / 2],
+            times[0],
+            times.len(),
+            c.threads,
+            c.target
+        ));
+    }
+    Ok(ex.outputs())
+}
+
+fn run_model(args: &[String], bench: bool) -> Result<(), String> {
+    let c = parse_compile_args(args, if bench { "bench" } else { "run" })?;
+    let (plan, inputs) = prepare_run(&c)?;
+    let outputs = execute(&c, &plan, &inputs, bench)?;
+    if bench {
+        return Ok(());
+    }
     for (i, t) in outputs.iter().enumerate() {
         let v = t.to_f64_vec();
         let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:.6}")).collect();
@@ -392,7 +451,8 @@ fn run_model(args: &[String]) -> Result<(), String> {
 fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("build") => build(&args[1..]),
-        Some("run") => run_model(&args[1..]),
+        Some("run") => run_model(&args[1..], false),
+        Some("bench") => run_model(&args[1..], true),
         Some("print") => {
             let [_, file] = args else { return Err(format!("`kiln print` takes one FILE\n\n{USAGE}")) };
             let m = read_module(file)?;
