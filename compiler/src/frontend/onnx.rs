@@ -87,11 +87,13 @@ struct Importer<'a> {
 
 struct Node<'a> {
     n: &'a NodeProto,
+    /// The node's name, or `#<index>` for exporters that leave names empty.
+    label: String,
 }
 
 impl Node<'_> {
     fn err(&self, m: impl Into<String>) -> OnnxError {
-        OnnxError::Node { node: self.n.name.clone(), op: self.n.op_type.clone(), message: m.into() }
+        OnnxError::Node { node: self.label.clone(), op: self.n.op_type.clone(), message: m.into() }
     }
     fn attr(&self, name: &str) -> Option<&onnx_protobuf::AttributeProto> {
         self.n.attribute.iter().find(|a| a.name == name)
@@ -135,7 +137,7 @@ impl Importer<'_> {
     }
 
     fn call(&mut self, node: &Node, op: &str, args: Vec<ExprId>, a: Attrs) -> Result<ExprId, OnnxError> {
-        let span = Span::node(&node.n.name);
+        let span = Span::node(&node.label);
         self.store.call_op_at(op, args, a, span).map_err(|e| node.err(e.message().to_string()))
     }
 
@@ -152,8 +154,9 @@ impl Importer<'_> {
         Ok(node.ints("pads").unwrap_or_else(|| vec![0, 0, 0, 0]))
     }
 
-    fn node(&mut self, n: &NodeProto) -> Result<(), OnnxError> {
-        let node = Node { n };
+    fn node(&mut self, n: &NodeProto, index: usize) -> Result<(), OnnxError> {
+        let label = if n.name.is_empty() { format!("#{index}") } else { n.name.clone() };
+        let node = Node { n, label };
         let op = n.op_type.as_str();
         let unary = |name: &'static str| name;
         let out = match op {
@@ -219,6 +222,9 @@ impl Importer<'_> {
             }
             "Conv" => {
                 let (x, w) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                if node.ints("kernel_shape").is_some_and(|k| k.len() != 2) {
+                    return Err(node.err("only 2-D convolution (NCHW) is supported"));
+                }
                 let mut a = vec![
                     ("padding", AttrValue::Ints(Self::pads(&node)?)),
                     ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
@@ -237,6 +243,9 @@ impl Importer<'_> {
             "MaxPool" | "AveragePool" => {
                 let x = self.input(&node, 0)?;
                 let k = node.ints("kernel_shape").ok_or_else(|| node.err("missing kernel_shape"))?;
+                if k.len() != 2 {
+                    return Err(node.err(format!("only 2-D pooling (NCHW) is supported, found a {}-D kernel", k.len())));
+                }
                 let mut a = vec![
                     ("pool_size", AttrValue::Ints(k)),
                     ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
@@ -328,7 +337,7 @@ impl Importer<'_> {
             }
             other => return Err(node.err(format!("operator `{other}` is not supported"))),
         };
-        self.store.set_span(out, Span::node(&n.name));
+        self.store.set_span(out, Span::node(&node.label));
         let name = n.output.first().ok_or_else(|| node.err("the node has no output"))?;
         self.values.insert(name.clone(), out);
         Ok(())
@@ -378,8 +387,8 @@ pub fn import(bytes: &[u8], input_shapes: &[(String, Vec<usize>)]) -> Result<IRM
         im.values.insert(input.name.clone(), v);
         params.push(v);
     }
-    for n in &graph.node {
-        im.node(n)?;
+    for (i, n) in graph.node.iter().enumerate() {
+        im.node(n, i)?;
     }
     let outs = graph
         .output
