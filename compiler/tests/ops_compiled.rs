@@ -136,7 +136,12 @@ fn every_operator_compiled_matches_the_interpreter() {
             plan.kernels = plan
                 .kernels
                 .into_iter()
-                .map(|k| kiln::schedule::parallelize_outer_above(simplify_prim_func(flatten_buffers(k)), 0))
+                .map(|k| {
+                    kiln::schedule::parallelize_outer_above(
+                        simplify_prim_func(flatten_buffers(kiln::tir::transform::fuse_sibling_loops(k))),
+                        0,
+                    )
+                })
                 .collect();
             // An output that is passed through unchanged can't be a kernel output.
             let Ok(jit) = kiln::codegen::llvm::Jit::new(&name, &plan.kernels) else {

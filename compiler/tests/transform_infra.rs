@@ -383,6 +383,7 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
     assert_eq!(
         *log.lock().unwrap(),
         [
+            "tir.FuseSiblingLoops on fused_exp_add",
             "tir.FlattenBuffer on fused_exp_add",
             "tir.Simplify on fused_exp_add",
             "tir.ParallelizeOuter on fused_exp_add"

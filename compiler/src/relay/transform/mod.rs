@@ -75,6 +75,12 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     ];
     // TIR passes over lowered kernels.
     v.push(
+        PrimFuncPass::new(PassInfo::new("tir.FuseSiblingLoops", 1, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::fuse_sibling_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
         PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
             Ok(kiln_ir::tir::transform::flatten_buffers(f))
         })
@@ -98,9 +104,12 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     v
 }
 
-/// The TIR pipeline run on lowered kernels: flatten buffers, simplify, schedule.
+/// The TIR pipeline run on lowered kernels: fuse stage loops, flatten buffers, simplify, schedule.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
-    Sequential::from_names("TirPipeline", &["tir.FlattenBuffer", "tir.Simplify", "tir.ParallelizeOuter"])
+    Sequential::from_names(
+        "TirPipeline",
+        &["tir.FuseSiblingLoops", "tir.FlattenBuffer", "tir.Simplify", "tir.ParallelizeOuter"],
+    )
 }
 
 /// The standard pipeline (TVM's `relay.build` order, as far as the passes exist):
