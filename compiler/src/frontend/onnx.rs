@@ -132,6 +132,29 @@ impl Importer<'_> {
         node.n.input.get(i).filter(|s| !s.is_empty()).and_then(|n| self.values.get(n).copied())
     }
 
+    /// The type of an already imported value (its shape is static).
+    fn type_of(&mut self, node: &Node, x: ExprId) -> Result<Type, OnnxError> {
+        kiln_ir::relay::infer_expr(&mut self.store, x).map_err(|e| node.err(e.message().to_string()))
+    }
+
+    fn shape_of(&mut self, node: &Node, x: ExprId) -> Result<Vec<usize>, OnnxError> {
+        match self.type_of(node, x)? {
+            Type::Tensor(t) => Ok(t.shape),
+            other => Err(node.err(format!("expected a tensor, found {other}"))),
+        }
+    }
+
+    fn rank_of(&mut self, node: &Node, x: ExprId) -> Result<usize, OnnxError> {
+        Ok(self.shape_of(node, x)?.len())
+    }
+
+    fn dtype_of(&mut self, node: &Node, x: ExprId) -> Result<DataType, OnnxError> {
+        match self.type_of(node, x)? {
+            Type::Tensor(t) => Ok(t.dtype),
+            other => Err(node.err(format!("expected a tensor, found {other}"))),
+        }
+    }
+
     fn const_input(&self, node: &Node, i: usize) -> Option<&Tensor> {
         node.n.input.get(i).and_then(|n| self.constants.get(n))
     }
@@ -323,6 +346,197 @@ impl Importer<'_> {
                 let fields = (0..n.input.len()).map(|i| self.input(&node, i)).collect::<Result<Vec<_>, _>>()?;
                 let t = self.store.tuple(fields);
                 self.call(&node, "concatenate", vec![t], attrs(&[("axis", AttrValue::Int(node.int("axis", 0)))]))?
+            }
+            "LeakyRelu" => {
+                // max(x, αx) equals LeakyRelu for 0 ≤ α ≤ 1.
+                let alpha = node.float("alpha", 0.01) as f64;
+                if !(0.0..=1.0).contains(&alpha) {
+                    return Err(node.err(format!("alpha={alpha} outside [0, 1] is not supported")));
+                }
+                let x = self.input(&node, 0)?;
+                let a = self.scalar(alpha);
+                let ax = self.call(&node, "multiply", vec![x, a], Attrs::new())?;
+                self.call(&node, "maximum", vec![x, ax], Attrs::new())?
+            }
+            "Gelu" => {
+                if node.string("approximate").is_some_and(|a| a != "none" && !a.is_empty()) {
+                    return Err(node.err("only approximate=\"none\" is supported"));
+                }
+                // x · (1 + erf(x / √2)) / 2
+                let x = self.input(&node, 0)?;
+                let k = self.scalar(std::f64::consts::FRAC_1_SQRT_2);
+                let xs = self.call(&node, "multiply", vec![x, k], Attrs::new())?;
+                let e = self.call(&node, "erf", vec![xs], Attrs::new())?;
+                let one = self.scalar(1.0);
+                let e1 = self.call(&node, "add", vec![e, one], Attrs::new())?;
+                let xe = self.call(&node, "multiply", vec![x, e1], Attrs::new())?;
+                let half = self.scalar(0.5);
+                self.call(&node, "multiply", vec![xe, half], Attrs::new())?
+            }
+            "LayerNormalization" => {
+                let (x, g) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                let b = match self.optional_input(&node, 2) {
+                    Some(b) => b,
+                    None => {
+                        let t = self
+                            .const_input(&node, 1)
+                            .cloned()
+                            .ok_or_else(|| node.err("a bias is needed when the scale is not a constant"))?;
+                        self.store.constant(Tensor::zeros(t.dtype(), t.shape().to_vec()))
+                    }
+                };
+                let a = attrs(&[
+                    ("axis", AttrValue::Int(node.int("axis", -1))),
+                    ("epsilon", AttrValue::Float(node.float("epsilon", 1e-5) as f64)),
+                ]);
+                self.call(&node, "nn.layer_norm", vec![x, g, b], a)?
+            }
+            "Cast" => {
+                let x = self.input(&node, 0)?;
+                let to = dtype(node.int("to", 1) as i32)
+                    .ok_or_else(|| node.err(format!("cast to ONNX type {} is not supported", node.int("to", 1))))?;
+                self.call(&node, "cast", vec![x], attrs(&[("dtype", AttrValue::DType(to))]))?
+            }
+            "Squeeze" | "Unsqueeze" | "ReduceSum" | "ReduceMean" | "ReduceMax" => {
+                let x = self.input(&node, 0)?;
+                // Axes: an attribute before opset 13, an input after.
+                let axes: Option<Vec<i64>> = match node.ints("axes") {
+                    Some(a) => Some(a),
+                    None => self.const_input(&node, 1).map(|t| t.to_f64_vec().iter().map(|&v| v as i64).collect()),
+                };
+                if node.n.input.get(1).is_some_and(|s| !s.is_empty()) && self.const_input(&node, 1).is_none() {
+                    return Err(node.err("the axes must be a constant"));
+                }
+                match op {
+                    "Squeeze" => {
+                        let a = axes.map_or_else(Attrs::new, |a| attrs(&[("axis", AttrValue::Ints(a))]));
+                        self.call(&node, "squeeze", vec![x], a)?
+                    }
+                    "Unsqueeze" => {
+                        let mut axes = axes.ok_or_else(|| node.err("missing axes"))?;
+                        // Insert one axis at a time, in increasing order of the output position.
+                        let rank = self.rank_of(&node, x)? as i64 + axes.len() as i64;
+                        for a in axes.iter_mut() {
+                            if *a < 0 {
+                                *a += rank;
+                            }
+                        }
+                        axes.sort_unstable();
+                        let mut y = x;
+                        for a in axes {
+                            y = self.call(&node, "expand_dims", vec![y], attrs(&[("axis", AttrValue::Int(a))]))?;
+                        }
+                        y
+                    }
+                    _ => {
+                        let name = match op {
+                            "ReduceSum" => "sum",
+                            "ReduceMean" => "mean",
+                            _ => "max",
+                        };
+                        if axes.is_none() && node.int("noop_with_empty_axes", 0) != 0 {
+                            x
+                        } else {
+                            let mut a = vec![("keepdims", AttrValue::Bool(node.int("keepdims", 1) != 0))];
+                            if let Some(axes) = axes {
+                                a.push(("axis", AttrValue::Ints(axes)));
+                            }
+                            self.call(&node, name, vec![x], attrs(&a))?
+                        }
+                    }
+                }
+            }
+            "Shape" => {
+                // Shapes are static: the result is a constant.
+                let x = self.input(&node, 0)?;
+                let shape: Vec<i64> = self.shape_of(&node, x)?.iter().map(|&d| d as i64).collect();
+                let t = Tensor::from_i64(vec![shape.len()], &shape);
+                if let Some(name) = n.output.first() {
+                    self.constants.insert(name.clone(), t.clone());
+                }
+                self.store.constant(t)
+            }
+            "Slice" => {
+                let x = self.input(&node, 0)?;
+                let konst = |i: usize, me: &Self| -> Result<Option<Vec<i64>>, OnnxError> {
+                    match node.n.input.get(i).filter(|s| !s.is_empty()) {
+                        None => Ok(None),
+                        Some(name) => me
+                            .const_input(&node, i)
+                            .map(|t| {
+                                Some(
+                                    t.to_f64_vec()
+                                        .iter()
+                                        .map(|&v| v.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+                                        .collect(),
+                                )
+                            })
+                            .ok_or_else(|| node.err(format!("`{name}` must be a constant"))),
+                    }
+                };
+                let starts =
+                    konst(1, self)?.or_else(|| node.ints("starts")).ok_or_else(|| node.err("missing starts"))?;
+                let ends = konst(2, self)?.or_else(|| node.ints("ends")).ok_or_else(|| node.err("missing ends"))?;
+                let axes = konst(3, self)?.or_else(|| node.ints("axes"));
+                let steps = konst(4, self)?;
+                let rank = self.rank_of(&node, x)? as i64;
+                let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+                let axes: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + rank } else { a }).collect();
+                let mut a = vec![
+                    ("begin", AttrValue::Ints(starts)),
+                    ("end", AttrValue::Ints(ends)),
+                    ("axes", AttrValue::Ints(axes)),
+                ];
+                if let Some(st) = steps {
+                    a.push(("strides", AttrValue::Ints(st)));
+                }
+                self.call(&node, "strided_slice", vec![x], attrs(&a))?
+            }
+            "Split" => {
+                let x = self.input(&node, 0)?;
+                let axis = node.int("axis", 0);
+                let sizes: Option<Vec<i64>> = match node.ints("split") {
+                    Some(s) => Some(s),
+                    None => self.const_input(&node, 1).map(|t| t.to_f64_vec().iter().map(|&v| v as i64).collect()),
+                };
+                let ios = match sizes {
+                    Some(sizes) => {
+                        let mut points = Vec::new();
+                        let mut acc = 0;
+                        for s in &sizes[..sizes.len().saturating_sub(1)] {
+                            acc += s;
+                            points.push(acc);
+                        }
+                        AttrValue::Ints(points)
+                    }
+                    None => AttrValue::Int(n.output.len() as i64),
+                };
+                let t = self.call(
+                    &node,
+                    "split",
+                    vec![x],
+                    attrs(&[("indices_or_sections", ios), ("axis", AttrValue::Int(axis))]),
+                )?;
+                for (k, name) in n.output.iter().enumerate() {
+                    let item = self.store.tuple_get_item(t, k);
+                    self.store.set_span(item, Span::node(&node.label));
+                    self.values.insert(name.clone(), item);
+                }
+                return Ok(());
+            }
+            "Expand" => {
+                let x = self.input(&node, 0)?;
+                let shape = self.const_input(&node, 1).ok_or_else(|| node.err("the shape must be a constant"))?;
+                let shape: Vec<i64> = shape.to_f64_vec().iter().map(|&v| v as i64).collect();
+                let dt = self.dtype_of(&node, x)?;
+                // Broadcasting against zeros of the target shape (ONNX's bidirectional broadcast).
+                let zeros = self.call(
+                    &node,
+                    "zeros",
+                    vec![],
+                    attrs(&[("shape", AttrValue::Ints(shape)), ("dtype", AttrValue::DType(dt))]),
+                )?;
+                self.call(&node, "add", vec![x, zeros], Attrs::new())?
             }
             "Constant" => {
                 let t = node
