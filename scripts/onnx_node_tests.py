@@ -24,7 +24,7 @@ SUPPORTED = {
     "Relu", "Clip", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
     "BatchNormalization", "Softmax", "Flatten", "Reshape", "Transpose", "Concat", "Identity", "Dropout", "Constant",
     "LeakyRelu", "Gelu", "LayerNormalization", "Cast", "Squeeze", "Unsqueeze", "ReduceSum", "ReduceMean", "ReduceMax",
-    "Shape", "Slice", "Split", "Expand",
+    "Shape", "Slice", "Split", "Expand", "Gather", "Where", "Equal", "Less", "Not",
 }
 DTYPES = {np.dtype("float32"), np.dtype("int64"), np.dtype("int32"), np.dtype("bool"), np.dtype("uint8"), np.dtype("int8")}
 

@@ -113,3 +113,33 @@ fn creation() {
     assert!(rel("full", &[ty(&[2])], &[("shape", ints(&[3]))]).unwrap_err().contains("scalar"));
     assert!(rel("zeros", &[], &[("shape", ints(&[-1]))]).unwrap_err().contains("negative"));
 }
+
+#[test]
+fn masks_and_lookups() {
+    let f = |shape: &[usize], v: &[f64]| Value::Tensor(Tensor::from_f64(DataType::F32, shape.to_vec(), v));
+    let (a, b) = (f(&[2, 2], &[1.0, 5.0, 3.0, 2.0]), f(&[2], &[2.0, 2.0]));
+    assert_eq!(data(&eval("less", &[a.clone(), b.clone()], &[])).1, vec![1.0, 0.0, 0.0, 0.0]);
+    assert_eq!(data(&eval("equal", &[a.clone(), b.clone()], &[])).1, vec![0.0, 0.0, 0.0, 1.0]);
+    let mask = eval("less", &[a.clone(), b.clone()], &[]);
+    assert_eq!(data(&eval("logical_not", std::slice::from_ref(&mask), &[])).1, vec![0.0, 1.0, 1.0, 1.0]);
+    assert_eq!(data(&eval("where", &[mask, a.clone(), b.clone()], &[])).1, vec![1.0, 2.0, 2.0, 2.0]);
+    assert!(rel("where", &[ty(&[2]), ty(&[2]), ty(&[2])], &[]).unwrap_err().contains("condition must be bool"));
+    // take: rows of an embedding table, clipped or wrapped.
+    let emb = t(&[3, 2]); // [[0, 1], [2, 3], [4, 5]]
+    let ids = Value::Tensor(Tensor::from_i64(vec![3], &[2, -1, 7]));
+    let rows = [("axis", AttrValue::Int(0))];
+    assert_eq!(
+        data(&eval("take", &[emb.clone(), ids.clone()], &rows)),
+        (vec![3, 2], vec![4.0, 5.0, 0.0, 1.0, 4.0, 5.0])
+    );
+    let wrap = [("axis", AttrValue::Int(0)), ("mode", AttrValue::Str("wrap".into()))];
+    assert_eq!(data(&eval("take", &[emb.clone(), ids.clone()], &wrap)).1, vec![4.0, 5.0, 4.0, 5.0, 2.0, 3.0]);
+    assert_eq!(data(&eval("take", &[emb.clone(), ids], &[])).1, vec![2.0, 0.0, 5.0]);
+    assert!(rel("take", &[ty(&[3, 2]), ty(&[2])], &[]).unwrap_err().contains("indices must be integers"));
+    assert_eq!(data(&eval("broadcast_to", std::slice::from_ref(&b), &[("shape", ints(&[3, 2]))])).0, vec![3, 2]);
+    assert!(rel("broadcast_to", &[ty(&[3])], &[("shape", ints(&[2, 2]))]).unwrap_err().contains("cannot broadcast"));
+    assert_eq!(
+        data(&eval("nn.leaky_relu", &[f(&[2], &[-2.0, 3.0])], &[("alpha", AttrValue::Float(0.5))])).1,
+        vec![-1.0, 3.0]
+    );
+}

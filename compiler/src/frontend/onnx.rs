@@ -148,13 +148,6 @@ impl Importer<'_> {
         Ok(self.shape_of(node, x)?.len())
     }
 
-    fn dtype_of(&mut self, node: &Node, x: ExprId) -> Result<DataType, OnnxError> {
-        match self.type_of(node, x)? {
-            Type::Tensor(t) => Ok(t.dtype),
-            other => Err(node.err(format!("expected a tensor, found {other}"))),
-        }
-    }
-
     fn const_input(&self, node: &Node, i: usize) -> Option<&Tensor> {
         node.n.input.get(i).and_then(|n| self.constants.get(n))
     }
@@ -348,15 +341,28 @@ impl Importer<'_> {
                 self.call(&node, "concatenate", vec![t], attrs(&[("axis", AttrValue::Int(node.int("axis", 0)))]))?
             }
             "LeakyRelu" => {
-                // max(x, αx) equals LeakyRelu for 0 ≤ α ≤ 1.
-                let alpha = node.float("alpha", 0.01) as f64;
-                if !(0.0..=1.0).contains(&alpha) {
-                    return Err(node.err(format!("alpha={alpha} outside [0, 1] is not supported")));
-                }
                 let x = self.input(&node, 0)?;
-                let a = self.scalar(alpha);
-                let ax = self.call(&node, "multiply", vec![x, a], Attrs::new())?;
-                self.call(&node, "maximum", vec![x, ax], Attrs::new())?
+                let alpha = node.float("alpha", 0.01) as f64;
+                self.call(&node, "nn.leaky_relu", vec![x], attrs(&[("alpha", AttrValue::Float(alpha))]))?
+            }
+            "Equal" | "Less" => {
+                let (a, b) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                self.call(&node, if op == "Equal" { "equal" } else { "less" }, vec![a, b], Attrs::new())?
+            }
+            "Not" => {
+                let x = self.input(&node, 0)?;
+                self.call(&node, "logical_not", vec![x], Attrs::new())?
+            }
+            "Where" => {
+                let (c, x, y) = (self.input(&node, 0)?, self.input(&node, 1)?, self.input(&node, 2)?);
+                self.call(&node, "where", vec![c, x, y], Attrs::new())?
+            }
+            "Gather" => {
+                // Negative indices count from the end (mode "wrap").
+                let (d, i) = (self.input(&node, 0)?, self.input(&node, 1)?);
+                let a =
+                    attrs(&[("axis", AttrValue::Int(node.int("axis", 0))), ("mode", AttrValue::Str("wrap".into()))]);
+                self.call(&node, "take", vec![d, i], a)?
             }
             "Gelu" => {
                 if node.string("approximate").is_some_and(|a| a != "none" && !a.is_empty()) {
@@ -528,15 +534,12 @@ impl Importer<'_> {
                 let x = self.input(&node, 0)?;
                 let shape = self.const_input(&node, 1).ok_or_else(|| node.err("the shape must be a constant"))?;
                 let shape: Vec<i64> = shape.to_f64_vec().iter().map(|&v| v as i64).collect();
-                let dt = self.dtype_of(&node, x)?;
-                // Broadcasting against zeros of the target shape (ONNX's bidirectional broadcast).
-                let zeros = self.call(
-                    &node,
-                    "zeros",
-                    vec![],
-                    attrs(&[("shape", AttrValue::Ints(shape)), ("dtype", AttrValue::DType(dt))]),
-                )?;
-                self.call(&node, "add", vec![x, zeros], Attrs::new())?
+                // ONNX broadcasts both ways: the result has the broadcast of both shapes.
+                let own: Vec<usize> = self.shape_of(&node, x)?;
+                let target: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+                let full = kiln_ir::relay::op::broadcast_shapes(&own, &target).map_err(|m| node.err(m))?;
+                let full: Vec<i64> = full.iter().map(|&d| d as i64).collect();
+                self.call(&node, "broadcast_to", vec![x], attrs(&[("shape", AttrValue::Ints(full))]))?
             }
             "Constant" => {
                 let t = node

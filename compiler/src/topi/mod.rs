@@ -186,6 +186,79 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
                 }
             }
         }
+        "equal" | "less" => {
+            let (shape, _) = out_tensor(out)?;
+            let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
+            let cmp = if op == "equal" { CmpOp::Eq } else { CmpOp::Lt };
+            t(compute(op, &shape, |i| Expr::cmp(cmp, broadcast_at(&a, i), broadcast_at(&b, i))))
+        }
+        "logical_not" => {
+            let (shape, _) = out_tensor(out)?;
+            let x = tensor(0)?.clone();
+            t(compute(op, &shape, |i| Expr::Not(Box::new(x.at(i)))))
+        }
+        "where" => {
+            let (shape, _) = out_tensor(out)?;
+            let (c, x, y) = (tensor(0)?.clone(), tensor(1)?.clone(), tensor(2)?.clone());
+            t(compute(op, &shape, |i| select(broadcast_at(&c, i), broadcast_at(&x, i), broadcast_at(&y, i))))
+        }
+        "broadcast_to" => {
+            let (shape, _) = out_tensor(out)?;
+            let x = tensor(0)?.clone();
+            t(compute(op, &shape, |i| broadcast_at(&x, i)))
+        }
+        "nn.leaky_relu" => {
+            let (shape, dt) = out_tensor(out)?;
+            let x = tensor(0)?.clone();
+            let alpha = attrs.float("alpha")?;
+            t(compute("leaky_relu", &shape, |i| {
+                let v = x.at(i);
+                select(Expr::cmp(CmpOp::Gt, v.clone(), zero(dt)), v.clone(), v * Expr::constant(alpha, dt))
+            }))
+        }
+        "take" => {
+            let (shape, _) = out_tensor(out)?;
+            let (d, ix) = (tensor(0)?.clone(), tensor(1)?.clone());
+            let wrap = attrs.str("mode")? == "wrap";
+            let pick = move |v: Expr, n: usize| {
+                let v = Expr::cast(TirType::INDEX, v);
+                if wrap {
+                    Expr::bin(BinOp::FloorMod, v, Expr::int(n.max(1) as i64))
+                } else {
+                    Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, v, Expr::int(0)), Expr::int(n.max(1) as i64 - 1))
+                }
+            };
+            match attrs.opt_int("axis")? {
+                Some(a) => {
+                    let a = if a < 0 { a + d.ndim() as i64 } else { a } as usize;
+                    let ir = ix.ndim();
+                    t(compute(op, &shape, |i| {
+                        let p = pick(ix.at(&i[a..a + ir]), d.shape()[a]);
+                        let mut idx = i[..a].to_vec();
+                        idx.push(p);
+                        idx.extend_from_slice(&i[a + ir..]);
+                        d.at(&idx)
+                    }))
+                }
+                None => {
+                    let n: usize = d.shape().iter().product();
+                    let ds = kiln_ir::tensor::strides(d.shape());
+                    t(compute(op, &shape, |i| {
+                        let flat = pick(ix.at(i), n);
+                        let idx: Vec<Expr> = d
+                            .shape()
+                            .iter()
+                            .zip(&ds)
+                            .map(|(&dim, &st)| {
+                                let q = Expr::bin(BinOp::FloorDiv, flat.clone(), Expr::int(st as i64));
+                                Expr::bin(BinOp::FloorMod, q, Expr::int(dim as i64))
+                            })
+                            .collect();
+                        d.at(&idx)
+                    }))
+                }
+            }
+        }
         _ if op.starts_with("nn.") && op != "nn.batch_flatten" => nn::compute_nn(op, inputs, attrs, out),
         _ => transform::compute_transform(op, inputs, attrs, out),
     }

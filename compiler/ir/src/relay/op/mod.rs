@@ -16,8 +16,11 @@ use crate::relay::value::Value;
 mod elemwise;
 mod nn;
 mod reduce;
+mod select;
 mod transform;
 pub(crate) mod util;
+
+pub use util::broadcast_shapes;
 
 /// How an operator may fuse with its neighbours (TVM's `OpPatternKind`;
 /// the order matters: a fused group's pattern is the maximum of its members').
@@ -135,6 +138,7 @@ impl OpRegistry {
         nn::register(&mut defs);
         reduce::register(&mut defs);
         transform::register(&mut defs);
+        select::register(&mut defs);
         let mut ops = IndexMap::new();
         for d in defs {
             let name = d.name;

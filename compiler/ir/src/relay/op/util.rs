@@ -49,7 +49,7 @@ pub(crate) fn float_dtype(t: &TensorType, what: &str) -> Result<(), String> {
 }
 
 /// The NumPy broadcast of two shapes.
-pub(crate) fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
