@@ -59,6 +59,18 @@ fn main() {
         conv.weight(name, param(name, shape));
     }
     conv.compile_or_exit();
+    // Models 3–6, when the reference models are here (../shared/models): straight from ONNX.
+    println!("cargo:rustc-check-cfg=cfg(kiln_reference_models)");
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
+    let names = ["mlp", "lenet", "resnet18", "mobilenetv2"];
+    if names.iter().all(|n| models.join(format!("{n}.onnx")).exists()) {
+        for n in names {
+            let path = models.join(format!("{n}.onnx"));
+            println!("cargo:rerun-if-changed={}", path.display());
+            kiln::Build::new(&format!("onnx_{n}")).onnx(&path).compile_or_exit();
+        }
+        println!("cargo:rustc-cfg=kiln_reference_models");
+    }
     // The models themselves, for the tests' reference interpreter runs.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     std::fs::write(out.join("convnet.relay"), kiln::relay::print_module(&convnet())).expect("write");

@@ -3,6 +3,14 @@
 
 kiln_runtime::include_model!("mlp_text");
 kiln_runtime::include_model!("convnet");
+#[cfg(kiln_reference_models)]
+kiln_runtime::include_model!("onnx_mlp");
+#[cfg(kiln_reference_models)]
+kiln_runtime::include_model!("onnx_lenet");
+#[cfg(kiln_reference_models)]
+kiln_runtime::include_model!("onnx_resnet18");
+#[cfg(kiln_reference_models)]
+kiln_runtime::include_model!("onnx_mobilenetv2");
 
 /// The conv net's Relay text, as `build.rs` saw it (for reference runs).
 pub const CONVNET_RELAY: &str = include_str!(concat!(env!("OUT_DIR"), "/convnet.relay"));

@@ -113,3 +113,31 @@ fn a_small_arena_is_an_error() {
     assert_eq!(mlp_text::X_SHAPE, [1, 784]);
     assert_eq!(mlp_text::OUTPUT0_SHAPE, [1, 10]);
 }
+
+/// The reference ONNX models compiled by build.rs, against ONNX Runtime's outputs.
+#[cfg(kiln_reference_models)]
+#[test]
+fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models");
+    let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
+    macro_rules! check {
+        ($m:ident, $name:literal, $n_in:literal, $n_out:literal) => {{
+            let (x, want) = (read(concat!($name, ".input.npy")), read(concat!($name, ".output.npy")));
+            let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
+            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
+            let mut out = [0f32; $n_out];
+            model.run(&x, &mut out);
+            close(&out, &want.to_f64_vec());
+        }};
+    }
+    check!(onnx_mlp, "mlp", 784, 10);
+    check!(onnx_lenet, "lenet", 784, 10);
+    check!(onnx_resnet18, "resnet18", 150528, 1000);
+    check!(onnx_mobilenetv2, "mobilenetv2", 150528, 1000);
+}
+
+#[cfg(not(kiln_reference_models))]
+#[test]
+fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
+    println!("skipped: the reference models (../shared/models) are not present");
+}

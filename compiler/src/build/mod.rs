@@ -325,7 +325,11 @@ impl Build {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
         let ctx = Arc::new(ctx.with_instruments(instruments));
-        let (_, plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
+        let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
+        // Kernel symbols carry the model's name: several models link into one binary.
+        for k in &mut plan.kernels {
+            k.name = format!("{}_{}", self.name, k.name);
+        }
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let (object, c_source) = if self.target.trim() == "c" {
