@@ -162,12 +162,39 @@ impl Importer<'_> {
     }
 
     /// Pads `[x1_begin, x2_begin, x1_end, x2_end]` → kiln's `[top, left, bottom, right]` (the same order).
-    fn pads(node: &Node) -> Result<Vec<i64>, OnnxError> {
-        match node.string("auto_pad").as_deref() {
-            None | Some("") | Some("NOTSET") | Some("VALID") => {}
-            Some(other) => return Err(node.err(format!("auto_pad={other} is not supported; give explicit pads"))),
+    /// Explicit pads, or those `auto_pad=SAME_UPPER|SAME_LOWER` implies for
+    /// input `x` and a window of `kernel` (so the output is ⌈in / stride⌉).
+    fn pads(&mut self, node: &Node, x: ExprId, kernel: &[i64]) -> Result<Vec<i64>, OnnxError> {
+        let mode = node.string("auto_pad").unwrap_or_default();
+        match mode.as_str() {
+            "" | "NOTSET" => Ok(node.ints("pads").unwrap_or_else(|| vec![0, 0, 0, 0])),
+            "VALID" => Ok(vec![0, 0, 0, 0]),
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let shape = self.shape_of(node, x)?;
+                if shape.len() != 4 || kernel.len() != 2 {
+                    return Err(node.err("auto_pad needs a 4-D input and a 2-D kernel"));
+                }
+                let strides = node.ints("strides").unwrap_or_else(|| vec![1, 1]);
+                let dil = node.ints("dilations").unwrap_or_else(|| vec![1, 1]);
+                let mut begin = [0i64; 2];
+                let mut end = [0i64; 2];
+                for d in 0..2 {
+                    let (n, s, k, r) = (
+                        shape[2 + d] as i64,
+                        strides.get(d).copied().unwrap_or(1).max(1),
+                        kernel[d],
+                        dil.get(d).copied().unwrap_or(1),
+                    );
+                    let out = (n + s - 1) / s;
+                    let total = ((out - 1) * s + (k - 1) * r + 1 - n).max(0);
+                    let small = total / 2;
+                    (begin[d], end[d]) =
+                        if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                }
+                Ok(vec![begin[0], begin[1], end[0], end[1]])
+            }
+            other => Err(node.err(format!("auto_pad={other} is not supported"))),
         }
-        Ok(node.ints("pads").unwrap_or_else(|| vec![0, 0, 0, 0]))
     }
 
     fn node(&mut self, n: &NodeProto, index: usize) -> Result<(), OnnxError> {
@@ -241,8 +268,13 @@ impl Importer<'_> {
                 if node.ints("kernel_shape").is_some_and(|k| k.len() != 2) {
                     return Err(node.err("only 2-D convolution (NCHW) is supported"));
                 }
+                let kernel = match node.ints("kernel_shape") {
+                    Some(k) => k,
+                    None => self.shape_of(&node, w)?.iter().skip(2).map(|&d| d as i64).collect(),
+                };
+                let pads = self.pads(&node, x, &kernel)?;
                 let mut a = vec![
-                    ("padding", AttrValue::Ints(Self::pads(&node)?)),
+                    ("padding", AttrValue::Ints(pads)),
                     ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
                     ("dilation", AttrValue::Ints(node.ints("dilations").unwrap_or_else(|| vec![1, 1]))),
                     ("groups", AttrValue::Int(node.int("group", 1))),
@@ -262,10 +294,11 @@ impl Importer<'_> {
                 if k.len() != 2 {
                     return Err(node.err(format!("only 2-D pooling (NCHW) is supported, found a {}-D kernel", k.len())));
                 }
+                let pads = self.pads(&node, x, &k)?;
                 let mut a = vec![
                     ("pool_size", AttrValue::Ints(k)),
                     ("strides", AttrValue::Ints(node.ints("strides").unwrap_or_else(|| vec![1, 1]))),
-                    ("padding", AttrValue::Ints(Self::pads(&node)?)),
+                    ("padding", AttrValue::Ints(pads)),
                     ("ceil_mode", AttrValue::Bool(node.int("ceil_mode", 0) != 0)),
                 ];
                 if let Some(d) = node.ints("dilations") {
