@@ -384,8 +384,13 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
         *log.lock().unwrap(),
         [
             "tir.FuseSiblingLoops on fused_exp_add",
+            "tir.DefaultSchedule on fused_exp_add",
             "tir.FlattenBuffer on fused_exp_add",
+            "tir.LowerIntrinsics on fused_exp_add",
             "tir.Simplify on fused_exp_add",
+            "tir.UnrollLoop on fused_exp_add",
+            "tir.VectorizeLoop on fused_exp_add",
+            "tir.RemoveNoOp on fused_exp_add",
             "tir.ParallelizeOuter on fused_exp_add"
         ]
     );

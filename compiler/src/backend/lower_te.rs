@@ -144,5 +144,23 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
         }
         seen.push(o.clone());
     }
-    te::lower(name, &inputs, &outputs).map_err(|e| err(e.to_string()))
+    // The anchor (the operator of the highest pattern, the first of equals)
+    // picks the default schedule; a convolution keeps its padded input as a
+    // stage of its own, which the schedule computes row by row.
+    let mut anchor: Option<(kiln_ir::relay::OpPattern, &str)> = None;
+    for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
+        if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
+            if let Callee::Op(op) = call.callee {
+                let def = op_registry().get(op);
+                if anchor.is_none_or(|(p, _)| def.pattern > p) {
+                    anchor = Some((def.pattern, def.name));
+                }
+            }
+        }
+    }
+    let anchor_name = anchor.map_or("", |(_, n)| n);
+    let materialize = |t: &Tensor| anchor_name == "nn.conv2d" && t.name() == "pad";
+    let mut prim = te::lower_with(name, &inputs, &outputs, &materialize).map_err(|e| err(e.to_string()))?;
+    prim.attrs.insert("anchor".into(), anchor_name.to_string());
+    Ok(prim)
 }

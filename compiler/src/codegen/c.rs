@@ -6,6 +6,8 @@ use std::fmt::Write;
 use kiln_ir::DataType;
 
 use super::CodegenError;
+use crate::arith::{simplify, Bounds};
+use crate::tir::transform::lane_of;
 use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, TirType, Var};
 
 /// Largest kernel-local buffer placed on the stack.
@@ -157,6 +159,7 @@ impl Emitter<'_> {
                     Intrinsic::Pow => format!("powf({first}, {})", a.get(1).cloned().unwrap_or_default()),
                     Intrinsic::Fabs => format!("fabsf({first})"),
                     Intrinsic::Floor => format!("floorf({first})"),
+                    Intrinsic::Ldexp => format!("ldexpf({first}, (int)({}))", a.get(1).cloned().unwrap_or_default()),
                 }
             }
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),
@@ -189,6 +192,17 @@ impl Emitter<'_> {
             Stmt::Store { buffer, indices, value } => {
                 if indices.len() != 1 {
                     return Err(self.unsupported("a multi-dimensional store (run flatten_buffers first)"));
+                }
+                let lanes = indices[0].ty().lanes.max(value.ty().lanes);
+                if lanes > 1 {
+                    // Vector code from tir.VectorizeLoop: one scalar store per lane
+                    // (each lane reads only its own element, so the order is free).
+                    for k in 0..lanes {
+                        let (i, v) = (lane_of(&indices[0], k), lane_of(value, k));
+                        let i = simplify(&i, &Bounds::new());
+                        self.stmt(&Stmt::Store { buffer: buffer.clone(), indices: vec![i], value: v }, depth)?;
+                    }
+                    return Ok(());
                 }
                 let (b, i, v) = (self.buffer(buffer), self.expr(&indices[0])?, self.expr(value)?);
                 self.line(depth, &format!("{b}[{i}] = {v};"));

@@ -18,12 +18,16 @@ use inkwell::execution_engine::ExecutionEngine;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, IntValue, PointerValue};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, VectorType};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FunctionValue, IntValue, PointerValue, VectorValue,
+};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::DataType;
 
 use super::{CodegenError, PackedKernel};
+use crate::arith::{simplify, Bounds};
+use crate::tir::transform::lane_of;
 use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, Var};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
@@ -186,7 +190,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
     fn expr(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let ty = e.ty();
         if ty.lanes != 1 {
-            return Err(self.unsupported("a vector expression (the LLVM loop vectorizer handles vectorization)"));
+            return self.vexpr(e);
         }
         let dt = ty.elem;
         Ok(match e {
@@ -358,6 +362,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         let den = self.e(self.b.build_float_add(one, ex, "den"))?;
                         self.e(self.b.build_float_div(one, den, "sigmoid"))?.into()
                     }
+                    Intrinsic::Ldexp => {
+                        let n = vals.get(1).copied().ok_or_else(|| self.unsupported("ldexp with one argument"))?;
+                        self.ldexp(x, n)?
+                    }
                     Intrinsic::Tanh => self.intrinsic(&libm("tanhf"), &[x], ft)?,
                     Intrinsic::Erf => self.intrinsic(&libm("erff"), &[x], ft)?,
                 }
@@ -365,6 +373,225 @@ impl<'ctx> FnGen<'_, 'ctx> {
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),
             Expr::Reduce(_) => return Err(self.unsupported("an unlowered reduction")),
         })
+    }
+
+    /// `x · 2ⁿ` (scalars or vectors of f32): two exponent-field multiplies, so
+    /// that every n in exp's range (−127…128) stays a normal power of two.
+    fn ldexp(&self, x: BasicValueEnum<'ctx>, n: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let i32t = self.ctx.i32_type();
+        let f32t = self.ctx.f32_type();
+        match (x, n) {
+            (BasicValueEnum::FloatValue(x), BasicValueEnum::FloatValue(n)) => {
+                let n = self.e(self.b.build_float_to_signed_int(n, i32t, "n"))?;
+                let n1 = self.e(self.b.build_right_shift(n, i32t.const_int(1, false), true, "n1"))?;
+                let n2 = self.e(self.b.build_int_sub(n, n1, "n2"))?;
+                let mut acc = x;
+                for k in [n1, n2] {
+                    let biased = self.e(self.b.build_int_add(k, i32t.const_int(127, false), "biased"))?;
+                    let bits = self.e(self.b.build_left_shift(biased, i32t.const_int(23, false), "bits"))?;
+                    let p = self.e(self.b.build_bit_cast(bits, f32t, "pow2"))?.into_float_value();
+                    acc = self.e(self.b.build_float_mul(acc, p, "ldexp"))?;
+                }
+                Ok(acc.into())
+            }
+            (BasicValueEnum::VectorValue(x), BasicValueEnum::VectorValue(n)) => {
+                let lanes = x.get_type().get_size();
+                let vi = i32t.vec_type(lanes);
+                let splat = |v: u64| VectorType::const_vector(&vec![i32t.const_int(v, false); lanes as usize]);
+                let n = self.e(self.b.build_float_to_signed_int(n, vi, "n"))?;
+                let n1 = self.e(self.b.build_right_shift(n, splat(1), true, "n1"))?;
+                let n2 = self.e(self.b.build_int_sub(n, n1, "n2"))?;
+                let mut acc = x;
+                for k in [n1, n2] {
+                    let biased = self.e(self.b.build_int_add(k, splat(127), "biased"))?;
+                    let bits = self.e(self.b.build_left_shift(biased, splat(23), "bits"))?;
+                    let p = self.e(self.b.build_bit_cast(bits, f32t.vec_type(lanes), "pow2"))?.into_vector_value();
+                    acc = self.e(self.b.build_float_mul(acc, p, "ldexp"))?;
+                }
+                Ok(acc.into())
+            }
+            _ => Err(self.unsupported("ldexp of mixed scalar and vector operands")),
+        }
+    }
+
+    fn vector_type(&self, elem: DataType, lanes: u32) -> VectorType<'ctx> {
+        match self.value_type(elem) {
+            BasicTypeEnum::FloatType(t) => t.vec_type(lanes),
+            BasicTypeEnum::IntType(t) => t.vec_type(lanes),
+            _ => self.ctx.i8_type().vec_type(lanes),
+        }
+    }
+
+    fn splat(&self, v: BasicValueEnum<'ctx>, lanes: u32) -> Result<VectorValue<'ctx>, CodegenError> {
+        let vt = match v {
+            BasicValueEnum::FloatValue(f) => f.get_type().vec_type(lanes),
+            BasicValueEnum::IntValue(i) => i.get_type().vec_type(lanes),
+            _ => return Err(self.unsupported("a broadcast of a non-scalar")),
+        };
+        let one = self.e(self.b.build_insert_element(vt.get_undef(), v, self.i64c(0), "one"))?;
+        let mask = self.ctx.i32_type().vec_type(lanes).const_zero();
+        self.e(self.b.build_shuffle_vector(one, vt.get_undef(), mask, "splat"))
+    }
+
+    /// A vector of `e`'s lanes, each computed as a scalar (operations without a vector form).
+    fn scalarize(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let t = e.ty();
+        let mut v = self.vector_type(t.elem, t.lanes as u32).get_undef();
+        for k in 0..t.lanes {
+            let lane = self.expr(&simplify(&lane_of(e, k), &Bounds::new()))?;
+            v = self.e(self.b.build_insert_element(v, lane, self.i64c(k as i64), "lane"))?;
+        }
+        Ok(v.into())
+    }
+
+    /// A pointer to `<lanes x T>` at `buf[base]`, when `idx` is `Ramp(base, 1)`.
+    fn contiguous(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<PointerValue<'ctx>>, CodegenError> {
+        let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
+        if stride.as_int() != Some(1) || buf.elem() == DataType::Bool {
+            return Ok(None);
+        }
+        let ptr = self.address(buf, std::slice::from_ref(base))?;
+        let vt = match elem_type(self.ctx, buf.elem()) {
+            BasicTypeEnum::FloatType(t) => t.vec_type(*lanes as u32),
+            BasicTypeEnum::IntType(t) => t.vec_type(*lanes as u32),
+            _ => return Ok(None),
+        };
+        Ok(Some(self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "vptr"))?))
+    }
+
+    /// Vector expressions (from tir.VectorizeLoop): native vector instructions
+    /// for arithmetic, comparisons, selects, contiguous loads and the common
+    /// intrinsics; anything else lane by lane.
+    fn vexpr(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let t = e.ty();
+        let lanes = t.lanes as u32;
+        let float_vec = |v: BasicValueEnum<'ctx>| v.into_vector_value();
+        Ok(match e {
+            Expr::Broadcast(x, n) => {
+                let s = self.expr(x)?;
+                self.splat(s, *n as u32)?.into()
+            }
+            Expr::Ramp { base, stride, lanes } => {
+                let (b, s) = (self.expr(base)?, self.expr(stride)?);
+                let (b, s) = (self.splat(b, *lanes as u32)?, self.splat(s, *lanes as u32)?);
+                let iota: Vec<IntValue> = (0..*lanes).map(|k| self.i64c(k as i64)).collect();
+                let step = self.e(self.b.build_int_mul(s, VectorType::const_vector(&iota), "step"))?;
+                self.e(self.b.build_int_add(b, step, "ramp"))?.into()
+            }
+            Expr::Bin(op, a, b) if t.elem == DataType::F32 => {
+                let (x, y) = (float_vec(self.vexpr_or_splat(a, lanes)?), float_vec(self.vexpr_or_splat(b, lanes)?));
+                match op {
+                    BinOp::Add => self.e(self.b.build_float_add(x, y, "vadd"))?.into(),
+                    BinOp::Sub => self.e(self.b.build_float_sub(x, y, "vsub"))?.into(),
+                    BinOp::Mul => self.e(self.b.build_float_mul(x, y, "vmul"))?.into(),
+                    BinOp::Div => self.e(self.b.build_float_div(x, y, "vdiv"))?.into(),
+                    BinOp::Min | BinOp::Max => {
+                        let name = if *op == BinOp::Min { "llvm.minnum" } else { "llvm.maxnum" };
+                        self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[x.into(), y.into()])?
+                    }
+                    BinOp::FloorDiv | BinOp::FloorMod => return self.scalarize(e),
+                }
+            }
+            Expr::Bin(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), a, b) if t.elem == DataType::I64 => {
+                let (x, y) = (
+                    self.vexpr_or_splat(a, lanes)?.into_vector_value(),
+                    self.vexpr_or_splat(b, lanes)?.into_vector_value(),
+                );
+                match op {
+                    BinOp::Add => self.e(self.b.build_int_add(x, y, "vadd"))?.into(),
+                    BinOp::Sub => self.e(self.b.build_int_sub(x, y, "vsub"))?.into(),
+                    _ => self.e(self.b.build_int_mul(x, y, "vmul"))?.into(),
+                }
+            }
+            Expr::Cmp(op, a, b) if a.ty().elem == DataType::F32 => {
+                let (x, y) = (float_vec(self.vexpr_or_splat(a, lanes)?), float_vec(self.vexpr_or_splat(b, lanes)?));
+                let pred = match op {
+                    CmpOp::Eq => FloatPredicate::OEQ,
+                    CmpOp::Ne => FloatPredicate::UNE,
+                    CmpOp::Lt => FloatPredicate::OLT,
+                    CmpOp::Le => FloatPredicate::OLE,
+                    CmpOp::Gt => FloatPredicate::OGT,
+                    CmpOp::Ge => FloatPredicate::OGE,
+                };
+                self.e(self.b.build_float_compare(pred, x, y, "vcmp"))?.into()
+            }
+            Expr::Select(c, a, b) if t.elem != DataType::Bool => {
+                let c = self.vexpr_or_splat(c, lanes)?.into_vector_value();
+                let (x, y) = (self.vexpr_or_splat(a, lanes)?, self.vexpr_or_splat(b, lanes)?);
+                self.e(self.b.build_select(c, x, y, "vselect"))?
+            }
+            Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
+                Some(ptr) => {
+                    let v = self.e(self.b.build_load(ptr, "vload"))?;
+                    if let Some(i) = v.as_instruction_value() {
+                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+                    }
+                    v
+                }
+                None => self.scalarize(e)?,
+            },
+            Expr::Call(f, args, _) if t.elem == DataType::F32 => {
+                let vals: Vec<BasicValueEnum> =
+                    args.iter().map(|a| self.vexpr_or_splat(a, lanes)).collect::<Result<_, _>>()?;
+                let name = match f {
+                    Intrinsic::Fabs => "fabs",
+                    Intrinsic::Sqrt => "sqrt",
+                    Intrinsic::Floor => "floor",
+                    Intrinsic::Exp => "exp",
+                    Intrinsic::Log => "log",
+                    Intrinsic::Ldexp => return self.ldexp(vals[0], vals[1]),
+                    _ => return self.scalarize(e),
+                };
+                self.vector_intrinsic(&format!("llvm.{name}.v{lanes}f32"), &vals)?
+            }
+            _ => self.scalarize(e)?,
+        })
+    }
+
+    fn vexpr_or_splat(&mut self, e: &Expr, lanes: u32) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        if e.ty().lanes == 1 {
+            let s = self.expr(e)?;
+            Ok(self.splat(s, lanes)?.into())
+        } else {
+            self.vexpr(e)
+        }
+    }
+
+    fn vector_intrinsic(
+        &self,
+        name: &str,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let ty = args.first().ok_or_else(|| self.unsupported("an intrinsic without arguments"))?.get_type();
+        let f = match self.module.get_function(name) {
+            Some(f) => f,
+            None => {
+                let params: Vec<BasicMetadataTypeEnum> = args.iter().map(|a| a.get_type().into()).collect();
+                self.module.add_function(name, ty.fn_type(&params, false), Some(Linkage::External))
+            }
+        };
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let call = self.e(self.b.build_call(f, &args, "vcall"))?;
+        match call.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            inkwell::values::ValueKind::Instruction(_) => Err(self.unsupported("a void intrinsic")),
+        }
+    }
+
+    /// A vector store: one store when the lanes are contiguous, else one per lane.
+    fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
+        let lanes = idx.ty().lanes.max(value.ty().lanes);
+        if let (Some(ptr), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
+            let v = self.vexpr_or_splat(value, lanes as u32)?;
+            let st = self.e(self.b.build_store(ptr, v))?;
+            st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+            return Ok(());
+        }
+        for k in 0..lanes {
+            let i = simplify(&lane_of(idx, k), &Bounds::new());
+            self.stmt(&Stmt::Store { buffer: buf.clone(), indices: vec![i], value: lane_of(value, k) })?;
+        }
+        Ok(())
     }
 
     fn cast(
@@ -425,6 +652,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
     fn stmt(&mut self, s: &Stmt) -> Result<(), CodegenError> {
         match s {
             Stmt::For(l) => self.for_loop(&l.var, &l.min, &l.extent, l.kind, &l.body),
+            Stmt::Store { buffer, indices, value }
+                if indices.len() == 1 && (indices[0].ty().lanes > 1 || value.ty().lanes > 1) =>
+            {
+                self.vector_store(buffer, &indices[0], value)
+            }
             Stmt::Store { buffer, indices, value } => {
                 let mut v = self.expr(value)?;
                 if buffer.elem() == DataType::Bool {

@@ -1,14 +1,32 @@
-//! Default CPU schedules, applied to lowered kernels.
+//! Schedules: the primitives ([`primitives`]) and the default CPU strategy
+//! applied to every lowered kernel (`tir.DefaultSchedule`), chosen by the
+//! kernel's anchor operator:
 //!
-//! For now: a kernel whose body is one loop nest gets its outermost loop
-//! marked parallel (the codegen slices it into tasks) when there is enough
-//! work to pay for the threads. Kernels of several stages stay serial, since
-//! a task slice of one stage cannot feed the next without a barrier.
+//! - `nn.conv2d`: output channels × output columns register tiles (8 × up to
+//!   16 lanes) accumulated in a kernel-local tile, reduction loops outside the
+//!   tile, columns vectorized, channels unrolled; the padded input computed
+//!   per output row (`compute_at`); rows in parallel.
+//! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
+//!   tiles the same way, the column tile vectorized; tiles in parallel.
+//! - other reductions: the reduction loops moved outside the last output
+//!   axis, so that consecutive iterations write consecutive outputs.
+//! - everything: innermost store loops split by the vector width and
+//!   vectorized; the outer loop of a single-nest kernel parallel when the
+//!   work pays for the threads (`tir.ParallelizeOuter`).
+//!
+//! A strategy that does not apply to a kernel's shape leaves it as lowered;
+//! every primitive preserves the kernel's meaning.
 
-use crate::tir::{ForKind, PrimFunc, Stmt};
+pub mod primitives;
+
+use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};
+pub use primitives::{ReductionTile, Schedule, ScheduleError};
 
 /// Below this many innermost iterations a kernel stays on one thread.
 pub const MIN_PARALLEL_WORK: u64 = 16 * 1024;
+
+/// Vector lanes of f32 on the CPUs kiln targets (AVX-512; LLVM splits for AVX2).
+pub const VECTOR_LANES: usize = 16;
 
 fn work(s: &Stmt) -> u64 {
     match s {
@@ -20,6 +38,12 @@ fn work(s: &Stmt) -> u64 {
     }
 }
 
+fn has_kind(s: &Stmt, kind: ForKind) -> bool {
+    let mut found = false;
+    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == kind));
+    found
+}
+
 /// Mark the outermost loop of a single-nest kernel parallel when it is worth it.
 pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
     parallelize_outer_above(f, MIN_PARALLEL_WORK)
@@ -28,7 +52,7 @@ pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
 /// [`parallelize_outer`] with an explicit work threshold (tests use 0).
 pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
     let total = work(&f.body);
-    if total < min_work {
+    if total < min_work || has_kind(&f.body, ForKind::Parallel) {
         return f;
     }
     if let Stmt::For(l) = &mut f.body {
@@ -37,4 +61,231 @@ pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
         }
     }
     f
+}
+
+/// The largest divisor of `n` that is at most `cap`.
+fn divisor_at_most(n: i64, cap: i64) -> i64 {
+    (1..=cap.min(n).max(1)).rev().find(|d| n % d == 0).unwrap_or(1)
+}
+
+/// The spatial loops of the (first) reduction: a perfect nest whose body is
+/// `init; for reduce… { update }` (plus epilogue statements).
+fn reduction_nest(f: &PrimFunc) -> Option<Vec<Var>> {
+    let mut found = None;
+    f.body.visit(&mut |s| {
+        if found.is_some() {
+            return;
+        }
+        let Stmt::For(_) = s else { return };
+        let mut chain = Vec::new();
+        let mut cur = s;
+        while let Stmt::For(l) = cur {
+            chain.push(l.var.clone());
+            cur = &l.body;
+        }
+        while let Stmt::If { then_case, else_case: None, .. } = cur {
+            cur = then_case;
+        }
+        if let Stmt::Seq(parts) = cur {
+            if let (Some(Stmt::Store { buffer, .. }), Some(Stmt::For(r))) = (parts.first(), parts.get(1)) {
+                let mut inner = &r.body;
+                while let Stmt::For(l) = inner {
+                    inner = &l.body;
+                }
+                if matches!(inner, Stmt::Store { buffer: b, .. } if b == buffer) {
+                    found = Some(chain);
+                }
+            }
+        }
+    });
+    found
+}
+
+fn extent(s: &Schedule, v: &Var) -> Option<i64> {
+    s.loop_of(v).ok()?.extent.as_int()
+}
+
+/// Unroll the row loop and vectorize the column loop of each tile copy.
+fn tile_kinds(s: &mut Schedule, t: &ReductionTile) -> Result<(), ScheduleError> {
+    for loops in [&t.init_loops, &t.update_loops, &t.writeback_loops] {
+        if let [.., rows, cols] = &loops[..] {
+            s.unroll(rows)?;
+            s.vectorize(cols)?;
+        } else if let [cols] = &loops[..] {
+            s.vectorize(cols)?;
+        }
+    }
+    Ok(())
+}
+
+/// Fuse the loops `outer` (outermost first, directly nested) and mark the result parallel.
+fn fuse_parallel(s: &mut Schedule, outer: &[Var]) -> Result<(), ScheduleError> {
+    let Some(mut fused) = outer.first().cloned() else { return Ok(()) };
+    for v in &outer[1..] {
+        fused = s.fuse(&fused, v)?;
+    }
+    if extent(s, &fused).unwrap_or(0) >= 2
+        && work(&s.func().body) >= MIN_PARALLEL_WORK
+        && sole_path(&s.func().body, &fused)
+    {
+        s.parallel(&fused)?;
+    }
+    Ok(())
+}
+
+/// Whether everything the kernel does happens inside loop `v`: each task of
+/// a parallel loop runs the statements around it, so there may be none
+/// besides enclosing loops, allocations and lets.
+fn sole_path(s: &Stmt, v: &Var) -> bool {
+    match s {
+        Stmt::For(l) if l.var == *v => true,
+        Stmt::For(l) => sole_path(&l.body, v),
+        Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => sole_path(body, v),
+        Stmt::Seq(list) => matches!(&list[..], [only] if sole_path(only, v)),
+        _ => false,
+    }
+}
+
+fn materialized(f: &PrimFunc) -> Vec<Buffer> {
+    let mut out = Vec::new();
+    f.body.visit(&mut |s| {
+        if let Stmt::Allocate { buffer, .. } = s {
+            if buffer.scope() == Scope::Local && buffer.name() == "pad" {
+                out.push(buffer.clone());
+            }
+        }
+    });
+    out
+}
+
+/// conv2d: see the module docs.
+fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
+    let ocb = divisor_at_most(oce, 8);
+    let mut owb = divisor_at_most(owe, VECTOR_LANES as i64);
+    if owb < 4 && owe > VECTOR_LANES as i64 {
+        owb = VECTOR_LANES as i64;
+    }
+    let (oc_o, oc_i) = s.split(oc, ocb as usize)?;
+    let (ow_o, ow_i) = s.split(ow, owb as usize)?;
+    s.reorder(&[oh.clone(), oc_o.clone(), ow_o.clone(), oc_i, ow_i])?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, oh)?;
+    }
+    let tile = s.decompose_reduction(&ow_o, true)?;
+    tile_kinds(&mut s, &tile)?;
+    // Rows in parallel: fuse the batch loop (when directly above) with the rows.
+    let mut par = Vec::new();
+    if let Some(n) = outer.last() {
+        if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {
+            par.push(n.clone());
+        }
+    }
+    par.push(oh.clone());
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
+/// matmul, dense, batch_matmul: see the module docs.
+fn schedule_matmul(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let spatial = reduction_nest(s.func())
+        .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no reduction nest".into() })?;
+    let [outer @ .., i, j] = &spatial[..] else {
+        return Err(ScheduleError { kernel: s.func().name.clone(), message: "not a matrix product".into() });
+    };
+    let (ie, je) = (extent(&s, i).unwrap_or(1), extent(&s, j).unwrap_or(1));
+    let mi = divisor_at_most(ie, 4);
+    let lanes = VECTOR_LANES as i64;
+    let jb = [8 * lanes, 4 * lanes, 2 * lanes, lanes]
+        .into_iter()
+        .find(|&b| je % b == 0 && mi * b <= 16 * lanes)
+        .unwrap_or_else(|| divisor_at_most(je, lanes));
+    let (i_o, i_i) = s.split(i, mi as usize)?;
+    let (j_o, j_i) = s.split(j, jb as usize)?;
+    s.reorder(&[i_o.clone(), j_o.clone(), i_i, j_i])?;
+    let tile = s.decompose_reduction(&j_o, true)?;
+    tile_kinds(&mut s, &tile)?;
+    let mut par: Vec<Var> = outer.to_vec();
+    par.extend([i_o, j_o]);
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
+/// Other reductions: the reduction loops outside the last output axis.
+fn schedule_reduction(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    if let Some(spatial) = reduction_nest(s.func()) {
+        if let [.., at, _] = &spatial[..] {
+            s.decompose_reduction(at, false)?;
+        }
+    }
+    Ok(s.into_func())
+}
+
+/// Split every innermost loop that stores one element per iteration by the
+/// vector width and vectorize the inner part (where the width divides it).
+fn vectorize_inner(f: PrimFunc) -> PrimFunc {
+    let mut s = Schedule::new(f);
+    let mut candidates = Vec::new();
+    s.func().body.visit(&mut |st| {
+        if let Stmt::For(l) = st {
+            if l.kind == ForKind::Serial && matches!(l.body, Stmt::Store { .. }) {
+                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0)));
+            }
+        }
+    });
+    for (v, n) in candidates {
+        let lanes = VECTOR_LANES as i64;
+        let width = [lanes, lanes / 2].into_iter().find(|&w| n % w == 0 && n >= w);
+        let done = match width {
+            Some(w) if w == n => s.vectorize(&v),
+            Some(w) => s.split(&v, w as usize).and_then(|(_, inner)| s.vectorize(&inner)),
+            None => Ok(()),
+        };
+        debug_assert!(done.is_ok(), "{done:?}");
+    }
+    s.into_func()
+}
+
+/// The default CPU schedule of a lowered kernel (before flattening).
+pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32) -> PrimFunc {
+    let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
+    let scheduled = if opt_level == 0 {
+        Err(ScheduleError { kernel: f.name.clone(), message: "opt level 0".into() })
+    } else {
+        match anchor.as_str() {
+            "nn.conv2d" => schedule_conv2d(f.clone()),
+            "nn.matmul" | "nn.dense" | "nn.batch_matmul" => schedule_matmul(f.clone()),
+            _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone()),
+            _ => Ok(vectorize_inner(f.clone())),
+        }
+    };
+    // The kernel says which strategy shaped it, or why none did (printed with the TIR).
+    let mut out = match scheduled {
+        Ok(mut g) => {
+            g.attrs.insert("schedule".into(), if anchor.is_empty() { "default".into() } else { anchor });
+            g
+        }
+        Err(e) => {
+            let mut f = f;
+            f.attrs.insert("schedule".into(), format!("as lowered ({})", e.message));
+            f
+        }
+    };
+    // A materialized stage nobody placed is inlined back (no full-size local buffer).
+    for pad in materialized(&out) {
+        let mut s = Schedule::new(out.clone());
+        match s.compute_inline(&pad) {
+            Ok(()) => out = s.into_func(),
+            Err(e) => {
+                out.attrs.insert("inline".into(), e.message);
+            }
+        }
+    }
+    out
 }

@@ -75,23 +75,16 @@ fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> S
     let spatial: Vec<(crate::tir::Var, usize)> = axes.iter().cloned().zip(t.shape().iter().copied()).collect();
     match body {
         Expr::Reduce(r) => {
+            // `for spatial… { init; for reduce… { update } }`: the form the
+            // schedule primitives expect (decompose_reduction moves the reduction
+            // loops outside a tile of the spatial ones).
             let source = inline(&r.source, inlined);
             let init =
                 Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.identity(t.dtype()) };
             let acc = Expr::Load(target.clone(), idx.clone());
             let update =
                 Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.combine(acc, source) };
-            match spatial.split_last() {
-                // The last output axis is innermost in both the initialization and
-                // the update (reduction loops around it): consecutive iterations
-                // write consecutive outputs, which the vectorizer can use.
-                Some((last, outer)) => {
-                    let last = std::slice::from_ref(last);
-                    let body = Stmt::seq(vec![loop_over(last, init), loop_over(&r.axes, loop_over(last, update))]);
-                    loop_over(outer, body)
-                }
-                None => Stmt::seq(vec![init, loop_over(&r.axes, update)]),
-            }
+            loop_over(&spatial, Stmt::seq(vec![init, loop_over(&r.axes, update)]))
         }
         _ => loop_over(&spatial, Stmt::Store { buffer: target.clone(), indices: idx, value: inline(body, inlined) }),
     }
@@ -100,6 +93,18 @@ fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> S
 /// Lower `outputs` (computed from `inputs`) into the kernel `name`, whose
 /// parameters are the inputs' buffers then the outputs' buffers.
 pub fn lower(name: &str, inputs: &[Tensor], outputs: &[Tensor]) -> Result<PrimFunc, LowerError> {
+    lower_with(name, inputs, outputs, &|_| false)
+}
+
+/// [`lower`], keeping the injective tensors for which `materialize` holds as
+/// their own stages (kernel-local buffers) instead of inlining them, so that
+/// a schedule can `compute_at` them (a convolution's padded input).
+pub fn lower_with(
+    name: &str,
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+    keep: &dyn Fn(&Tensor) -> bool,
+) -> Result<PrimFunc, LowerError> {
     let order = topo_order(outputs);
     let is_output = |t: &Tensor| outputs.contains(t);
     let mut inlined: HashMap<u32, Tensor> = HashMap::new();
@@ -111,7 +116,7 @@ pub fn lower(name: &str, inputs: &[Tensor], outputs: &[Tensor]) -> Result<PrimFu
                     return Err(LowerError::MissingInput { kernel: name.to_string(), tensor: t.name().to_string() });
                 }
             }
-            Operation::Compute { .. } if !is_output(t) && !t.is_reduction() => {
+            Operation::Compute { .. } if !is_output(t) && !t.is_reduction() && !keep(t) => {
                 inlined.insert(t.buffer().id(), t.clone());
             }
             Operation::Compute { .. } => {

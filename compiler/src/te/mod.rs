@@ -13,7 +13,7 @@ use crate::tir::{Buffer, Combiner, Expr, Reduce, Scope, TirType, Var};
 
 mod lower;
 
-pub use lower::{lower, LowerError};
+pub use lower::{lower, lower_with, LowerError};
 
 /// How a tensor is produced.
 #[derive(Debug)]

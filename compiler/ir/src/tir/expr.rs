@@ -206,6 +206,9 @@ pub enum Intrinsic {
     Pow,
     Fabs,
     Floor,
+    /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
+    /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
+    Ldexp,
 }
 
 impl Intrinsic {
@@ -221,6 +224,7 @@ impl Intrinsic {
             Intrinsic::Pow => "pow",
             Intrinsic::Fabs => "fabs",
             Intrinsic::Floor => "floor",
+            Intrinsic::Ldexp => "ldexp",
         }
     }
 }
@@ -466,5 +470,11 @@ impl std::ops::Mul for Expr {
     type Output = Expr;
     fn mul(self, rhs: Expr) -> Expr {
         Expr::bin(BinOp::Mul, self, rhs)
+    }
+}
+impl std::ops::Div for Expr {
+    type Output = Expr;
+    fn div(self, rhs: Expr) -> Expr {
+        Expr::bin(BinOp::Div, self, rhs)
     }
 }

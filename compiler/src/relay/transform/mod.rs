@@ -81,6 +81,36 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
     );
     v.push(
+        PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
+            Ok(crate::schedule::default_cpu_schedule(f, ctx.opt_level))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LowerIntrinsics", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::lower_intrinsics(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::unroll_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.VectorizeLoop", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::vectorize_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.RemoveNoOp", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::remove_noops(f))
+        })
+        .arc(),
+    );
+    v.push(
         PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
             Ok(kiln_ir::tir::transform::flatten_buffers(f))
         })
@@ -104,11 +134,22 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     v
 }
 
-/// The TIR pipeline run on lowered kernels: fuse stage loops, flatten buffers, simplify, schedule.
+/// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
+/// lower intrinsics, simplify, unroll, vectorize, clean up, parallelize.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "TirPipeline",
-        &["tir.FuseSiblingLoops", "tir.FlattenBuffer", "tir.Simplify", "tir.ParallelizeOuter"],
+        &[
+            "tir.FuseSiblingLoops",
+            "tir.DefaultSchedule",
+            "tir.FlattenBuffer",
+            "tir.LowerIntrinsics",
+            "tir.Simplify",
+            "tir.UnrollLoop",
+            "tir.VectorizeLoop",
+            "tir.RemoveNoOp",
+            "tir.ParallelizeOuter",
+        ],
     )
 }
 

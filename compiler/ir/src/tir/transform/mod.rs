@@ -2,8 +2,16 @@
 
 pub mod flatten;
 pub mod fuse_loops;
+pub mod lower_intrinsics;
+pub mod remove_noop;
 pub mod simplify;
+pub mod unroll;
+pub mod vectorize;
 
 pub use flatten::flatten_buffers;
 pub use fuse_loops::fuse_sibling_loops;
+pub use lower_intrinsics::lower_intrinsics;
+pub use remove_noop::{remove_noop_stmt, remove_noops};
 pub use simplify::simplify_prim_func;
+pub use unroll::unroll_loops;
+pub use vectorize::{lane_of, vectorize_loops};

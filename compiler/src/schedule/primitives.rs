@@ -1,0 +1,691 @@
+//! Schedule primitives on TIR loop nests (TVM's `tir.Schedule`, reduced to
+//! what kiln's strategies use): split, fuse, reorder, loop kinds (vectorize,
+//! parallel, unroll, bind), `decompose_reduction` (with an optional cache
+//! write of the output tile into a kernel-local accumulator), `compute_at`
+//! and `compute_inline` of a materialized producer stage.
+//!
+//! Loops are named by their variables; every primitive either rewrites the
+//! kernel into an equivalent one or returns an error naming the kernel and
+//! what does not hold, leaving the schedule unchanged.
+
+use std::collections::HashMap;
+
+use kiln_ir::arith::{simplify, Bounds};
+
+use crate::tir::{BinOp, Buffer, CmpOp, Expr, For, ForKind, PrimFunc, Scope, Stmt, ThreadAxis, Var};
+
+/// Why a primitive does not apply.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("schedule of `{kernel}`: {message}")]
+pub struct ScheduleError {
+    pub kernel: String,
+    pub message: String,
+}
+
+type Result<T> = std::result::Result<T, ScheduleError>;
+
+/// A kernel being scheduled.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    func: PrimFunc,
+}
+
+/// The loops `decompose_reduction` made.
+#[derive(Debug, Clone)]
+pub struct ReductionTile {
+    /// The tile loops of the initialization, outermost first.
+    pub init_loops: Vec<Var>,
+    /// The reduction loops (unchanged), outermost first.
+    pub reduce_loops: Vec<Var>,
+    /// The tile loops inside the reduction loops (the original variables).
+    pub update_loops: Vec<Var>,
+    /// The tile loops of the write-back and epilogue (empty when there is none).
+    pub writeback_loops: Vec<Var>,
+    /// The kernel-local accumulator, when cached.
+    pub cache: Option<Buffer>,
+}
+
+fn subst_stmt(s: Stmt, map: &HashMap<u32, Expr>) -> Stmt {
+    s.map_exprs(&mut |e| e.substitute(&|v| map.get(&v.id).cloned()))
+}
+
+/// The first statement satisfying `pred`, parents before children.
+fn find_mut<'a>(s: &'a mut Stmt, pred: &dyn Fn(&Stmt) -> bool) -> Option<&'a mut Stmt> {
+    if pred(s) {
+        return Some(s);
+    }
+    match s {
+        Stmt::For(l) => find_mut(&mut l.body, pred),
+        Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find_mut(body, pred),
+        Stmt::If { then_case, else_case, .. } => {
+            find_mut(then_case, pred).or_else(|| else_case.as_mut().and_then(|e| find_mut(e, pred)))
+        }
+        Stmt::Seq(v) => v.iter_mut().find_map(|c| find_mut(c, pred)),
+        Stmt::Store { .. } | Stmt::Evaluate(_) => None,
+    }
+}
+
+fn find_loop<'a>(s: &'a Stmt, v: &Var) -> Option<&'a For> {
+    match s {
+        Stmt::For(l) if l.var == *v => Some(l),
+        Stmt::For(l) => find_loop(&l.body, v),
+        Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find_loop(body, v),
+        Stmt::If { then_case, else_case, .. } => {
+            find_loop(then_case, v).or_else(|| else_case.as_deref().and_then(|e| find_loop(e, v)))
+        }
+        Stmt::Seq(list) => list.iter().find_map(|c| find_loop(c, v)),
+        Stmt::Store { .. } | Stmt::Evaluate(_) => None,
+    }
+}
+
+fn is_loop(v: &Var) -> impl Fn(&Stmt) -> bool + '_ {
+    move |s| matches!(s, Stmt::For(l) if l.var == *v)
+}
+
+fn const_extent(l: &For) -> Option<i64> {
+    l.extent.as_int()
+}
+
+/// Wrap the innermost non-loop statement of a perfect loop chain in `if cond`.
+fn guard_innermost(s: Stmt, cond: Expr) -> Stmt {
+    match s {
+        Stmt::For(mut l) => {
+            let body = std::mem::replace(&mut l.body, Stmt::nop());
+            l.body = guard_innermost(body, cond);
+            Stmt::For(l)
+        }
+        s => Stmt::If { cond, then_case: Box::new(s), else_case: None },
+    }
+}
+
+fn loop_stmt(var: Var, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
+    Stmt::For(Box::new(For { var, min, extent, kind, body }))
+}
+
+/// The loop headers (var, min, extent, kind) of a perfect chain from `s`, and what is inside.
+fn peel_chain(s: Stmt, stop: &dyn Fn(&For) -> bool) -> (Vec<(Var, Expr, Expr, ForKind)>, Stmt) {
+    let mut headers = Vec::new();
+    let mut cur = s;
+    loop {
+        match cur {
+            Stmt::For(l) if !stop(&l) => {
+                let l = *l;
+                headers.push((l.var, l.min, l.extent, l.kind));
+                cur = l.body;
+            }
+            other => return (headers, other),
+        }
+    }
+}
+
+fn rebuild_chain(headers: Vec<(Var, Expr, Expr, ForKind)>, body: Stmt) -> Stmt {
+    headers.into_iter().rev().fold(body, |b, (v, min, ext, kind)| loop_stmt(v, min, ext, kind, b))
+}
+
+/// Strip `if` guards (split tails) around a statement, collecting their conditions.
+fn strip_guards(s: Stmt, guards: &mut Vec<Expr>) -> Stmt {
+    match s {
+        Stmt::If { cond, then_case, else_case: None } => {
+            guards.push(cond);
+            strip_guards(*then_case, guards)
+        }
+        s => s,
+    }
+}
+
+fn wrap_guards(s: Stmt, guards: &[Expr]) -> Stmt {
+    match guards.iter().cloned().reduce(Expr::and) {
+        Some(cond) => Stmt::If { cond, then_case: Box::new(s), else_case: None },
+        None => s,
+    }
+}
+
+/// The buffer and indices of the store at the bottom of a perfect loop chain.
+fn innermost_store(s: &Stmt) -> Option<(&Buffer, &Vec<Expr>)> {
+    match s {
+        Stmt::For(l) => innermost_store(&l.body),
+        Stmt::Store { buffer, indices, .. } => Some((buffer, indices)),
+        _ => None,
+    }
+}
+
+fn map_loads(e: &Expr, f: &dyn Fn(&Buffer, &[Expr]) -> Option<Expr>) -> Expr {
+    match e {
+        Expr::Load(b, idx) => {
+            let idx: Vec<Expr> = idx.iter().map(|i| map_loads(i, f)).collect();
+            f(b, &idx).unwrap_or_else(|| Expr::Load(b.clone(), idx))
+        }
+        _ => e.map_children(|c| map_loads(c, f)),
+    }
+}
+
+/// Replace loads and stores of `from` by `to`, mapping the indices.
+fn retarget_buffer(s: Stmt, from: &Buffer, to: &Buffer, index: &dyn Fn(&[Expr]) -> Vec<Expr>) -> Stmt {
+    let s = s.map_exprs(&mut |e| map_loads(&e, &|b, idx| (b == from).then(|| Expr::Load(to.clone(), index(idx)))));
+    s.map_post(&mut |s| match s {
+        Stmt::Store { buffer, indices, value } if buffer == *from => {
+            Stmt::Store { buffer: to.clone(), indices: index(&indices), value }
+        }
+        s => s,
+    })
+}
+
+fn collect_loads(s: &Stmt, buf: &Buffer) -> Vec<Vec<Expr>> {
+    fn walk(e: &Expr, buf: &Buffer, out: &mut Vec<Vec<Expr>>) {
+        if let Expr::Load(b, idx) = e {
+            if b == buf {
+                out.push(idx.clone());
+            }
+        }
+        e.for_each_child(|c| walk(c, buf, out));
+    }
+    let mut out = Vec::new();
+    s.clone().map_exprs(&mut |e| {
+        walk(&e, buf, &mut out);
+        e
+    });
+    out
+}
+
+/// Every loop variable of `s` with its (constant) range.
+fn loop_ranges(s: &Stmt) -> Vec<(Var, i64, i64)> {
+    let mut out = Vec::new();
+    s.visit(&mut |s| {
+        if let Stmt::For(l) = s {
+            if let (Some(min), Some(ext)) = (l.min.as_int(), l.extent.as_int()) {
+                out.push((l.var.clone(), min, ext));
+            }
+        }
+    });
+    out
+}
+
+impl Schedule {
+    pub fn new(func: PrimFunc) -> Schedule {
+        Schedule { func }
+    }
+
+    pub fn func(&self) -> &PrimFunc {
+        &self.func
+    }
+
+    pub fn into_func(self) -> PrimFunc {
+        self.func
+    }
+
+    fn err(&self, message: impl Into<String>) -> ScheduleError {
+        ScheduleError { kernel: self.func.name.clone(), message: message.into() }
+    }
+
+    /// Every loop variable, parents before children.
+    pub fn loops(&self) -> Vec<Var> {
+        let mut out = Vec::new();
+        self.func.body.visit(&mut |s| {
+            if let Stmt::For(l) = s {
+                out.push(l.var.clone());
+            }
+        });
+        out
+    }
+
+    /// The first loop (pre-order) whose variable is called `name`.
+    pub fn get_loop(&self, name: &str) -> Result<Var> {
+        self.loops().into_iter().find(|v| &*v.name == name).ok_or_else(|| self.err(format!("no loop `{name}`")))
+    }
+
+    /// The loop of `v`.
+    pub fn loop_of(&self, v: &Var) -> Result<&For> {
+        find_loop(&self.func.body, v).ok_or_else(|| self.err(format!("no loop `{}`", v.name)))
+    }
+
+    /// Replace the loop of `v` by `f(loop)`.
+    fn rewrite_loop(&mut self, v: &Var, f: impl FnOnce(For) -> Result<Stmt>) -> Result<()> {
+        let kernel = self.func.name.clone();
+        let node = find_mut(&mut self.func.body, &is_loop(v))
+            .ok_or_else(|| ScheduleError { kernel, message: format!("no loop `{}`", v.name) })?;
+        let Stmt::For(l) = std::mem::replace(node, Stmt::nop()) else { unreachable!("find_mut matched a loop") };
+        let saved = (*l).clone();
+        match f(*l) {
+            Ok(s) => {
+                *node = s;
+                Ok(())
+            }
+            Err(e) => {
+                *node = Stmt::For(Box::new(saved));
+                Err(e)
+            }
+        }
+    }
+
+    /// `for v in 0..n` → `for v_o in 0..⌈n/factor⌉ { for v_i in 0..factor { if v_o·factor+v_i < n { … } } }`;
+    /// the tail check sits around the innermost statement and exists only when `factor ∤ n`.
+    pub fn split(&mut self, v: &Var, factor: usize) -> Result<(Var, Var)> {
+        if factor == 0 {
+            return Err(self.err(format!("split of `{}` by 0", v.name)));
+        }
+        let outer = Var::index(&format!("{}_o", v.name));
+        let inner = Var::index(&format!("{}_i", v.name));
+        let (o, i) = (outer.clone(), inner.clone());
+        let kernel = self.func.name.clone();
+        self.rewrite_loop(v, move |l| {
+            let n = const_extent(&l).ok_or_else(|| ScheduleError {
+                kernel,
+                message: format!("split of `{}`: extent not constant", v.name),
+            })?;
+            let f = factor as i64;
+            let rel = Expr::var(&o) * Expr::int(f) + Expr::var(&i);
+            let mut map = HashMap::new();
+            map.insert(l.var.id, simplify(&(l.min.clone() + rel.clone()), &Bounds::new()));
+            let mut body = subst_stmt(l.body, &map);
+            if n % f != 0 {
+                body = guard_innermost(body, Expr::cmp(CmpOp::Lt, rel, Expr::int(n)));
+            }
+            let inner_loop = loop_stmt(i, Expr::int(0), Expr::int(f), ForKind::Serial, body);
+            Ok(loop_stmt(o, Expr::int(0), Expr::int((n + f - 1) / f), ForKind::Serial, inner_loop))
+        })?;
+        Ok((outer, inner))
+    }
+
+    /// Two directly nested loops become one over the product of their extents.
+    pub fn fuse(&mut self, outer: &Var, inner: &Var) -> Result<Var> {
+        let fused = Var::index(&format!("{}_{}_f", outer.name, inner.name));
+        let fv = fused.clone();
+        let kernel = self.func.name.clone();
+        let inner = inner.clone();
+        self.rewrite_loop(outer, move |lo| {
+            let err = |m: String| ScheduleError { kernel: kernel.clone(), message: m };
+            let eo = const_extent(&lo);
+            let Stmt::For(li) = lo.body else {
+                return Err(err(format!("fuse: `{}` is not directly inside `{}`", inner.name, lo.var.name)));
+            };
+            if li.var != inner {
+                return Err(err(format!("fuse: `{}` is not directly inside `{}`", inner.name, lo.var.name)));
+            }
+            let (Some(eo), Some(ei)) = (eo, const_extent(&li)) else {
+                return Err(err("fuse: extents not constant".into()));
+            };
+            let mut map = HashMap::new();
+            let f = Expr::var(&fv);
+            map.insert(lo.var.id, lo.min.clone() + Expr::bin(BinOp::FloorDiv, f.clone(), Expr::int(ei)));
+            map.insert(li.var.id, li.min.clone() + Expr::bin(BinOp::FloorMod, f, Expr::int(ei)));
+            let body = subst_stmt(li.body, &map);
+            Ok(loop_stmt(fv, Expr::int(0), Expr::int(eo * ei), ForKind::Serial, body))
+        })?;
+        Ok(fused)
+    }
+
+    /// Permute loops of one perfect nest: the positions the given loops occupy
+    /// receive them in the given order; loops in between stay where they are.
+    pub fn reorder(&mut self, order: &[Var]) -> Result<()> {
+        let Some(first) = self.loops().into_iter().find(|v| order.contains(v)) else {
+            return Err(self.err("reorder: none of the loops exists"));
+        };
+        let kernel = self.func.name.clone();
+        let order = order.to_vec();
+        self.rewrite_loop(&first, move |l| {
+            let err = |m: String| ScheduleError { kernel: kernel.clone(), message: m };
+            let mut headers: Vec<(Var, Expr, Expr, ForKind)> = Vec::new();
+            let mut cur = Stmt::For(Box::new(l));
+            while headers.iter().filter(|(v, ..)| order.contains(v)).count() < order.len() {
+                match cur {
+                    Stmt::For(l) => {
+                        let l = *l;
+                        headers.push((l.var, l.min, l.extent, l.kind));
+                        cur = l.body;
+                    }
+                    _ => {
+                        return Err(err(format!(
+                            "reorder: {} are not perfectly nested",
+                            order.iter().map(|v| format!("`{}`", v.name)).collect::<Vec<_>>().join(", ")
+                        )))
+                    }
+                }
+            }
+            let mut slots = Vec::new();
+            let mut taken: HashMap<u32, (Var, Expr, Expr, ForKind)> = HashMap::new();
+            for (k, h) in headers.iter().enumerate() {
+                if order.contains(&h.0) {
+                    slots.push(k);
+                    taken.insert(h.0.id, h.clone());
+                }
+            }
+            for (slot, v) in slots.into_iter().zip(&order) {
+                headers[slot] = taken[&v.id].clone();
+            }
+            // An extent may not depend on a loop that now sits inside it.
+            for (k, (_, min, ext, _)) in headers.iter().enumerate() {
+                if headers[k..].iter().any(|(v, ..)| min.uses_var(v) || ext.uses_var(v)) {
+                    return Err(err("reorder: a loop's range depends on a loop moved inside it".into()));
+                }
+            }
+            Ok(rebuild_chain(headers, cur))
+        })
+    }
+
+    fn set_kind(&mut self, v: &Var, kind: ForKind) -> Result<()> {
+        let kernel = self.func.name.clone();
+        self.rewrite_loop(v, |mut l| {
+            if matches!(kind, ForKind::Vectorized | ForKind::Unrolled) && const_extent(&l).is_none() {
+                return Err(ScheduleError {
+                    kernel,
+                    message: format!("`{}` has no constant extent to {kind:?}", l.var.name),
+                });
+            }
+            l.kind = kind;
+            Ok(Stmt::For(Box::new(l)))
+        })
+    }
+
+    /// The loop's iterations become vector lanes (`tir.VectorizeLoop` emits the vector code).
+    pub fn vectorize(&mut self, v: &Var) -> Result<()> {
+        self.set_kind(v, ForKind::Vectorized)
+    }
+
+    /// The loop's iterations are spread over threads (task slices on the CPU).
+    pub fn parallel(&mut self, v: &Var) -> Result<()> {
+        self.set_kind(v, ForKind::Parallel)
+    }
+
+    /// The loop is fully unrolled (`tir.UnrollLoop`).
+    pub fn unroll(&mut self, v: &Var) -> Result<()> {
+        self.set_kind(v, ForKind::Unrolled)
+    }
+
+    /// The loop's variable becomes a GPU block or thread index.
+    pub fn bind(&mut self, v: &Var, axis: ThreadAxis) -> Result<()> {
+        self.set_kind(v, ForKind::ThreadBinding(axis))
+    }
+
+    /// For the reduction below loop `at` — `at { T… { [if g] { init; R… { update }; epilogue… } } }`,
+    /// with `T` the perfectly nested tile loops — hoist the reduction loops
+    /// `R` outside the tile: `at { T' { init }; R { T { update } }; T'' { epilogue } }`.
+    /// With `cache`, the tile accumulates in a kernel-local buffer (registers,
+    /// after unrolling) and the write-back copies it out before the epilogue.
+    pub fn decompose_reduction(&mut self, at: &Var, cache: bool) -> Result<ReductionTile> {
+        let kernel = self.func.name.clone();
+        let mut tile = None;
+        let out = &mut tile;
+        self.rewrite_loop(at, |l| {
+            let err = |m: &str| ScheduleError { kernel: kernel.clone(), message: format!("decompose_reduction: {m}") };
+            let l = l;
+            let (tiles, inner) = peel_chain(l.body, &|_| false);
+            let mut guards = Vec::new();
+            let inner = strip_guards(inner, &mut guards);
+            let Stmt::Seq(mut parts) = inner else { return Err(err("no initialization and reduction below the loop")) };
+            if parts.len() < 2 {
+                return Err(err("no initialization and reduction below the loop"));
+            }
+            let epilogue: Vec<Stmt> = parts.split_off(2);
+            let reduce = parts.pop().expect("two parts");
+            let init = parts.pop().expect("two parts");
+            let Stmt::Store { buffer: acc, indices: acc_idx, value: init_value } = init else {
+                return Err(err("the first statement is not an initialization"));
+            };
+            let (reduce_headers, update) = peel_chain(reduce, &|_| false);
+            let Stmt::Store { buffer: ub, indices: ui, value: uv } = update else {
+                return Err(err("the reduction nest does not end in one update"));
+            };
+            if reduce_headers.is_empty() || ub != acc || ui != acc_idx {
+                return Err(err("the reduction does not update the initialized element"));
+            }
+            if tiles.iter().any(|(_, min, ext, _)| min.as_int().is_none() || ext.as_int().is_none()) {
+                return Err(err("tile loops need constant ranges"));
+            }
+            let fresh = |suffix: &str| -> (Vec<(Var, Expr, Expr, ForKind)>, HashMap<u32, Expr>) {
+                let mut map = HashMap::new();
+                let h = tiles
+                    .iter()
+                    .map(|(v, min, ext, kind)| {
+                        let nv = Var::index(&format!("{}_{suffix}", v.name));
+                        map.insert(v.id, Expr::var(&nv));
+                        (nv, min.clone(), ext.clone(), *kind)
+                    })
+                    .collect();
+                (h, map)
+            };
+            let cache_buf = cache.then(|| {
+                let shape: Vec<usize> = tiles.iter().map(|(_, _, e, _)| e.as_int().unwrap_or(1) as usize).collect();
+                Buffer::new(&format!("{}_local", acc.name()), acc.elem(), shape, Scope::Local)
+            });
+            // The accumulator element of the tile at the current tile loop variables.
+            let tile_index = |map: &HashMap<u32, Expr>| -> Vec<Expr> {
+                tiles
+                    .iter()
+                    .map(|(v, min, ..)| {
+                        let e = map.get(&v.id).cloned().unwrap_or_else(|| Expr::var(v));
+                        simplify(&(e - min.clone()), &Bounds::new())
+                    })
+                    .collect()
+            };
+            let target = |map: &HashMap<u32, Expr>| match &cache_buf {
+                Some(c) => (c.clone(), tile_index(map)),
+                None => (acc.clone(), acc_idx.iter().map(|i| i.substitute(&|v| map.get(&v.id).cloned())).collect()),
+            };
+            let retarget_value = |e: &Expr, map: &HashMap<u32, Expr>| match &cache_buf {
+                Some(c) => {
+                    let (buf, idx) = (c.clone(), tile_index(map));
+                    map_loads(e, &|b, i| {
+                        (b == &acc && i == acc_idx.as_slice()).then(|| Expr::Load(buf.clone(), idx.clone()))
+                    })
+                }
+                None => e.clone(),
+            };
+            // init
+            let (init_h, init_map) = fresh("init");
+            let (tb, ti) = target(&init_map);
+            let init_guards: Vec<Expr> =
+                guards.iter().map(|g| g.substitute(&|v| init_map.get(&v.id).cloned())).collect();
+            let init_stmt = wrap_guards(Stmt::Store { buffer: tb, indices: ti, value: init_value }, &init_guards);
+            let init_vars = init_h.iter().map(|h| h.0.clone()).collect();
+            let init_nest = rebuild_chain(init_h, init_stmt);
+            // update: R { T { update } }
+            let ident = HashMap::new();
+            let (ub2, ui2) = target(&ident);
+            let update_stmt =
+                wrap_guards(Stmt::Store { buffer: ub2, indices: ui2, value: retarget_value(&uv, &ident) }, &guards);
+            let reduce_vars = reduce_headers.iter().map(|h| h.0.clone()).collect();
+            let update_vars = tiles.iter().map(|h| h.0.clone()).collect();
+            let update_nest = rebuild_chain(reduce_headers, rebuild_chain(tiles.clone(), update_stmt));
+            // write-back and epilogue
+            let mut wb_parts = Vec::new();
+            if let Some(c) = &cache_buf {
+                wb_parts.push(Stmt::Store {
+                    buffer: acc.clone(),
+                    indices: acc_idx.clone(),
+                    value: Expr::Load(c.clone(), tile_index(&HashMap::new())),
+                });
+            }
+            wb_parts.extend(epilogue);
+            let mut parts = vec![init_nest, update_nest];
+            let mut wb_vars = Vec::new();
+            if !wb_parts.is_empty() {
+                let (wb_h, wb_map) = fresh("wb");
+                wb_vars = wb_h.iter().map(|h| h.0.clone()).collect();
+                let wb = subst_stmt(wrap_guards(Stmt::seq(wb_parts), &guards), &wb_map);
+                parts.push(rebuild_chain(wb_h, wb));
+            }
+            let mut body = Stmt::seq(parts);
+            if let Some(c) = &cache_buf {
+                body = Stmt::Allocate { buffer: c.clone(), body: Box::new(body) };
+            }
+            *out = Some(ReductionTile {
+                init_loops: init_vars,
+                reduce_loops: reduce_vars,
+                update_loops: update_vars,
+                writeback_loops: wb_vars,
+                cache: cache_buf.clone(),
+            });
+            Ok(loop_stmt(l.var, l.min, l.extent, l.kind, body))
+        })?;
+        tile.ok_or_else(|| self.err("decompose_reduction: nothing decomposed"))
+    }
+
+    /// The producer nest `for a… { P[a…] = f(a…) }` of the materialized
+    /// (kernel-local) buffer `producer`: its position, axes and value.
+    /// Returns, per dimension, the loop variable indexing it (`None` for a unit
+    /// dimension indexed by 0), and the stored value.
+    fn producer_nest(&self, producer: &Buffer) -> Result<(Vec<Option<Var>>, Expr)> {
+        let mut found = None;
+        self.func.body.visit(&mut |s| {
+            if found.is_some() {
+                return;
+            }
+            if let Stmt::For(_) = s {
+                if let Some((b, _)) = innermost_store(s) {
+                    if b == producer {
+                        found = Some(s.clone());
+                    }
+                }
+            }
+        });
+        let nest = found.ok_or_else(|| self.err(format!("no producer nest of `{}`", producer.name())))?;
+        let (headers, body) = peel_chain(nest, &|_| false);
+        let Stmt::Store { indices, value, .. } = body else { unreachable!("innermost_store matched") };
+        let axes: Vec<Var> = headers.iter().map(|h| h.0.clone()).collect();
+        let dims: Vec<Option<Var>> = indices
+            .iter()
+            .zip(producer.shape())
+            .map(|(i, &n)| match i {
+                // A unit dimension may be indexed by a loop fused around the nest.
+                Expr::Var(v) if axes.contains(v) || n == 1 => Some(Some(v.clone())),
+                Expr::Int(0, _) if n == 1 => Some(None),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                self.err(format!("`{}` is not computed by a plain loop nest over its own indices", producer.name()))
+            })?;
+        if indices.len() != producer.shape().len()
+            || dims.iter().flatten().filter(|v| axes.contains(v)).count() != axes.len()
+        {
+            return Err(
+                self.err(format!("`{}` is not computed by a plain loop nest over its own indices", producer.name()))
+            );
+        }
+        Ok((dims, value))
+    }
+
+    /// Remove the producer nest of `producer` and its allocation.
+    fn remove_producer(&mut self, producer: &Buffer) {
+        let body = std::mem::replace(&mut self.func.body, Stmt::nop());
+        self.func.body = body.map_post(&mut |s| match s {
+            Stmt::Allocate { buffer, body } if buffer == *producer => *body,
+            s @ Stmt::For(_) if innermost_store(&s).is_some_and(|(b, _)| b == producer) => Stmt::nop(),
+            Stmt::Seq(v) => Stmt::seq(v),
+            s => s,
+        });
+    }
+
+    /// Inline a materialized producer into its readers (its loads become its value).
+    pub fn compute_inline(&mut self, producer: &Buffer) -> Result<()> {
+        let (dims, value) = self.producer_nest(producer)?;
+        self.remove_producer(producer);
+        let body = std::mem::replace(&mut self.func.body, Stmt::nop());
+        self.func.body = body.map_exprs(&mut |e| {
+            map_loads(&e, &|b, idx| {
+                (b == producer).then(|| {
+                    value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| idx[k].clone()))
+                })
+            })
+        });
+        Ok(())
+    }
+
+    /// Compute the materialized producer inside loop `at`: only the region its
+    /// readers below `at` touch, into a kernel-local buffer of that region's size.
+    pub fn compute_at(&mut self, producer: &Buffer, at: &Var) -> Result<Buffer> {
+        let (dims, value) = self.producer_nest(producer)?;
+        let at_loop = self.loop_of(at)?.clone();
+        let reads = collect_loads(&at_loop.body, producer);
+        if reads.is_empty() {
+            return Err(self.err(format!("compute_at: nothing below `{}` reads `{}`", at.name, producer.name())));
+        }
+        let inner = loop_ranges(&at_loop.body);
+        let mut inner_bounds = Bounds::new();
+        for (v, min, ext) in &inner {
+            inner_bounds.bind_loop(v, *min, *ext);
+        }
+        let at_min: HashMap<u32, Expr> = inner.iter().map(|(v, min, _)| (v.id, Expr::int(*min))).collect();
+        // Per dimension: base (a function of the loops outside `at`) and extent.
+        let mut region = Vec::new();
+        for d in 0..dims.len() {
+            let full = producer.shape()[d] as i64;
+            let mut dim: Option<(Expr, i64)> = None;
+            for idx in &reads {
+                let base = simplify(&idx[d].substitute(&|v| at_min.get(&v.id).cloned()), &Bounds::new());
+                let offset = simplify(&(idx[d].clone() - base.clone()), &Bounds::new());
+                let mut vars = Vec::new();
+                collect_vars(&offset, &mut vars);
+                let uses_outer = vars.iter().any(|v| !inner.iter().any(|(w, ..)| w == v));
+                let iv = inner_bounds.interval(&offset);
+                let candidate = match (iv.lo, iv.hi) {
+                    (Some(0), Some(hi)) if !uses_outer => Some((base, hi + 1)),
+                    _ => None,
+                };
+                dim = match (dim, candidate) {
+                    (None, Some(c)) => Some(c),
+                    (Some((b, e)), Some((b2, e2))) if b == b2 => Some((b, e.max(e2))),
+                    _ => Some((Expr::int(0), full)),
+                };
+                if dim.as_ref().is_some_and(|(b, e)| b.as_int() == Some(0) && *e == full) {
+                    break;
+                }
+            }
+            let (base, ext) = dim.unwrap_or((Expr::int(0), full));
+            region.push((base, ext.min(full)));
+        }
+        let local = Buffer::new(
+            &format!("{}_at", producer.name()),
+            producer.elem(),
+            region.iter().map(|(_, e)| *e as usize).collect(),
+            Scope::Local,
+        );
+        // The producer over the region: loop vars r_d, element base_d + r_d
+        // (skipped where the region reaches past the producer's extent).
+        let rvars: Vec<Var> = dims
+            .iter()
+            .enumerate()
+            .map(|(d, a)| Var::index(&format!("{}_r", a.as_ref().map_or(format!("d{d}"), |a| a.name.to_string()))))
+            .collect();
+        let elem: Vec<Expr> = region
+            .iter()
+            .zip(&rvars)
+            .map(|((b, _), r)| simplify(&(b.clone() + Expr::var(r)), &Bounds::new()))
+            .collect();
+        let produced = value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| elem[k].clone()));
+        let in_range: Vec<Expr> = elem
+            .iter()
+            .zip(producer.shape())
+            .zip(&region)
+            .filter(|(_, (b, _))| b.as_int().is_none())
+            .map(|((e, &n), _)| Expr::cmp(CmpOp::Lt, e.clone(), Expr::int(n as i64)))
+            .collect();
+        let store =
+            Stmt::Store { buffer: local.clone(), indices: rvars.iter().map(Expr::var).collect(), value: produced };
+        let headers: Vec<(Var, Expr, Expr, ForKind)> = rvars
+            .iter()
+            .zip(&region)
+            .map(|(r, (_, e))| (r.clone(), Expr::int(0), Expr::int(*e), ForKind::Serial))
+            .collect();
+        let fill = rebuild_chain(headers, wrap_guards(store, &in_range));
+        let bases: Vec<Expr> = region.iter().map(|(b, _)| b.clone()).collect();
+        self.remove_producer(producer);
+        let (p, l) = (producer.clone(), local.clone());
+        self.rewrite_loop(at, move |mut lp| {
+            let body = std::mem::replace(&mut lp.body, Stmt::nop());
+            let body = retarget_buffer(body, &p, &l, &|idx| {
+                idx.iter().zip(&bases).map(|(i, b)| simplify(&(i.clone() - b.clone()), &Bounds::new())).collect()
+            });
+            lp.body = Stmt::Allocate { buffer: l.clone(), body: Box::new(Stmt::seq(vec![fill, body])) };
+            Ok(Stmt::For(Box::new(lp)))
+        })?;
+        Ok(local)
+    }
+}
+
+fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
+    if let Expr::Var(v) = e {
+        out.push(v.clone());
+    }
+    e.for_each_child(|c| collect_vars(c, out));
+}

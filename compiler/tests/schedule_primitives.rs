@@ -1,0 +1,311 @@
+//! Schedule primitives: each rewrite of a kernel computes the same values as
+//! the kernel as lowered (LLVM JIT and the C backend, serial and task-sliced),
+//! and primitives that do not apply are errors naming the kernel.
+#![cfg(feature = "llvm")]
+
+use kiln::codegen::llvm::Jit;
+use kiln::codegen::PackedKernel;
+use kiln::schedule::Schedule;
+use kiln::te::{compute, lower, lower_with, placeholder, reduce_axis, sum, Tensor};
+use kiln::tir::transform::{
+    flatten_buffers, lower_intrinsics, remove_noops, simplify_prim_func, unroll_loops, vectorize_loops,
+};
+use kiln::tir::{BinOp, CmpOp, Expr, ForKind, PrimFunc, Stmt};
+use kiln::DataType;
+
+/// The backend half of the TIR pipeline.
+fn finish(f: PrimFunc) -> PrimFunc {
+    remove_noops(vectorize_loops(unroll_loops(simplify_prim_func(lower_intrinsics(flatten_buffers(f))))))
+}
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n).map(|i| ((i as f32 + seed as f32 * 0.61) * 0.731).sin()).collect()
+}
+
+/// Run `f` (flattened) with the given inputs on the JIT and through C; outputs per backend.
+fn run_both(f: &PrimFunc, inputs: &[Vec<f32>], tasks: i64) -> Vec<Vec<f32>> {
+    let mut results = Vec::new();
+    let out_len: usize = f.params.last().expect("an output").numel();
+    let jit = Jit::new(&f.name, std::slice::from_ref(f)).expect("jit");
+    let k = jit.kernel(&f.name).expect("kernel");
+    let (_dir, lib) = c_library(f);
+    // SAFETY: `<name>_packed` has the PackedKernel signature.
+    let ck: PackedKernel =
+        *unsafe { lib.get::<PackedKernel>(format!("{}_packed", f.name).as_bytes()) }.expect("C kernel");
+    for kernel in [k, ck] {
+        let mut args: Vec<Vec<f32>> = inputs.to_vec();
+        args.push(vec![f32::NAN; out_len]);
+        let ptrs: Vec<*mut u8> = args.iter_mut().map(|a| a.as_mut_ptr() as *mut u8).collect();
+        for t in 0..tasks {
+            // SAFETY: the buffers have the kernel's parameter sizes.
+            unsafe { kernel(ptrs.as_ptr(), t, tasks) };
+        }
+        results.push(args.pop().expect("output"));
+    }
+    results
+}
+
+/// `f` through the C backend into a shared object.
+fn c_library(f: &PrimFunc) -> (tempfile::TempDir, libloading::Library) {
+    let src = kiln::codegen::c::codegen_module(std::slice::from_ref(f)).expect("C code");
+    let dir = tempfile::tempdir().expect("dir");
+    let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
+    std::fs::write(&c, &src).expect("write");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = std::process::Command::new(cc)
+        .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&c)
+        .arg("-lm")
+        .status()
+        .expect("cc");
+    assert!(ok.success(), "the C compiler rejected:\n{src}");
+    // SAFETY: a library just built from kiln's C output; it runs no initializers.
+    let lib = unsafe { libloading::Library::new(&so) }.expect("load");
+    (dir, lib)
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{what}: element {i}: {a} vs {b}");
+    }
+}
+
+/// `f` scheduled by `schedule` computes what `f` as lowered computes.
+fn check(f: PrimFunc, inputs: &[Vec<f32>], schedule: impl FnOnce(&mut Schedule)) -> PrimFunc {
+    let reference = run_both(&finish(f.clone()), inputs, 1);
+    let mut s = Schedule::new(f);
+    schedule(&mut s);
+    let scheduled = finish(s.into_func());
+    for tasks in [1, 3] {
+        for (got, want) in run_both(&scheduled, inputs, tasks).iter().zip(&reference) {
+            assert_close(got, want, &format!("{} with {tasks} tasks", scheduled.name));
+        }
+    }
+    scheduled
+}
+
+fn matmul(name: &str, m: usize, k: usize, n: usize) -> (PrimFunc, Vec<Vec<f32>>) {
+    let a = placeholder("a", &[m, k], DataType::F32);
+    let b = placeholder("b", &[k, n], DataType::F32);
+    let bias = placeholder("bias", &[n], DataType::F32);
+    let kk = reduce_axis(k, "k");
+    let kv = Expr::var(&kk.0);
+    let c = compute("c", &[m, n], |i| {
+        sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
+    });
+    let out = compute("out", &[m, n], |i| c.at(i) + bias.at(&i[1..]));
+    let f = kiln::tir::transform::fuse_sibling_loops(lower(name, &[a, b, bias], &[out]).expect("lower"));
+    (f, vec![data(m * k, 1), data(k * n, 2), data(n, 3)])
+}
+
+#[test]
+fn split_with_tails_reorder_fuse_and_tiles_keep_matmul_values() {
+    let (f, inputs) = matmul("mm", 7, 19, 37);
+    let scheduled = check(f, &inputs, |s| {
+        let i = s.get_loop("ax0").expect("i");
+        let j = s.get_loop("ax1").expect("j");
+        let (io, ii) = s.split(&i, 3).expect("split i (tail)");
+        let (jo, ji) = s.split(&j, 16).expect("split j (tail)");
+        s.reorder(&[io.clone(), jo.clone(), ii, ji]).expect("reorder");
+        let tile = s.decompose_reduction(&jo, true).expect("decompose");
+        s.unroll(&tile.update_loops[0]).expect("unroll");
+        s.vectorize(&tile.update_loops[1]).expect("vectorize (falls back on the tail guard)");
+        let fused = s.fuse(&io, &jo).expect("fuse");
+        s.parallel(&fused).expect("parallel");
+    });
+    let mut parallel = false;
+    scheduled.body.visit(&mut |s| parallel |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
+    assert!(parallel);
+}
+
+#[test]
+fn divisible_tiles_become_vector_code() {
+    let (f, inputs) = matmul("mm16", 4, 9, 32);
+    let scheduled = check(f, &inputs, |s| {
+        let (i, j) = (s.get_loop("ax0").expect("i"), s.get_loop("ax1").expect("j"));
+        let (io, ii) = s.split(&i, 2).expect("split");
+        let (jo, ji) = s.split(&j, 16).expect("split");
+        s.reorder(&[io, jo.clone(), ii, ji]).expect("reorder");
+        let tile = s.decompose_reduction(&jo, true).expect("decompose");
+        for loops in [&tile.init_loops, &tile.update_loops, &tile.writeback_loops] {
+            s.unroll(&loops[0]).expect("unroll");
+            s.vectorize(&loops[1]).expect("vectorize");
+        }
+    });
+    let text = kiln::tir::print_prim_func(&scheduled);
+    assert!(text.contains("T.Ramp("), "{text}");
+    assert!(text.contains("_local = T.alloc_buffer([2, 16]"), "{text}");
+}
+
+fn conv(name: &str) -> (PrimFunc, Vec<Vec<f32>>, kiln::tir::Buffer) {
+    let (c, h, w, oc, k) = (3, 9, 11, 5, 3);
+    let x = placeholder("x", &[1, c, h, w], DataType::F32);
+    let wt = placeholder("w", &[oc, c, k, k], DataType::F32);
+    let xs = x.clone();
+    let pad = compute("pad", &[1, c, h + 2, w + 2], move |i| {
+        let (hh, ww) = (i[2].clone() - Expr::int(1), i[3].clone() - Expr::int(1));
+        let inside = Expr::and(
+            Expr::and(
+                Expr::cmp(CmpOp::Ge, hh.clone(), Expr::int(0)),
+                Expr::cmp(CmpOp::Lt, hh.clone(), Expr::int(h as i64)),
+            ),
+            Expr::and(
+                Expr::cmp(CmpOp::Ge, ww.clone(), Expr::int(0)),
+                Expr::cmp(CmpOp::Lt, ww.clone(), Expr::int(w as i64)),
+            ),
+        );
+        let clamp =
+            |e: Expr, n: usize| Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, e, Expr::int(0)), Expr::int(n as i64 - 1));
+        Expr::select(
+            inside,
+            xs.at(&[i[0].clone(), i[1].clone(), clamp(hh, h), clamp(ww, w)]),
+            Expr::float(0.0, DataType::F32),
+        )
+    });
+    let (rc, ry, rx) = (reduce_axis(c, "rc"), reduce_axis(k, "ry"), reduce_axis(k, "rx"));
+    let p = pad.clone();
+    let out = compute("conv", &[1, oc, h, w], |i| {
+        let (vc, vy, vx) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
+        sum(
+            p.at(&[i[0].clone(), vc.clone(), i[2].clone() + vy.clone(), i[3].clone() + vx.clone()])
+                * wt.at(&[i[1].clone(), vc, vy, vx]),
+            &[rc.clone(), ry.clone(), rx.clone()],
+        )
+    });
+    let keep = |t: &Tensor| t.name() == "pad";
+    let f = lower_with(name, &[x, wt.clone()], &[out], &keep).expect("lower");
+    // The stage's kernel-local buffer.
+    let mut buf = None;
+    f.body.visit(&mut |s| {
+        if let Stmt::Allocate { buffer, .. } = s {
+            buf = Some(buffer.clone());
+        }
+    });
+    let buf = buf.expect("the padded input is materialized");
+    assert_eq!(buf.name(), pad.name());
+    (f, vec![data(c * h * w, 4), data(oc * c * k * k, 5)], buf)
+}
+
+#[test]
+fn compute_at_places_the_padded_rows_inside_the_row_loop() {
+    let (f, inputs, pad) = conv("conv_at");
+    let scheduled = check(f, &inputs, |s| {
+        // The conv's row loop (the pad stage's own loops come first and share names).
+        let oh = s.loops().into_iter().filter(|v| &*v.name == "ax2").last().expect("rows");
+        let ow = s.loops().into_iter().filter(|v| &*v.name == "ax3").last().expect("columns");
+        let (_, owi) = s.split(&ow, 4).expect("split");
+        let oc = s.loops().into_iter().filter(|v| &*v.name == "ax1").last().expect("channels");
+        s.reorder(&[oh.clone(), oc]).expect("reorder");
+        let local = s.compute_at(&pad, &oh).expect("compute_at");
+        // One output row reads 3 padded rows of every channel, all columns.
+        assert_eq!(local.shape(), &[1, 3, 3, 13]);
+        assert!(s.loop_of(&owi).is_ok());
+        s.parallel(&oh).expect("parallel");
+    });
+    let text = kiln::tir::print_prim_func(&scheduled);
+    assert!(!text.contains("pad = T.alloc_buffer"), "{text}");
+}
+
+#[test]
+fn compute_inline_undoes_materialization() {
+    let (f, inputs, pad) = conv("conv_inline");
+    let scheduled = check(f, &inputs, |s| s.compute_inline(&pad).expect("inline"));
+    assert!(!kiln::tir::print_prim_func(&scheduled).contains("alloc_buffer"));
+}
+
+#[test]
+fn primitives_that_do_not_apply_are_errors_naming_the_kernel() {
+    let (f, _) = matmul("mm_err", 4, 4, 4);
+    let mut s = Schedule::new(f);
+    let i = s.get_loop("ax0").expect("i");
+    let j = s.get_loop("ax1").expect("j");
+    let k = s.get_loop("k").expect("k");
+    let e = s.split(&i, 0).expect_err("split by 0");
+    assert!(e.to_string().contains("mm_err") && e.to_string().contains("by 0"), "{e}");
+    let e = s.reorder(&[k.clone(), i.clone()]).expect_err("k is not perfectly nested under i");
+    assert!(e.to_string().contains("not perfectly nested"), "{e}");
+    let e = s.fuse(&j, &i).expect_err("i is not inside j");
+    assert!(e.to_string().contains("is not directly inside"), "{e}");
+    assert!(s.get_loop("nope").is_err());
+    let e = s.decompose_reduction(&k, true).expect_err("nothing to decompose below k");
+    assert!(e.to_string().contains("decompose_reduction"), "{e}");
+    // Failed primitives leave the kernel as it was.
+    let (g, _) = matmul("mm_err", 4, 4, 4);
+    assert_eq!(kiln::tir::print_prim_func(s.func()).lines().count(), kiln::tir::print_prim_func(&g).lines().count());
+}
+
+#[test]
+fn polynomial_intrinsics_are_accurate_to_1e_6() {
+    use kiln::tir::transform::lower_intrinsics::{erf_f32, exp_f32, sigmoid_f32, tanh_f32};
+    let n = 4096;
+    let x = placeholder("x", &[n], DataType::F32);
+    let mk = |name: &str, f: fn(Expr) -> Expr| {
+        let xs = x.clone();
+        let out = compute(name, &[n], |i| f(xs.at(i)));
+        let mut k = lower(name, &[x.clone()], &[out]).expect("lower");
+        // Vectorized, as kernels run: 16 lanes.
+        let mut s = Schedule::new(k.clone());
+        let v = s.get_loop("ax0").expect("loop");
+        let (_, vi) = s.split(&v, 16).expect("split");
+        s.vectorize(&vi).expect("vectorize");
+        k = s.into_func();
+        finish(k)
+    };
+    let xs: Vec<f32> = (0..n).map(|i| (i as f32 / n as f32 - 0.5) * 40.0).collect();
+    type Exact = fn(f64) -> f64;
+    let exact_erf: Exact = |v| libm_erf(v);
+    let cases: [(&str, fn(Expr) -> Expr, Exact, f32); 4] = [
+        ("exp", exp_f32, |v: f64| v.exp(), 1.0),
+        ("tanh", tanh_f32, |v: f64| v.tanh(), 1.0),
+        ("sigmoid", sigmoid_f32, |v: f64| 1.0 / (1.0 + (-v).exp()), 1.0),
+        ("erf", erf_f32, exact_erf, 1.0),
+    ];
+    for (name, f, exact, scale) in cases {
+        let k = mk(&format!("poly_{name}"), f);
+        let text = kiln::tir::print_prim_func(&k);
+        assert!(!text.contains(&format!("T.{name}(")), "{name} still calls the intrinsic:\n{text}");
+        let input: Vec<f32> = xs.iter().map(|v| v * scale).collect();
+        for got in run_both(&k, std::slice::from_ref(&input), 1) {
+            for (i, (&g, &v)) in got.iter().zip(&input).enumerate() {
+                let want = exact(v as f64);
+                let rel = ((g as f64 - want) / want.abs().max(1e-30)).abs();
+                // exp underflows to subnormals below −87.3: judged absolutely there.
+                let tiny = want.abs() < 1.2e-38;
+                assert!(
+                    rel <= 1e-6 || tiny && (g as f64 - want).abs() < 1e-37,
+                    "{name}({v}) = {g}, exact {want} (rel {rel:e}) at {i}"
+                );
+            }
+        }
+    }
+}
+
+/// erf in f64 (Abramowitz & Stegun 7.1.28 is too coarse; the series and continued fraction are exact enough).
+fn libm_erf(x: f64) -> f64 {
+    if x.abs() < 3.0 {
+        // Taylor series: converges fast enough in f64 below 3.
+        let mut sum = 0.0f64;
+        let mut term = x;
+        let mut n = 0.0f64;
+        while term.abs() > 1e-17 * sum.abs().max(1e-300) || n < 3.0 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -x * x / n;
+            if n > 200.0 {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc continued fraction (Lentz).
+        let z = x.abs();
+        let mut f = z;
+        for k in (1..60).rev() {
+            f = z + (k as f64 / 2.0) / f;
+        }
+        let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * f);
+        (1.0 - erfc).copysign(x)
+    }
+}
