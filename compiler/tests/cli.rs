@@ -160,3 +160,57 @@ fn run_reads_npy_inputs_and_writes_npy_outputs() {
     assert_eq!(code, 1);
     assert!(err.contains("junk.npy") && !err.contains("panicked"), "{err}");
 }
+
+/// `kiln run` of a Relay file (every parameter an input) equals the reference interpreter.
+fn run_matches_interpreter(file: &str, threads: &str) {
+    use kiln::relay::{eval_function, infer_module, parse_module, Type, Value};
+    let dir = tempfile::tempdir().expect("dir");
+    let mut m = parse_module(&std::fs::read_to_string(file).expect("read")).expect("parse");
+    infer_module(&mut m).expect("infer");
+    let main = m.store.as_function(m.main().expect("main")).expect("function").clone();
+    let mut args = vec!["run".to_string(), file.to_string(), "--threads".into(), threads.into()];
+    let mut values = Vec::new();
+    for (k, &p) in main.params.iter().enumerate() {
+        let name = m.store.as_var(p).expect("param").name.clone();
+        let Some(Type::Tensor(t)) = m.store.checked_type(p).cloned() else { panic!("tensor parameter") };
+        let n: usize = t.shape.iter().product();
+        // Variances (`%v…`) must be positive.
+        let data: Vec<f32> = (0..n)
+            .map(|i| {
+                let s = ((i * 7 + k * 13) as f32 * 0.37).sin();
+                // Weights of a realistic scale: f32 sums of 784 unit-sized terms
+                // drift ~1e-4 from the f64 interpreter.
+                if name.starts_with('v') {
+                    1.0 + 0.5 * s.abs()
+                } else {
+                    0.2 * s
+                }
+            })
+            .collect();
+        let tensor = kiln::Tensor::from_f32(t.shape.clone(), &data);
+        let path = write(&dir, &format!("{name}.npy"), &kiln::npy::write_npy(&tensor));
+        args.extend(["--input".into(), format!("{name}={path}")]);
+        values.push(Value::Tensor(tensor));
+    }
+    let out = dir.path().join("out.npy").to_string_lossy().into_owned();
+    args.extend(["--output".into(), out.clone()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = kiln(&argv);
+    assert_eq!(code, 0, "{file}: {err}");
+    let got = kiln::npy::read_npy(&std::fs::read(&out).expect("out")).expect("npy");
+    let Value::Tensor(want) = eval_function(&m, "main", &values).expect("interpreter") else { panic!("tensor") };
+    assert_eq!(got.shape(), want.shape());
+    for (a, b) in got.to_f64_vec().iter().zip(want.to_f64_vec()) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{file}: {a} vs {b}");
+    }
+}
+
+#[test]
+fn run_conv_block_residual_block_and_mlp_equal_the_interpreter() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/ir/tests/data/relay");
+    for (file, threads) in
+        [("conv_bn_relu.relay", "1"), ("residual_block.relay", "2"), ("mlp.relay", "1"), ("mlp_matmul.relay", "2")]
+    {
+        run_matches_interpreter(&format!("{data}/{file}"), threads);
+    }
+}

@@ -148,12 +148,16 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     // picks the default schedule; a convolution keeps its padded input as a
     // stage of its own, which the schedule computes row by row.
     let mut anchor: Option<(kiln_ir::relay::OpPattern, &str)> = None;
+    let mut transposed_weight = false;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
                 let def = op_registry().get(op);
                 if anchor.is_none_or(|(p, _)| def.pattern > p) {
                     anchor = Some((def.pattern, def.name));
+                    transposed_weight = def.name == "nn.dense"
+                        || call.attrs.bool("transpose_b").unwrap_or(false)
+                        || call.attrs.bool("transpose_a").unwrap_or(false);
                 }
             }
         }
@@ -162,5 +166,8 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let materialize = |t: &Tensor| anchor_name == "nn.conv2d" && t.name() == "pad";
     let mut prim = te::lower_with(name, &inputs, &outputs, &materialize).map_err(|e| err(e.to_string()))?;
     prim.attrs.insert("anchor".into(), anchor_name.to_string());
+    if transposed_weight {
+        prim.attrs.insert("transpose_b".into(), "true".into());
+    }
     Ok(prim)
 }

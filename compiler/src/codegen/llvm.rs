@@ -205,6 +205,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
             Expr::Var(v) => {
                 *self.vars.get(&v.id).ok_or_else(|| self.unsupported(&format!("unbound variable `{}`", v.name)))?
             }
+            Expr::Bin(BinOp::Add, a, b) if dt == DataType::F32 && fma_operands(a, b).is_some() => {
+                let (acc, m1, m2) = fma_operands(a, b).expect("checked");
+                let (acc, m1, m2) = (self.expr(acc)?, self.expr(m1)?, self.expr(m2)?);
+                self.intrinsic("llvm.fmuladd.f32", &[m1, m2, acc], self.ctx.f32_type().into())?
+            }
             Expr::Bin(op, a, b) => {
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 if dt.is_float() {
@@ -477,6 +482,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let iota: Vec<IntValue> = (0..*lanes).map(|k| self.i64c(k as i64)).collect();
                 let step = self.e(self.b.build_int_mul(s, VectorType::const_vector(&iota), "step"))?;
                 self.e(self.b.build_int_add(b, step, "ramp"))?.into()
+            }
+            Expr::Bin(BinOp::Add, a, b) if t.elem == DataType::F32 && fma_operands(a, b).is_some() => {
+                let (acc, m1, m2) = fma_operands(a, b).expect("checked");
+                let acc = self.vexpr_or_splat(acc, lanes)?;
+                let (m1, m2) = (self.vexpr_or_splat(m1, lanes)?, self.vexpr_or_splat(m2, lanes)?);
+                self.vector_intrinsic(&format!("llvm.fmuladd.v{lanes}f32"), &[m1, m2, acc])?
             }
             Expr::Bin(op, a, b) if t.elem == DataType::F32 => {
                 let (x, y) = (float_vec(self.vexpr_or_splat(a, lanes)?), float_vec(self.vexpr_or_splat(b, lanes)?));
@@ -763,6 +774,28 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 }
 
+/// The CPU and its features on a function, so that every code generator —
+/// the target machine and MCJIT, which otherwise picks a generic x86-64 —
+/// emits the same instructions (the packed entry points too: the kernel is
+/// inlined into them).
+fn set_target_attributes<'ctx>(ctx: &'ctx Context, func: FunctionValue<'ctx>, target: &LlvmTarget) {
+    if !target.cpu.is_empty() {
+        func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("target-cpu", &target.cpu));
+    }
+    if !target.features.is_empty() {
+        func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("target-features", &target.features));
+    }
+}
+
+/// `acc + m1·m2` (either order): LLVM's `fmuladd`, which the backend may
+/// contract into one FMA instruction (C's default FP_CONTRACT semantics).
+fn fma_operands<'e>(a: &'e Expr, b: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e Expr)> {
+    match (a, b) {
+        (acc, Expr::Bin(BinOp::Mul, m1, m2)) | (Expr::Bin(BinOp::Mul, m1, m2), acc) => Some((acc, m1, m2)),
+        _ => None,
+    }
+}
+
 fn has_parallel_loop(s: &Stmt) -> bool {
     let mut found = false;
     s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
@@ -770,7 +803,13 @@ fn has_parallel_loop(s: &Stmt) -> bool {
 }
 
 /// Emit `f` and its packed entry point into `module`.
-fn emit_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) -> Result<(), CodegenError> {
+fn emit_kernel<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    f: &PrimFunc,
+    target: &LlvmTarget,
+) -> Result<(), CodegenError> {
+    let fast_math = target.fast_math;
     let i64t = ctx.i64_type();
     let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
     for b in &f.params {
@@ -780,6 +819,16 @@ fn emit_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) ->
     params.push(i64t.into());
     let fn_ty = ctx.void_type().fn_type(&params, false);
     let func = module.add_function(&f.name, fn_ty, Some(Linkage::External));
+    // Fast math only where the target (`-fast-math`) or the kernel's pass
+    // context (`tir.fast_math`) allows it.
+    if fast_math || f.attrs.get("fast_math").is_some_and(|v| v == "true") {
+        for key in
+            ["unsafe-fp-math", "no-nans-fp-math", "no-infs-fp-math", "no-signed-zeros-fp-math", "approx-func-fp-math"]
+        {
+            func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute(key, "true"));
+        }
+    }
+    set_target_attributes(ctx, func, target);
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     let nocapture = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("nocapture"), 0);
     for i in 0..f.params.len() {
@@ -829,6 +878,7 @@ fn emit_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) ->
     let i8pp = ctx.i8_type().ptr_type(AddressSpace::default()).ptr_type(AddressSpace::default());
     let packed_ty = ctx.void_type().fn_type(&[i8pp.into(), i64t.into(), i64t.into()], false);
     let packed = module.add_function(&format!("{}_packed", f.name), packed_ty, Some(Linkage::External));
+    set_target_attributes(ctx, packed, target);
     let bb = ctx.append_basic_block(packed, "entry");
     let pb = ctx.create_builder();
     pb.position_at_end(bb);
@@ -868,7 +918,7 @@ fn build_module<'ctx>(
 ) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module(name);
     for f in funcs {
-        emit_kernel(ctx, &module, f)?;
+        emit_kernel(ctx, &module, f, target)?;
     }
     for d in data {
         let init = ctx.const_string(d.bytes, false);

@@ -207,13 +207,50 @@ fn schedule_matmul(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         .unwrap_or_else(|| divisor_at_most(je, lanes));
     let (i_o, i_i) = s.split(i, mi as usize)?;
     let (j_o, j_i) = s.split(j, jb as usize)?;
-    s.reorder(&[i_o.clone(), j_o.clone(), i_i, j_i])?;
-    let tile = s.decompose_reduction(&j_o, true)?;
+    // Column blocks outside row blocks: one block of B's columns stays in
+    // cache while every row block of A passes over it.
+    s.reorder(&[j_o.clone(), i_o.clone(), i_i, j_i])?;
+    let tile = s.decompose_reduction(&i_o, true)?;
     tile_kinds(&mut s, &tile)?;
+    // Where several row blocks reuse a column block of B, copy it once into a
+    // contiguous [k, jb] panel: B's rows are a page apart in big matrices,
+    // which defeats the hardware prefetcher.
     let mut par: Vec<Var> = outer.to_vec();
-    par.extend([i_o, j_o]);
+    par.push(j_o.clone());
+    match column_operand(s.func(), &tile) {
+        Some(b) if extent(&s, &i_o).unwrap_or(1) >= 4 => {
+            s.cache_read(&b, &j_o)?;
+        }
+        // Without a panel, row blocks parallelize too.
+        _ => par.push(i_o),
+    }
     fuse_parallel(&mut s, &par)?;
     Ok(s.into_func())
+}
+
+/// The input read along the column tile's variable (B of `A·B`).
+fn column_operand(f: &PrimFunc, tile: &ReductionTile) -> Option<Buffer> {
+    let col = tile.update_loops.last()?;
+    let mut found = None;
+    f.body.visit(&mut |s| {
+        if let Stmt::Store { value, .. } = s {
+            let mut loads = Vec::new();
+            collect_loads(value, &mut loads);
+            for (b, idx) in loads {
+                if b.scope() == Scope::Global && idx.iter().any(|i| i.uses_var(col)) && found.is_none() {
+                    found = Some(b);
+                }
+            }
+        }
+    });
+    found
+}
+
+fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<crate::tir::Expr>)>) {
+    if let crate::tir::Expr::Load(b, idx) = e {
+        out.push((b.clone(), idx.clone()));
+    }
+    e.for_each_child(|c| collect_loads(c, out));
 }
 
 /// Other reductions: the reduction loops outside the last output axis.
@@ -259,8 +296,12 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32) -> PrimFunc {
         Err(ScheduleError { kernel: f.name.clone(), message: "opt level 0".into() })
     } else {
         match anchor.as_str() {
-            "nn.conv2d" => schedule_conv2d(f.clone()),
-            "nn.matmul" | "nn.dense" | "nn.batch_matmul" => schedule_matmul(f.clone()),
+            "nn.conv2d" => schedule_conv2d(f.clone()).or_else(|_| schedule_reduction(f.clone())),
+            // A weight read along its rows (dense, transpose_b) is not contiguous
+            // in the output columns: LLVM's vectorizer does better on the plain reduction.
+            "nn.matmul" | "nn.batch_matmul" if !f.attrs.contains_key("transpose_b") => {
+                schedule_matmul(f.clone()).or_else(|_| schedule_reduction(f.clone()))
+            }
             _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone()),
             _ => Ok(vectorize_inner(f.clone())),
         }

@@ -24,6 +24,9 @@ pub struct ScheduleError {
 
 type Result<T> = std::result::Result<T, ScheduleError>;
 
+/// A loop header: variable, min, extent, kind.
+type Header = (Var, Expr, Expr, ForKind);
+
 /// A kernel being scheduled.
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -103,7 +106,7 @@ fn loop_stmt(var: Var, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> St
 }
 
 /// The loop headers (var, min, extent, kind) of a perfect chain from `s`, and what is inside.
-fn peel_chain(s: Stmt, stop: &dyn Fn(&For) -> bool) -> (Vec<(Var, Expr, Expr, ForKind)>, Stmt) {
+fn peel_chain(s: Stmt, stop: &dyn Fn(&For) -> bool) -> (Vec<Header>, Stmt) {
     let mut headers = Vec::new();
     let mut cur = s;
     loop {
@@ -118,7 +121,7 @@ fn peel_chain(s: Stmt, stop: &dyn Fn(&For) -> bool) -> (Vec<(Var, Expr, Expr, Fo
     }
 }
 
-fn rebuild_chain(headers: Vec<(Var, Expr, Expr, ForKind)>, body: Stmt) -> Stmt {
+fn rebuild_chain(headers: Vec<Header>, body: Stmt) -> Stmt {
     headers.into_iter().rev().fold(body, |b, (v, min, ext, kind)| loop_stmt(v, min, ext, kind, b))
 }
 
@@ -324,7 +327,7 @@ impl Schedule {
         let order = order.to_vec();
         self.rewrite_loop(&first, move |l| {
             let err = |m: String| ScheduleError { kernel: kernel.clone(), message: m };
-            let mut headers: Vec<(Var, Expr, Expr, ForKind)> = Vec::new();
+            let mut headers: Vec<Header> = Vec::new();
             let mut cur = Stmt::For(Box::new(l));
             while headers.iter().filter(|(v, ..)| order.contains(v)).count() < order.len() {
                 match cur {
@@ -342,7 +345,7 @@ impl Schedule {
                 }
             }
             let mut slots = Vec::new();
-            let mut taken: HashMap<u32, (Var, Expr, Expr, ForKind)> = HashMap::new();
+            let mut taken: HashMap<u32, Header> = HashMap::new();
             for (k, h) in headers.iter().enumerate() {
                 if order.contains(&h.0) {
                     slots.push(k);
@@ -407,7 +410,6 @@ impl Schedule {
         let out = &mut tile;
         self.rewrite_loop(at, |l| {
             let err = |m: &str| ScheduleError { kernel: kernel.clone(), message: format!("decompose_reduction: {m}") };
-            let l = l;
             let (tiles, inner) = peel_chain(l.body, &|_| false);
             let mut guards = Vec::new();
             let inner = strip_guards(inner, &mut guards);
@@ -431,7 +433,7 @@ impl Schedule {
             if tiles.iter().any(|(_, min, ext, _)| min.as_int().is_none() || ext.as_int().is_none()) {
                 return Err(err("tile loops need constant ranges"));
             }
-            let fresh = |suffix: &str| -> (Vec<(Var, Expr, Expr, ForKind)>, HashMap<u32, Expr>) {
+            let fresh = |suffix: &str| -> (Vec<Header>, HashMap<u32, Expr>) {
                 let mut map = HashMap::new();
                 let h = tiles
                     .iter()
@@ -595,10 +597,33 @@ impl Schedule {
     /// readers below `at` touch, into a kernel-local buffer of that region's size.
     pub fn compute_at(&mut self, producer: &Buffer, at: &Var) -> Result<Buffer> {
         let (dims, value) = self.producer_nest(producer)?;
+        self.loop_of(at)?;
+        let make = move |elem: &[Expr]| {
+            value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| elem[k].clone()))
+        };
+        // Place first (it checks everything), then drop the full-size stage.
+        let local = self.stage_region(producer, at, &format!("{}_at", producer.name()), &make)?;
+        self.remove_producer(producer);
+        Ok(local)
+    }
+
+    /// Copy the region of `buffer` that the code below loop `at` reads into a
+    /// kernel-local buffer at the start of `at`'s body, and read the copy
+    /// (TVM's `cache_read`): a strided operand becomes one contiguous panel.
+    pub fn cache_read(&mut self, buffer: &Buffer, at: &Var) -> Result<Buffer> {
+        let src = buffer.clone();
+        let make = move |elem: &[Expr]| Expr::Load(src.clone(), elem.to_vec());
+        self.stage_region(buffer, at, &format!("{}_shared", buffer.name()), &make)
+    }
+
+    /// The shared half of `compute_at` and `cache_read`: region inference over
+    /// the loads of `src` below `at`, a local buffer of the region's shape
+    /// filled with `value(element)`, and the loads redirected to it.
+    fn stage_region(&mut self, src: &Buffer, at: &Var, name: &str, value: &dyn Fn(&[Expr]) -> Expr) -> Result<Buffer> {
         let at_loop = self.loop_of(at)?.clone();
-        let reads = collect_loads(&at_loop.body, producer);
+        let reads = collect_loads(&at_loop.body, src);
         if reads.is_empty() {
-            return Err(self.err(format!("compute_at: nothing below `{}` reads `{}`", at.name, producer.name())));
+            return Err(self.err(format!("compute_at: nothing below `{}` reads `{}`", at.name, src.name())));
         }
         let inner = loop_ranges(&at_loop.body);
         let mut inner_bounds = Bounds::new();
@@ -608,8 +633,8 @@ impl Schedule {
         let at_min: HashMap<u32, Expr> = inner.iter().map(|(v, min, _)| (v.id, Expr::int(*min))).collect();
         // Per dimension: base (a function of the loops outside `at`) and extent.
         let mut region = Vec::new();
-        for d in 0..dims.len() {
-            let full = producer.shape()[d] as i64;
+        for d in 0..src.shape().len() {
+            let full = src.shape()[d] as i64;
             let mut dim: Option<(Expr, i64)> = None;
             for idx in &reads {
                 let base = simplify(&idx[d].substitute(&|v| at_min.get(&v.id).cloned()), &Bounds::new());
@@ -634,43 +659,32 @@ impl Schedule {
             let (base, ext) = dim.unwrap_or((Expr::int(0), full));
             region.push((base, ext.min(full)));
         }
-        let local = Buffer::new(
-            &format!("{}_at", producer.name()),
-            producer.elem(),
-            region.iter().map(|(_, e)| *e as usize).collect(),
-            Scope::Local,
-        );
-        // The producer over the region: loop vars r_d, element base_d + r_d
-        // (skipped where the region reaches past the producer's extent).
-        let rvars: Vec<Var> = dims
-            .iter()
-            .enumerate()
-            .map(|(d, a)| Var::index(&format!("{}_r", a.as_ref().map_or(format!("d{d}"), |a| a.name.to_string()))))
-            .collect();
+        let local = Buffer::new(name, src.elem(), region.iter().map(|(_, e)| *e as usize).collect(), Scope::Local);
+        // The region: loop vars r_d, element base_d + r_d (skipped where the
+        // region reaches past the source's extent).
+        let rvars: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("{}_r{d}", src.name()))).collect();
         let elem: Vec<Expr> = region
             .iter()
             .zip(&rvars)
             .map(|((b, _), r)| simplify(&(b.clone() + Expr::var(r)), &Bounds::new()))
             .collect();
-        let produced = value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| elem[k].clone()));
         let in_range: Vec<Expr> = elem
             .iter()
-            .zip(producer.shape())
+            .zip(src.shape())
             .zip(&region)
             .filter(|(_, (b, _))| b.as_int().is_none())
             .map(|((e, &n), _)| Expr::cmp(CmpOp::Lt, e.clone(), Expr::int(n as i64)))
             .collect();
         let store =
-            Stmt::Store { buffer: local.clone(), indices: rvars.iter().map(Expr::var).collect(), value: produced };
-        let headers: Vec<(Var, Expr, Expr, ForKind)> = rvars
+            Stmt::Store { buffer: local.clone(), indices: rvars.iter().map(Expr::var).collect(), value: value(&elem) };
+        let headers: Vec<Header> = rvars
             .iter()
             .zip(&region)
             .map(|(r, (_, e))| (r.clone(), Expr::int(0), Expr::int(*e), ForKind::Serial))
             .collect();
         let fill = rebuild_chain(headers, wrap_guards(store, &in_range));
         let bases: Vec<Expr> = region.iter().map(|(b, _)| b.clone()).collect();
-        self.remove_producer(producer);
-        let (p, l) = (producer.clone(), local.clone());
+        let (p, l) = (src.clone(), local.clone());
         self.rewrite_loop(at, move |mut lp| {
             let body = std::mem::replace(&mut lp.body, Stmt::nop());
             let body = retarget_buffer(body, &p, &l, &|idx| {

@@ -8,6 +8,7 @@ use kiln_ir::relay::{infer_module, IRModule};
 
 use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, PrimFuncPass, Sequential};
 
+pub mod alter_op_layout;
 pub mod common_subexpr;
 pub mod dead_code;
 pub mod fold_constant;
@@ -50,6 +51,7 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))
         }),
         function_pass("SimplifyExpr", 0, &["InferType"], |m, f| Ok(simplify_expr::simplify_expr(&mut m.store, f))),
+        function_pass("AlterOpLayout", 3, &["InferType"], |m, f| Ok(alter_op_layout::alter_op_layout(&mut m.store, f))),
         function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| {
             Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))
         }),
@@ -82,7 +84,11 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     );
     v.push(
         PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
-            Ok(crate::schedule::default_cpu_schedule(f, ctx.opt_level))
+            let mut f = crate::schedule::default_cpu_schedule(f, ctx.opt_level);
+            if ctx.config_bool("tir.fast_math") == Some(true) {
+                f.attrs.insert("fast_math".into(), "true".into());
+            }
+            Ok(f)
         })
         .arc(),
     );
@@ -165,6 +171,7 @@ pub fn default_pipeline() -> Result<Sequential, PassError> {
             "FoldConstant",
             "FoldScaleAxis",
             "FoldConstant",
+            "AlterOpLayout",
             "SimplifyExpr",
             "FoldConstant",
             "DeadCodeElimination",
