@@ -154,3 +154,94 @@ fn five_thousand_corrupted_models_never_panic() {
     }
     assert!(errors > 1000, "only {errors} corrupted files were rejected");
 }
+
+/// Conv (1-D: pads, stride, 3 output channels) then MaxPool (1-D) over [1, 2, 9]:
+/// imported as their 2-D forms over a unit height, and computed right.
+#[test]
+fn one_dimensional_conv_and_pool_run_as_2d() {
+    use onnx_protobuf::{
+        type_proto, AttributeProto, GraphProto, Message, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
+    };
+    let value_info = |name: &str, dims: &[i64]| {
+        let mut shape = onnx_protobuf::TensorShapeProto::new();
+        for &d in dims {
+            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
+            dim.set_dim_value(d);
+            shape.dim.push(dim);
+        }
+        let mut tt = type_proto::Tensor::new();
+        tt.elem_type = 1;
+        tt.shape = Some(shape).into();
+        let mut ty = TypeProto::new();
+        ty.value = Some(type_proto::Value::TensorType(tt));
+        let mut v = ValueInfoProto::new();
+        v.name = name.into();
+        v.type_ = Some(ty).into();
+        v
+    };
+    let ints = |name: &str, v: &[i64]| {
+        let mut a = AttributeProto::new();
+        a.name = name.into();
+        a.ints = v.to_vec();
+        a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
+        a
+    };
+    let (c, l, o, k) = (2usize, 9usize, 3usize, 3usize);
+    let wdata: Vec<f32> = (0..o * c * k).map(|i| (i as f32 * 0.7).sin()).collect();
+    let mut w = TensorProto::new();
+    w.name = "W".into();
+    w.dims = vec![o as i64, c as i64, k as i64];
+    w.data_type = 1;
+    w.float_data = wdata.clone();
+    let mut conv = NodeProto::new();
+    conv.op_type = "Conv".into();
+    conv.name = "conv1d".into();
+    conv.input = vec!["x".into(), "W".into()];
+    conv.output = vec!["h".into()];
+    conv.attribute = vec![ints("kernel_shape", &[3]), ints("pads", &[1, 1]), ints("strides", &[2])];
+    let mut pool = NodeProto::new();
+    pool.op_type = "MaxPool".into();
+    pool.name = "pool1d".into();
+    pool.input = vec!["h".into()];
+    pool.output = vec!["y".into()];
+    pool.attribute = vec![ints("kernel_shape", &[2])];
+    let mut g = GraphProto::new();
+    g.name = "conv1d".into();
+    g.input.push(value_info("x", &[1, c as i64, l as i64]));
+    g.output.push(value_info("y", &[1, o as i64, 4]));
+    g.initializer = vec![w];
+    g.node = vec![conv, pool];
+    let mut m = ModelProto::new();
+    m.ir_version = 8;
+    m.graph = Some(g).into();
+    let bytes = m.write_to_bytes().expect("serialize");
+
+    let mut module = onnx::import(&bytes, &[]).expect("import");
+    infer_module(&mut module).expect("infer");
+    let x: Vec<f32> = (0..c * l).map(|i| (i as f32 * 0.3).cos()).collect();
+    // Reference: conv with pad 1, stride 2 → length 5; max-pool 2 (stride 1) → length 4.
+    let conv_at = |oc: usize, t: usize| -> f32 {
+        let mut acc = 0.0;
+        for ic in 0..c {
+            for r in 0..k {
+                let pos = (t * 2 + r) as i64 - 1;
+                if (0..l as i64).contains(&pos) {
+                    acc += x[ic * l + pos as usize] * wdata[(oc * c + ic) * k + r];
+                }
+            }
+        }
+        acc
+    };
+    let want: Vec<f32> = (0..o)
+        .flat_map(|oc| (0..4).map(move |t| (oc, t)))
+        .map(|(oc, t)| conv_at(oc, t).max(conv_at(oc, t + 1)))
+        .collect();
+    let (_, plan) = optimize_and_plan(module, Arc::new(PassContext::new().with_opt_level(3))).expect("compile");
+    let jit = Jit::new("conv1d", &plan.kernels).expect("jit");
+    let input = kiln::Tensor::from_f32(vec![1, c, l], &x);
+    let out = host::run(&plan, &jit, &[input], 1).expect("run");
+    assert_eq!(out[0].shape(), &[1, o, 4]);
+    for (g, w) in out[0].to_f64_vec().iter().zip(&want) {
+        assert!((g - *w as f64).abs() < 1e-5, "{g} vs {w}");
+    }
+}

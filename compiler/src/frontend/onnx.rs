@@ -197,7 +197,60 @@ impl Importer<'_> {
         }
     }
 
+    /// A 1-D Conv, MaxPool or AveragePool (input [N, C, L]) as its 2-D form
+    /// over [N, C, 1, L]: the input (and weight) gain a unit height, every
+    /// spatial attribute a leading 1 (pads a leading 0 at each end), and the
+    /// result drops the height again. None when the node is not 1-D.
+    fn lift_1d(&mut self, n: &NodeProto, index: usize) -> Option<Result<(), OnnxError>> {
+        if !matches!(n.op_type.as_str(), "Conv" | "MaxPool" | "AveragePool") {
+            return None;
+        }
+        let label = if n.name.is_empty() { format!("#{index}") } else { n.name.clone() };
+        let node = Node { n, label };
+        let x = self.input(&node, 0).ok()?;
+        let shape = self.shape_of(&node, x).ok()?;
+        if shape.len() != 3 {
+            return None;
+        }
+        Some((|| {
+            let mut n2 = n.clone();
+            let unsqueeze = |me: &mut Self, v: ExprId, name: &str| -> Result<String, OnnxError> {
+                let s = me.shape_of(&node, v)?;
+                let newshape: Vec<i64> =
+                    [s[0] as i64, s[1] as i64, 1].into_iter().chain(s[2..].iter().map(|&d| d as i64)).collect();
+                let y = me.call(&node, "reshape", vec![v], attrs(&[("newshape", AttrValue::Ints(newshape))]))?;
+                let lifted = format!("{name}\u{0}2d");
+                me.values.insert(lifted.clone(), y);
+                Ok(lifted)
+            };
+            n2.input[0] = unsqueeze(self, x, &n.input[0])?;
+            if n.op_type == "Conv" {
+                let w = self.input(&node, 1)?;
+                n2.input[1] = unsqueeze(self, w, &n.input[1])?;
+            }
+            for a in n2.attribute.iter_mut() {
+                match a.name.as_str() {
+                    "kernel_shape" | "strides" | "dilations" if a.ints.len() == 1 => a.ints.insert(0, 1),
+                    "pads" if a.ints.len() == 2 => a.ints = vec![0, a.ints[0], 0, a.ints[1]],
+                    _ => {}
+                }
+            }
+            let out = n.output.first().cloned().ok_or_else(|| node.err("no output"))?;
+            n2.output = vec![format!("{out}\u{0}2d")];
+            self.node(&n2, index)?;
+            let y = *self.values.get(&n2.output[0]).ok_or_else(|| node.err("no 2-D result"))?;
+            let s = self.shape_of(&node, y)?;
+            let newshape = vec![s[0] as i64, s[1] as i64, s[3] as i64];
+            let y = self.call(&node, "reshape", vec![y], attrs(&[("newshape", AttrValue::Ints(newshape))]))?;
+            self.values.insert(out, y);
+            Ok(())
+        })())
+    }
+
     fn node(&mut self, n: &NodeProto, index: usize) -> Result<(), OnnxError> {
+        if let Some(r) = self.lift_1d(n, index) {
+            return r;
+        }
         let label = if n.name.is_empty() { format!("#{index}") } else { n.name.clone() };
         let node = Node { n, label };
         let op = n.op_type.as_str();
@@ -266,7 +319,7 @@ impl Importer<'_> {
             "Conv" => {
                 let (x, w) = (self.input(&node, 0)?, self.input(&node, 1)?);
                 if node.ints("kernel_shape").is_some_and(|k| k.len() != 2) {
-                    return Err(node.err("only 2-D convolution (NCHW) is supported"));
+                    return Err(node.err("only 1-D and 2-D convolution (NCL, NCHW) are supported"));
                 }
                 let kernel = match node.ints("kernel_shape") {
                     Some(k) => k,
@@ -292,7 +345,10 @@ impl Importer<'_> {
                 let x = self.input(&node, 0)?;
                 let k = node.ints("kernel_shape").ok_or_else(|| node.err("missing kernel_shape"))?;
                 if k.len() != 2 {
-                    return Err(node.err(format!("only 2-D pooling (NCHW) is supported, found a {}-D kernel", k.len())));
+                    return Err(node.err(format!(
+                        "only 1-D and 2-D pooling (NCL, NCHW) are supported, found a {}-D kernel",
+                        k.len()
+                    )));
                 }
                 let pads = self.pads(&node, x, &k)?;
                 let mut a = vec![
