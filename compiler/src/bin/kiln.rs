@@ -310,17 +310,51 @@ fn build(args: &[String]) -> Result<(), String> {
                 if c.target.trim() == "c" {
                     return Err(format!("--emit {kind} needs an LLVM target, not `c`"));
                 }
-                let target = kiln::codegen::llvm::LlvmTarget::parse(&c.target).map_err(|e| e.to_string())?;
-                let out = kiln::codegen::llvm::compile(&stem, &plan.kernels, &target).map_err(|e| e.to_string())?;
-                match kind {
-                    "llvm" => write(&format!("{stem}.ll"), out.llvm_ir.as_bytes())?,
-                    "asm" => write(&format!("{stem}.s"), out.assembly.as_bytes())?,
-                    _ => write(&format!("{stem}.o"), &out.object)?,
-                }
+                emit_llvm(&c, &stem, &plan.kernels, kind, &write)?;
             }
         }
     }
     Ok(())
+}
+
+/// `--emit llvm|asm|obj`: LLVM IR, assembly or an object file.
+#[cfg(feature = "llvm")]
+fn emit_llvm(
+    c: &CompileArgs,
+    stem: &str,
+    kernels: &[kiln::tir::PrimFunc],
+    kind: &str,
+    write: &dyn Fn(&str, &[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    let target = kiln::codegen::llvm::LlvmTarget::parse(&c.target).map_err(|e| e.to_string())?;
+    let out = kiln::codegen::llvm::compile(stem, kernels, &target).map_err(|e| e.to_string())?;
+    match kind {
+        "llvm" => write(&format!("{stem}.ll"), out.llvm_ir.as_bytes()),
+        "asm" => write(&format!("{stem}.s"), out.assembly.as_bytes()),
+        _ => write(&format!("{stem}.o"), &out.object),
+    }
+}
+
+#[cfg(not(feature = "llvm"))]
+fn emit_llvm(
+    _: &CompileArgs,
+    _: &str,
+    _: &[kiln::tir::PrimFunc],
+    kind: &str,
+    _: &dyn Fn(&str, &[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    Err(format!("--emit {kind} needs LLVM: this kiln was built without the `llvm` feature (use --target c)"))
+}
+
+/// The LLVM JIT as a kernel library.
+#[cfg(feature = "llvm")]
+fn llvm_library(plan: &kiln::backend::aot::ExecutorPlan) -> Result<kiln::codegen::llvm::Jit, String> {
+    kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "llvm"))]
+fn llvm_library(_: &kiln::backend::aot::ExecutorPlan) -> Result<CLibrary, String> {
+    Err("an LLVM target needs LLVM: this kiln was built without the `llvm` feature (use --target c)".into())
 }
 
 /// Kernels compiled as C into a shared object and loaded.
@@ -393,7 +427,7 @@ fn execute(
         clib = c_library(plan)?;
         &clib
     } else {
-        jit = kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())?;
+        jit = llvm_library(plan)?;
         &jit
     };
     let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads)?;
