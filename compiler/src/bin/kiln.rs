@@ -317,6 +317,9 @@ fn build(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes one output file of `kiln build`.
+type WriteFile<'a> = dyn Fn(&str, &[u8]) -> Result<(), String> + 'a;
+
 /// `--emit llvm|asm|obj`: LLVM IR, assembly or an object file.
 #[cfg(feature = "llvm")]
 fn emit_llvm(
@@ -324,7 +327,7 @@ fn emit_llvm(
     stem: &str,
     kernels: &[kiln::tir::PrimFunc],
     kind: &str,
-    write: &dyn Fn(&str, &[u8]) -> Result<(), String>,
+    write: &WriteFile<'_>,
 ) -> Result<(), String> {
     let target = kiln::codegen::llvm::LlvmTarget::parse(&c.target).map_err(|e| e.to_string())?;
     let out = kiln::codegen::llvm::compile(stem, kernels, &target).map_err(|e| e.to_string())?;
@@ -341,7 +344,7 @@ fn emit_llvm(
     _: &str,
     _: &[kiln::tir::PrimFunc],
     kind: &str,
-    _: &dyn Fn(&str, &[u8]) -> Result<(), String>,
+    _: &WriteFile<'_>,
 ) -> Result<(), String> {
     Err(format!("--emit {kind} needs LLVM: this kiln was built without the `llvm` feature (use --target c)"))
 }

@@ -529,8 +529,24 @@ impl Artifacts {
 /// executor plan with its kernels flattened, simplified and scheduled.
 /// (What [`Build`] and `kiln build`/`kiln run` share.)
 pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
-    let pipeline = default_pipeline().map_err(|e| e.to_string())?;
     let tir = crate::relay::transform::tir_pipeline().map_err(|e| e.to_string())?;
+    optimize_and_plan_with(m, ctx, &tir)
+}
+
+/// [`optimize_and_plan`] for NVIDIA GPUs: the kernels come out of the GPU
+/// TIR pipeline, bound to blocks and threads, with their launch shapes in
+/// the attributes `gpu.grid` and `gpu.block`.
+pub fn optimize_and_plan_gpu(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
+    let tir = crate::relay::transform::gpu_tir_pipeline().map_err(|e| e.to_string())?;
+    optimize_and_plan_with(m, ctx, &tir)
+}
+
+fn optimize_and_plan_with(
+    m: IRModule,
+    ctx: Arc<PassContext>,
+    tir: &crate::transform::Sequential,
+) -> Result<(IRModule, ExecutorPlan), String> {
+    let pipeline = default_pipeline().map_err(|e| e.to_string())?;
     ctx.scope(|ctx| {
         let fused = apply(&pipeline, m, ctx)?;
         let mut plan = plan_executor(&fused)
@@ -540,7 +556,7 @@ pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule
         for k in std::mem::take(&mut plan.kernels) {
             lowered.add_prim_func(k);
         }
-        let mut lowered = apply(&tir, lowered, ctx)?;
+        let mut lowered = apply(tir, lowered, ctx)?;
         plan.kernels = lowered.take_prim_funcs();
         Ok((fused, plan))
     })

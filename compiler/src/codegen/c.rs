@@ -159,6 +159,7 @@ impl Emitter<'_> {
                     Intrinsic::Pow => format!("powf({first}, {})", a.get(1).cloned().unwrap_or_default()),
                     Intrinsic::Fabs => format!("fabsf({first})"),
                     Intrinsic::Floor => format!("floorf({first})"),
+                    Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::Ldexp => format!("ldexpf({first}, (int)({}))", a.get(1).cloned().unwrap_or_default()),
                 }
             }

@@ -28,7 +28,7 @@ use kiln_ir::DataType;
 use super::{CodegenError, PackedKernel};
 use crate::arith::{simplify, Bounds};
 use crate::tir::transform::lane_of;
-use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, Var};
+use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, ThreadAxis, Var};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
 const MAX_LOCAL_BYTES: usize = 1 << 20;
@@ -128,6 +128,9 @@ struct FnGen<'a, 'ctx> {
     num_tasks: IntValue<'ctx>,
     sliced: bool,
     entry: BasicBlock<'ctx>,
+    /// NVPTX kernels: thread-bound loops read the thread/block index, shared
+    /// buffers live in address space 3, `log`/`pow` use the PTX approximations.
+    gpu: bool,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -345,7 +348,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let libm =
                     |n: &str| if t.elem == DataType::F16 { n.trim_end_matches('f').to_string() } else { n.to_string() };
                 let x = vals.first().copied().ok_or_else(|| self.unsupported("an intrinsic without arguments"))?;
+                if self.gpu {
+                    if let Some(v) = self.gpu_math(*f, &vals)? {
+                        return Ok(v);
+                    }
+                }
                 match f {
+                    Intrinsic::Barrier => return Err(self.unsupported("a barrier used as a value")),
                     Intrinsic::Exp => self.intrinsic(&format!("llvm.exp.{suffix}"), &[x], ft)?,
                     Intrinsic::Log => self.intrinsic(&format!("llvm.log.{suffix}"), &[x], ft)?,
                     Intrinsic::Sqrt => self.intrinsic(&format!("llvm.sqrt.{suffix}"), &[x], ft)?,
@@ -378,6 +387,63 @@ impl<'ctx> FnGen<'_, 'ctx> {
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),
             Expr::Reduce(_) => return Err(self.unsupported("an unlowered reduction")),
         })
+    }
+
+    /// `log`, `pow` and `exp` on NVPTX, which has no libm: the PTX
+    /// approximations `lg2.approx`/`ex2.approx` (about 2 ulp). None for the
+    /// intrinsics the common path handles.
+    fn gpu_math(
+        &self,
+        f: Intrinsic,
+        vals: &[BasicValueEnum<'ctx>],
+    ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let f32t = self.ctx.f32_type();
+        let (Some(x), true) = (vals.first().copied(), matches!(f, Intrinsic::Log | Intrinsic::Pow | Intrinsic::Exp))
+        else {
+            return Ok(None);
+        };
+        if !x.is_float_value() || x.into_float_value().get_type() != f32t {
+            return Ok(None);
+        }
+        let x = x.into_float_value();
+        let lg2 =
+            |v: inkwell::values::FloatValue<'ctx>| self.intrinsic("llvm.nvvm.lg2.approx.f", &[v.into()], f32t.into());
+        let ex2 =
+            |v: inkwell::values::FloatValue<'ctx>| self.intrinsic("llvm.nvvm.ex2.approx.f", &[v.into()], f32t.into());
+        let c = |v: f64| f32t.const_float(v);
+        Ok(Some(match f {
+            Intrinsic::Log => {
+                let l = lg2(x)?.into_float_value();
+                self.e(self.b.build_float_mul(l, c(std::f64::consts::LN_2), "log"))?.into()
+            }
+            Intrinsic::Exp => {
+                let t = self.e(self.b.build_float_mul(x, c(std::f64::consts::LOG2_E), "t"))?;
+                ex2(t)?
+            }
+            _ => {
+                // pow(x, y) = 2^(y·log2|x|), negative for a negative x and odd integral y,
+                // NaN for a negative x and fractional y, 1 for y = 0.
+                let y =
+                    vals.get(1).copied().ok_or_else(|| self.unsupported("pow with one argument"))?.into_float_value();
+                let ax = self.intrinsic("llvm.fabs.f32", &[x.into()], f32t.into())?.into_float_value();
+                let l = lg2(ax)?.into_float_value();
+                let t = self.e(self.b.build_float_mul(y, l, "t"))?;
+                let r = ex2(t)?.into_float_value();
+                let fy = self.intrinsic("llvm.floor.f32", &[y.into()], f32t.into())?.into_float_value();
+                let integral = self.e(self.b.build_float_compare(FloatPredicate::OEQ, fy, y, "integral"))?;
+                let half = self.e(self.b.build_float_mul(y, c(0.5), "half"))?;
+                let fh = self.intrinsic("llvm.floor.f32", &[half.into()], f32t.into())?.into_float_value();
+                let odd = self.e(self.b.build_float_compare(FloatPredicate::ONE, fh, half, "odd"))?;
+                let neg_r = self.e(self.b.build_float_neg(r, "neg"))?;
+                let signed = self.e(self.b.build_select(odd, neg_r, r, "signed"))?.into_float_value();
+                let nan = c(f64::NAN);
+                let negative = self.e(self.b.build_select(integral, signed, nan, "negative"))?.into_float_value();
+                let is_neg = self.e(self.b.build_float_compare(FloatPredicate::OLT, x, c(0.0), "isneg"))?;
+                let v = self.e(self.b.build_select(is_neg, negative, r, "pow"))?.into_float_value();
+                let y0 = self.e(self.b.build_float_compare(FloatPredicate::OEQ, y, c(0.0), "y0"))?;
+                self.e(self.b.build_select(y0, c(1.0), v, "pow"))?
+            }
+        }))
     }
 
     /// `x · 2ⁿ` (scalars or vectors of f32): two exponent-field multiplies, so
@@ -677,6 +743,27 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_store(ptr, v))?;
                 Ok(())
             }
+            Stmt::Allocate { buffer, body } if self.gpu && buffer.scope() == crate::tir::Scope::Shared => {
+                // Block-shared memory: a module global in address space 3.
+                let ty = elem_type(self.ctx, buffer.elem());
+                let arr = match ty {
+                    BasicTypeEnum::FloatType(t) => t.array_type(buffer.numel().max(1) as u32),
+                    BasicTypeEnum::IntType(t) => t.array_type(buffer.numel().max(1) as u32),
+                    _ => return Err(self.unsupported("a shared buffer of this type")),
+                };
+                let name = format!("{}_{}_shared", self.kernel, buffer.name());
+                let g = self.module.add_global(arr, Some(AddressSpace::from(3u16)), &name);
+                g.set_initializer(&arr.get_undef());
+                g.set_linkage(Linkage::Internal);
+                g.set_alignment(16);
+                let ptr = self.e(self.b.build_pointer_cast(
+                    g.as_pointer_value(),
+                    ty.ptr_type(AddressSpace::from(3u16)),
+                    "shared",
+                ))?;
+                self.buffers.insert(buffer.id(), ptr);
+                self.stmt(body)
+            }
             Stmt::Allocate { buffer, body } => {
                 let bytes = buffer.numel() * buffer.elem().size_bytes();
                 if bytes > MAX_LOCAL_BYTES {
@@ -720,6 +807,19 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.vars.insert(var.id, v);
                 self.stmt(body)
             }
+            Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
+                if !self.gpu {
+                    return Err(self.unsupported("a GPU barrier in a CPU kernel"));
+                }
+                let f = match self.module.get_function("llvm.nvvm.barrier0") {
+                    Some(f) => f,
+                    None => {
+                        self.module.add_function("llvm.nvvm.barrier0", self.ctx.void_type().fn_type(&[], false), None)
+                    }
+                };
+                self.e(self.b.build_call(f, &[], ""))?;
+                Ok(())
+            }
             Stmt::Evaluate(e) => {
                 if !s.is_nop() {
                     self.expr(e)?;
@@ -739,6 +839,40 @@ impl<'ctx> FnGen<'_, 'ctx> {
     ) -> Result<(), CodegenError> {
         let min_v = self.expr(min)?.into_int_value();
         let ext_v = self.expr(extent)?.into_int_value();
+        if let (ForKind::ThreadBinding(axis), true) = (kind, self.gpu) {
+            // No loop: this thread's (or block's) index, guarded by the extent
+            // (the launch may have more threads than this loop has iterations).
+            let name = match axis {
+                ThreadAxis::ThreadX => "tid.x",
+                ThreadAxis::ThreadY => "tid.y",
+                ThreadAxis::ThreadZ => "tid.z",
+                ThreadAxis::BlockX => "ctaid.x",
+                ThreadAxis::BlockY => "ctaid.y",
+                ThreadAxis::BlockZ => "ctaid.z",
+            };
+            let i32t = self.ctx.i32_type();
+            let intr = format!("llvm.nvvm.read.ptx.sreg.{name}");
+            let f = match self.module.get_function(&intr) {
+                Some(f) => f,
+                None => self.module.add_function(&intr, i32t.fn_type(&[], false), None),
+            };
+            let raw = match self.e(self.b.build_call(f, &[], name))?.try_as_basic_value() {
+                inkwell::values::ValueKind::Basic(v) => v.into_int_value(),
+                inkwell::values::ValueKind::Instruction(_) => return Err(self.unsupported("a thread index")),
+            };
+            let idx = self.e(self.b.build_int_z_extend(raw, self.ctx.i64_type(), "idx"))?;
+            let inside = self.e(self.b.build_int_compare(IntPredicate::SLT, idx, ext_v, "inside"))?;
+            let v = self.e(self.b.build_int_add(min_v, idx, &var.name))?;
+            let body_bb = self.ctx.append_basic_block(self.func, "bound");
+            let exit = self.ctx.append_basic_block(self.func, "bound.exit");
+            self.e(self.b.build_conditional_branch(inside, body_bb, exit))?;
+            self.b.position_at_end(body_bb);
+            self.vars.insert(var.id, v.into());
+            self.stmt(body)?;
+            self.e(self.b.build_unconditional_branch(exit))?;
+            self.b.position_at_end(exit);
+            return Ok(());
+        }
         let (begin, end) = if kind == ForKind::Parallel && !self.sliced {
             // This task's contiguous slice of the iterations.
             self.sliced = true;
@@ -860,6 +994,7 @@ fn emit_kernel<'ctx>(
         num_tasks,
         sliced: false,
         entry,
+        gpu: false,
     };
     if !has_parallel_loop(&f.body) {
         // Serial kernels do all the work in task 0.
@@ -995,4 +1130,119 @@ impl Jit {
         // SAFETY: `<name>_packed` was emitted with exactly the `PackedKernel` signature.
         Ok(unsafe { std::mem::transmute::<usize, PackedKernel>(addr) })
     }
+}
+
+/// A parsed `cuda` target string: `cuda`, `cuda -arch=sm_80` (the default SM;
+/// PTX for an older SM runs on newer GPUs through the driver's JIT).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaTarget {
+    pub arch: String,
+}
+
+impl CudaTarget {
+    pub fn parse(s: &str) -> Result<CudaTarget, CodegenError> {
+        let bad = |what: String| CodegenError::BadTarget { target: s.to_string(), message: what };
+        let mut words = s.split_whitespace();
+        if words.next() != Some("cuda") {
+            return Err(bad("a CUDA target string starts with `cuda`".into()));
+        }
+        let mut t = CudaTarget { arch: "sm_80".into() };
+        for w in words {
+            match w.strip_prefix("-arch=") {
+                Some(a) if a.strip_prefix("sm_").is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 35)) => {
+                    t.arch = a.to_string()
+                }
+                Some(a) => return Err(bad(format!("unknown architecture `{a}`; expected sm_NN (35 or newer)"))),
+                None => return Err(bad(format!("unknown option `{w}`; expected -arch=sm_NN"))),
+            }
+        }
+        Ok(t)
+    }
+
+    /// The PTX ISA version LLVM 14 needs for this SM (the oldest that has it).
+    fn ptx_feature(&self) -> &'static str {
+        match self.arch.trim_start_matches("sm_").parse::<u32>().unwrap_or(80) {
+            n if n >= 86 => "+ptx71",
+            n if n >= 80 => "+ptx70",
+            n if n >= 75 => "+ptx63",
+            n if n >= 70 => "+ptx60",
+            _ => "+ptx50",
+        }
+    }
+}
+
+/// Emit the GPU kernel `f` (loops bound to thread and block indices by the GPU
+/// schedule) as a `ptx_kernel` taking one pointer per buffer.
+fn emit_gpu_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) -> Result<(), CodegenError> {
+    let params: Vec<BasicMetadataTypeEnum> =
+        f.params.iter().map(|b| elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into()).collect();
+    let func = module.add_function(&f.name, ctx.void_type().fn_type(&params, false), Some(Linkage::External));
+    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
+    for i in 0..f.params.len() {
+        func.add_attribute(AttributeLoc::Param(i as u32), noalias);
+    }
+    let entry = ctx.append_basic_block(func, "entry");
+    let b = ctx.create_builder();
+    b.position_at_end(entry);
+    let mut buffers = HashMap::new();
+    for (i, buf) in f.params.iter().enumerate() {
+        let p = func.get_nth_param(i as u32).ok_or_else(|| llvm_err(&f.name, "missing parameter"))?;
+        p.set_name(buf.name());
+        buffers.insert(buf.id(), p.into_pointer_value());
+    }
+    let i64t = ctx.i64_type();
+    let mut g = FnGen {
+        ctx,
+        module,
+        b,
+        func,
+        kernel: f.name.clone(),
+        vars: HashMap::new(),
+        buffers,
+        task_id: i64t.const_zero(),
+        num_tasks: i64t.const_int(1, false),
+        sliced: true,
+        entry,
+        gpu: true,
+    };
+    g.stmt(&f.body)?;
+    g.e(g.b.build_return(None))?;
+    let kernel_md = ctx.metadata_node(&[
+        func.as_global_value().as_pointer_value().into(),
+        ctx.metadata_string("kernel").into(),
+        ctx.i32_type().const_int(1, false).into(),
+    ]);
+    module.add_global_metadata("nvvm.annotations", &kernel_md).map_err(|e| llvm_err(&f.name, e))?;
+    Ok(())
+}
+
+/// Compile GPU-scheduled kernels to PTX text for `target`.
+pub fn compile_ptx(name: &str, funcs: &[PrimFunc], target: &CudaTarget) -> Result<String, CodegenError> {
+    Target::initialize_nvptx(&InitializationConfig::default());
+    let ctx = Context::create();
+    let module = ctx.create_module(name);
+    let triple = TargetTriple::create("nvptx64-nvidia-cuda");
+    let fail = |m: String| CodegenError::BadTarget { target: format!("cuda -arch={}", target.arch), message: m };
+    let t = Target::from_triple(&triple).map_err(|e| fail(e.to_string()))?;
+    let tm = t
+        .create_target_machine(
+            &triple,
+            &target.arch,
+            target.ptx_feature(),
+            OptimizationLevel::Aggressive,
+            RelocMode::Default,
+            CodeModel::Default,
+        )
+        .ok_or_else(|| fail(format!("LLVM cannot make an NVPTX target machine for `{}`", target.arch)))?;
+    module.set_triple(&triple);
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    for f in funcs {
+        emit_gpu_kernel(&ctx, &module, f)?;
+    }
+    module.verify().map_err(|m| llvm_err(name, format!("invalid LLVM IR: {m}")))?;
+    module
+        .run_passes("default<O3>", &tm, PassBuilderOptions::create())
+        .map_err(|m| llvm_err(name, format!("optimization pipeline: {m}")))?;
+    let ptx = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|m| llvm_err(name, m))?;
+    Ok(String::from_utf8_lossy(ptx.as_slice()).into_owned())
 }

@@ -17,6 +17,7 @@
 //! A strategy that does not apply to a kernel's shape leaves it as lowered;
 //! every primitive preserves the kernel's meaning.
 
+pub mod gpu;
 pub mod primitives;
 
 use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};

@@ -209,6 +209,8 @@ pub enum Intrinsic {
     /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
     /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
     Ldexp,
+    /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
+    Barrier,
 }
 
 impl Intrinsic {
@@ -225,6 +227,7 @@ impl Intrinsic {
             Intrinsic::Fabs => "fabs",
             Intrinsic::Floor => "floor",
             Intrinsic::Ldexp => "ldexp",
+            Intrinsic::Barrier => "tvm_storage_sync",
         }
     }
 }

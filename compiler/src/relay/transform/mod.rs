@@ -93,6 +93,12 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
     );
     v.push(
+        PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, _| {
+            crate::schedule::gpu::default_gpu_schedule(f).map_err(|e| e.to_string())
+        })
+        .arc(),
+    );
+    v.push(
         PrimFuncPass::new(PassInfo::new("tir.LowerIntrinsics", 0, &[]), |f, _, _| {
             Ok(kiln_ir::tir::transform::lower_intrinsics(f))
         })
@@ -155,6 +161,22 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.VectorizeLoop",
             "tir.RemoveNoOp",
             "tir.ParallelizeOuter",
+        ],
+    )
+}
+
+/// The TIR pipeline for GPU kernels: fuse stage loops, bind them to blocks and
+/// threads, flatten, lower intrinsics, simplify, clean up.
+pub fn gpu_tir_pipeline() -> Result<Sequential, PassError> {
+    Sequential::from_names(
+        "GpuTirPipeline",
+        &[
+            "tir.FuseSiblingLoops",
+            "tir.GpuSchedule",
+            "tir.FlattenBuffer",
+            "tir.LowerIntrinsics",
+            "tir.Simplify",
+            "tir.RemoveNoOp",
         ],
     )
 }
