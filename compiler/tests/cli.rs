@@ -214,3 +214,26 @@ fn run_conv_block_residual_block_and_mlp_equal_the_interpreter() {
         run_matches_interpreter(&format!("{data}/{file}"), threads);
     }
 }
+
+#[test]
+fn cuda_target_emits_ptx_and_explains_what_it_cannot_do() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().to_string_lossy().into_owned();
+    let (code, _, err) =
+        kiln(&["build", MLP, "--weights", WEIGHTS, "--target", "cuda -arch=sm_80", "--emit", "tir,ptx", "-o", &out]);
+    assert_eq!(code, 0, "{err}");
+    let ptx = std::fs::read_to_string(dir.path().join("mlp.ptx")).expect("ptx");
+    assert!(ptx.contains(".target sm_80") && ptx.matches(".entry ").count() == 2, "{ptx}");
+    let tir = std::fs::read_to_string(dir.path().join("mlp.tir")).expect("tir");
+    assert!(tir.contains("thread=\"threadIdx.x\"") && tir.contains("\"gpu.block\""), "{tir}");
+    let (code, _, err) = kiln(&["build", MLP, "--weights", WEIGHTS, "--target", "cuda", "--emit", "obj", "-o", &out]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--emit obj needs a CPU target"), "{err}");
+    let (code, _, err) =
+        kiln(&["build", MLP, "--weights", WEIGHTS, "--target", "cuda -arch=sm_7", "--emit", "ptx", "-o", &out]);
+    assert_eq!(code, 1);
+    assert!(err.contains("sm_7"), "{err}");
+    let (code, _, err) = kiln(&["build", MLP, "--weights", WEIGHTS, "--emit", "ptx", "-o", &out]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--emit ptx needs a CUDA target"), "{err}");
+}

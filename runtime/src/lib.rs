@@ -16,6 +16,9 @@ mod pool;
 #[cfg(feature = "std")]
 pub use pool::ThreadPool;
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
 /// The packed entry point every kernel has:
 /// `void name_packed(void** args, int64_t task_id, int64_t num_tasks)`.
 pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);

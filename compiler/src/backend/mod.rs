@@ -2,6 +2,7 @@
 //! function → one TIR kernel).
 
 pub mod aot;
+pub mod cuda;
 pub mod host;
 pub mod lower_te;
 pub mod plan_memory;

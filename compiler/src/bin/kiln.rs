@@ -28,10 +28,11 @@ commands:
       --dump-ir DIR              write the module after every pass to DIR/NNN_<pass>.relay
       --verify                   check the module is well-formed and well-typed after every pass
   build FILE      compile a Relay module and write what --emit asks for
-      --target T                 `llvm -mcpu=native` (default), `llvm -mcpu=…`, or `c`
+      --target T                 `llvm -mcpu=native` (default), `llvm -mcpu=…`, `c`, or
+                                 `cuda [-arch=sm_80]` (NVIDIA GPUs; run/bench need feature `cuda`)
       --opt-level N              optimization level (default 3)
       --weights FILE             bind @main parameters from .safetensors/.npy (repeatable)
-      --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c (default obj)
+      --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c,ptx (default obj)
       -o DIR                     output directory (default .)
   run FILE        compile in process (JIT, or C) and run on .npy inputs
       --input NAME=PATH.npy      an input of @main (repeatable; every non-weight parameter)
@@ -248,8 +249,8 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         return Err(format!("`kiln {cmd}` needs a FILE\n\n{USAGE}"));
     }
     for e in &c.emit {
-        if !["relay", "tir", "llvm", "asm", "obj", "c"].contains(&e.as_str()) {
-            return Err(format!("unknown --emit kind `{e}`; expected relay, tir, llvm, asm, obj or c"));
+        if !["relay", "tir", "llvm", "asm", "obj", "c", "ptx"].contains(&e.as_str()) {
+            return Err(format!("unknown --emit kind `{e}`; expected relay, tir, llvm, asm, obj, c or ptx"));
         }
     }
     Ok(c)
@@ -280,7 +281,74 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     }
     let m = b.prepare().map_err(|e| e.to_string())?;
     let ctx = Arc::new(PassContext::new().with_opt_level(c.opt_level));
+    if is_cuda(&c.target) {
+        return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));
+    }
     kiln::build::optimize_and_plan(m, ctx).map_err(|e| format!("{}: {e}", c.file))
+}
+
+fn is_cuda(target: &str) -> bool {
+    target.split_whitespace().next() == Some("cuda")
+}
+
+/// PTX of a GPU-scheduled plan for the `cuda …` target.
+#[cfg(feature = "llvm")]
+fn ptx_of(target: &str, stem: &str, plan: &kiln::backend::aot::ExecutorPlan) -> Result<String, String> {
+    let t = kiln::codegen::llvm::CudaTarget::parse(target).map_err(|e| e.to_string())?;
+    kiln::codegen::llvm::compile_ptx(stem, &plan.kernels, &t).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "llvm"))]
+fn ptx_of(_: &str, _: &str, _: &kiln::backend::aot::ExecutorPlan) -> Result<String, String> {
+    Err("PTX needs LLVM: this kiln was built without the `llvm` feature".into())
+}
+
+/// Run (and, for `bench`, time) a GPU plan.
+#[cfg(feature = "cuda")]
+fn execute_cuda(
+    c: &CompileArgs,
+    plan: &kiln::backend::aot::ExecutorPlan,
+    inputs: &[kiln::Tensor],
+    bench: bool,
+) -> Result<Vec<kiln::Tensor>, String> {
+    let ptx = ptx_of(&c.target, "model", plan)?;
+    let mut ex = kiln::backend::cuda::CudaExecutor::new(plan, &ptx)?;
+    ex.set_inputs(inputs)?;
+    ex.run()?;
+    if bench {
+        for _ in 0..10 {
+            ex.run()?;
+        }
+        let mut times = Vec::with_capacity(c.runs);
+        for _ in 0..c.runs {
+            let t = std::time::Instant::now();
+            ex.run()?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times.sort_by(f64::total_cmp);
+        out(&format!(
+            "{}: median {:.1} us, min {:.1} us over {} runs, {}, target `{}`\n",
+            c.file,
+            times[times.len() / 2],
+            times[0],
+            times.len(),
+            ex.device_name(),
+            c.target
+        ));
+    }
+    ex.outputs()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn execute_cuda(
+    _: &CompileArgs,
+    _: &kiln::backend::aot::ExecutorPlan,
+    _: &[kiln::Tensor],
+    _: bool,
+) -> Result<Vec<kiln::Tensor>, String> {
+    Err("running on a GPU needs kiln's `cuda` feature (cargo install … --features cuda); \
+         `kiln build --target cuda --emit ptx` works without it"
+        .into())
 }
 
 fn build(args: &[String]) -> Result<(), String> {
@@ -301,6 +369,15 @@ fn build(args: &[String]) -> Result<(), String> {
             "tir" => {
                 let text: Vec<String> = plan.kernels.iter().map(kiln::tir::print_prim_func).collect();
                 write(&format!("{stem}.tir"), text.join("\n").as_bytes())?
+            }
+            "ptx" => {
+                if !is_cuda(&c.target) {
+                    return Err("--emit ptx needs a CUDA target (`--target cuda`)".into());
+                }
+                write(&format!("{stem}.ptx"), ptx_of(&c.target, &stem, &plan)?.as_bytes())?
+            }
+            kind if is_cuda(&c.target) => {
+                return Err(format!("--emit {kind} needs a CPU target; a `cuda` target emits relay, tir and ptx"))
             }
             "c" => {
                 let src = kiln::codegen::c::codegen_module(&plan.kernels).map_err(|e| e.to_string())?;
@@ -339,13 +416,7 @@ fn emit_llvm(
 }
 
 #[cfg(not(feature = "llvm"))]
-fn emit_llvm(
-    _: &CompileArgs,
-    _: &str,
-    _: &[kiln::tir::PrimFunc],
-    kind: &str,
-    _: &WriteFile<'_>,
-) -> Result<(), String> {
+fn emit_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kind: &str, _: &WriteFile<'_>) -> Result<(), String> {
     Err(format!("--emit {kind} needs LLVM: this kiln was built without the `llvm` feature (use --target c)"))
 }
 
@@ -424,6 +495,9 @@ fn execute(
     inputs: &[kiln::Tensor],
     bench: bool,
 ) -> Result<Vec<kiln::Tensor>, String> {
+    if is_cuda(&c.target) {
+        return execute_cuda(c, plan, inputs, bench);
+    }
     let jit;
     let clib;
     let lib: &dyn kiln::backend::host::KernelLibrary = if c.target.trim() == "c" {

@@ -1,0 +1,180 @@
+//! Feature `cuda`: run a kiln model on an NVIDIA GPU through the CUDA driver
+//! API (cudarc, loaded dynamically: building needs no CUDA installation, and a
+//! machine without a driver gets an `Err`, not a crash).
+//!
+//! The compiler lays the model out in one block of device memory — the
+//! planned arena, the inputs, the outputs and the weights at fixed byte
+//! offsets — and fixes every kernel's grid and block at build time. A
+//! [`CudaModel`] loads the PTX once, allocates that block once, and then each
+//! run is: copy the inputs in, launch the kernels in order on one stream,
+//! copy the outputs out.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+
+/// A CUDA failure, with the driver's own text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaError(pub String);
+
+impl std::fmt::Display for CudaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CUDA: {}", self.0)
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+fn cuda_err(what: &str, e: impl std::fmt::Display) -> CudaError {
+    CudaError(format!("{what}: {e}"))
+}
+
+/// One kernel of the PTX module and its launch shape.
+#[derive(Clone, Copy, Debug)]
+pub struct CudaKernelSpec<'a> {
+    pub name: &'a str,
+    pub grid: u32,
+    pub block: u32,
+}
+
+/// One launch: a kernel and the byte offset of each argument in device memory.
+#[derive(Clone, Copy, Debug)]
+pub struct CudaLaunch<'a> {
+    pub kernel: usize,
+    pub args: &'a [usize],
+}
+
+/// A model resident on the GPU.
+pub struct CudaModel {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kernels: Vec<(CudaFunction, LaunchConfig)>,
+    memory: CudaSlice<u8>,
+    base: u64,
+    launches: Vec<(usize, Vec<u64>)>,
+}
+
+impl std::fmt::Debug for CudaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaModel")
+            .field("kernels", &self.kernels.len())
+            .field("device_bytes", &self.memory.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether this machine has a CUDA driver and at least one device (never panics).
+pub fn cuda_available() -> Result<(), CudaError> {
+    // SAFETY: only probes whether libcuda can be loaded.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError("no CUDA driver (libcuda.so) on this machine".into()));
+    }
+    let count =
+        guarded("counting devices", || CudaContext::device_count().map_err(|e| cuda_err("cuDeviceGetCount", e)))?;
+    if count < 1 {
+        return Err(CudaError("the CUDA driver sees no device".into()));
+    }
+    Ok(())
+}
+
+/// Run `f`, turning a panic inside cudarc (a missing driver symbol) into an error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, CudaError>) -> Result<T, CudaError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(CudaError(format!("{what}: the CUDA driver library is unusable"))))
+}
+
+impl CudaModel {
+    /// Load `ptx` on device 0, allocate `device_bytes` of device memory, and
+    /// resolve every kernel. `launches` are checked against the kernels and
+    /// the memory size here, so that `run` cannot address outside it.
+    pub fn new(
+        ptx: &str,
+        kernels: &[CudaKernelSpec<'_>],
+        device_bytes: usize,
+        launches: &[CudaLaunch<'_>],
+    ) -> Result<CudaModel, CudaError> {
+        cuda_available()?;
+        guarded("loading the model", || {
+            let ctx = CudaContext::new(0).map_err(|e| cuda_err("creating a context on device 0", e))?;
+            let stream = ctx.default_stream();
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+                .map_err(|e| cuda_err("loading the PTX module", e))?;
+            let mut resolved = Vec::with_capacity(kernels.len());
+            for k in kernels {
+                let f = module.load_function(k.name).map_err(|e| cuda_err(&format!("kernel `{}`", k.name), e))?;
+                let cfg = LaunchConfig {
+                    grid_dim: (k.grid.max(1), 1, 1),
+                    block_dim: (k.block.max(1), 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                resolved.push((f, cfg));
+            }
+            let memory = stream
+                .alloc_zeros::<u8>(device_bytes.max(1))
+                .map_err(|e| cuda_err(&format!("allocating {device_bytes} bytes of device memory"), e))?;
+            let base = {
+                let (ptr, _sync) = memory.device_ptr(&stream);
+                ptr
+            };
+            let mut checked = Vec::with_capacity(launches.len());
+            for (i, l) in launches.iter().enumerate() {
+                if l.kernel >= resolved.len() {
+                    return Err(CudaError(format!("launch {i} names kernel {} of {}", l.kernel, resolved.len())));
+                }
+                if let Some(&o) = l.args.iter().find(|&&o| o >= device_bytes.max(1)) {
+                    return Err(CudaError(format!("launch {i}: argument offset {o} is outside {device_bytes} bytes")));
+                }
+                checked.push((l.kernel, l.args.iter().map(|&o| base + o as u64).collect()));
+            }
+            Ok(CudaModel { ctx, stream, kernels: resolved, memory, base, launches: checked })
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> Result<String, CudaError> {
+        self.ctx.name().map_err(|e| cuda_err("cuDeviceGetName", e))
+    }
+
+    fn range(&self, offset: usize, len: usize) -> Result<std::ops::Range<usize>, CudaError> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.memory.len());
+        end.map(|e| offset..e).ok_or_else(|| {
+            CudaError(format!("bytes {offset}..{} are outside the model's {} bytes", offset + len, self.memory.len()))
+        })
+    }
+
+    /// Copy `bytes` to device memory at `offset` (inputs, weights).
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
+        let r = self.range(offset, bytes.len())?;
+        let mut view = self.memory.slice_mut(r);
+        self.stream.memcpy_htod(bytes, &mut view).map_err(|e| cuda_err("copying to the device", e))
+    }
+
+    /// Copy device memory at `offset` into `out` (outputs), waiting for the launches before.
+    pub fn read(&mut self, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
+        let r = self.range(offset, out.len())?;
+        let view = self.memory.slice(r);
+        self.stream.memcpy_dtoh(&view, out).map_err(|e| cuda_err("copying from the device", e))?;
+        self.stream.synchronize().map_err(|e| cuda_err("synchronizing", e))
+    }
+
+    /// Launch every kernel once, in order, and wait for them.
+    pub fn run(&mut self) -> Result<(), CudaError> {
+        for (kernel, args) in &self.launches {
+            let (f, cfg) = &self.kernels[*kernel];
+            let mut b = self.stream.launch_builder(f);
+            for a in args {
+                b.arg(a);
+            }
+            // SAFETY: each argument is a device pointer into `memory`, at the offset
+            // the compiler planned for a buffer of the size the kernel reads and writes.
+            unsafe { b.launch(*cfg) }.map_err(|e| cuda_err("launching a kernel", e))?;
+        }
+        self.stream.synchronize().map_err(|e| cuda_err("running the kernels", e))
+    }
+
+    /// The device address of byte 0 of the model's memory.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+}
