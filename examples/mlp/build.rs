@@ -23,6 +23,15 @@ const WEIGHTS: &str = "weights/mlp.safetensors";
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     kiln::Build::new("mlp").module(mlp()).weights(WEIGHTS).target("llvm -mcpu=native").opt_level(3).compile_or_exit();
+    // With feature `cuda`, the same model as PTX for `--cuda`.
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_some() {
+        kiln::Build::new("mlp_cuda")
+            .module(mlp())
+            .weights(WEIGHTS)
+            .target("cuda -arch=sm_80")
+            .opt_level(3)
+            .compile_or_exit();
+    }
 
     // The reference: the interpreter on the same model, weights and sample input.
     let sample: Vec<f32> = (0..784).map(|i| ((i as f32) * 0.37).sin() * 0.5 + 0.5).collect();

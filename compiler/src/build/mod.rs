@@ -92,6 +92,10 @@ pub struct Artifacts {
     pub object: Option<Vec<u8>>,
     /// The kernels and weights as C source (the `c` target).
     pub c_source: Option<String>,
+    /// The kernels as PTX (the `cuda` target).
+    pub ptx: Option<String>,
+    /// The weights laid out for device memory, `<model>.weights.bin` (the `cuda` target).
+    pub device_weights: Option<Vec<u8>>,
     /// `<model>.rs`.
     pub glue: String,
     /// `<model>.h`.
@@ -325,6 +329,9 @@ impl Build {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
         let ctx = Arc::new(ctx.with_instruments(instruments));
+        if self.target.split_whitespace().next() == Some("cuda") {
+            return self.generate_cuda(m, ctx, timing);
+        }
         let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
@@ -346,6 +353,8 @@ impl Build {
             name: self.name.clone(),
             object,
             c_source,
+            ptx: None,
+            device_weights: None,
             glue,
             header,
             report,
@@ -375,6 +384,53 @@ impl Build {
     }
 
     /// The hash of everything that determines the artifacts.
+    /// A `cuda` build: GPU-scheduled kernels as PTX, glue around
+    /// `kiln_runtime::cuda::CudaModel`, the weights as a device-layout blob.
+    #[cfg(feature = "llvm")]
+    fn generate_cuda(
+        &self,
+        m: IRModule,
+        ctx: Arc<PassContext>,
+        timing: Arc<crate::transform::instrument::PassTimingInstrument>,
+    ) -> Result<Artifacts, Error> {
+        let target =
+            crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
+        let (_, mut plan) = optimize_and_plan_gpu(m, ctx).map_err(|e| self.model_err(e))?;
+        for k in &mut plan.kernels {
+            k.name = format!("{}_{}", self.name, k.name);
+        }
+        let ptx = crate::codegen::llvm::compile_ptx(&self.name, &plan.kernels, &target)
+            .map_err(|e| self.model_err(e.to_string()))?;
+        let glue = glue::cuda_glue(&self.name, &plan, &ptx, "::kiln_runtime").map_err(|e| self.model_err(e))?;
+        Ok(Artifacts {
+            name: self.name.clone(),
+            object: None,
+            c_source: None,
+            ptx: Some(ptx),
+            device_weights: Some(glue::cuda_weights(&plan)),
+            glue,
+            header: String::new(),
+            report: report_json(&self.name, &self.target, &plan),
+            timings: timing.report(),
+            plan,
+            reused: false,
+        })
+    }
+
+    #[cfg(not(feature = "llvm"))]
+    fn generate_cuda(
+        &self,
+        _: IRModule,
+        _: Arc<PassContext>,
+        _: Arc<crate::transform::instrument::PassTimingInstrument>,
+    ) -> Result<Artifacts, Error> {
+        Err(self.model_err("target `cuda` needs kiln's `llvm` feature (PTX comes from LLVM's NVPTX backend)"))
+    }
+
+    fn is_cuda(&self) -> bool {
+        self.target.split_whitespace().next() == Some("cuda")
+    }
+
     fn cache_key(&self) -> Result<String, Error> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         env!("CARGO_PKG_VERSION").hash(&mut h);
@@ -435,8 +491,9 @@ impl Build {
         let lib_name = format!("kiln_{}", self.name);
         let lib_file = dir.join(format!("lib{lib_name}.a"));
         let glue_file = dir.join(format!("{}.rs", self.name));
+        let cuda = build.is_cuda();
         let fresh = std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str())
-            && lib_file.exists()
+            && (cuda || lib_file.exists())
             && glue_file.exists()
             && dump.is_none();
         let mut artifacts = if fresh {
@@ -456,6 +513,8 @@ impl Build {
                 name: self.name.clone(),
                 object: None,
                 c_source: None,
+                ptx: None,
+                device_weights: None,
                 glue: read(glue_file.clone())?,
                 header: read(dir.join(format!("{}.h", self.name)))?,
                 report: read(dir.join(format!("{}.json", self.name)))?,
@@ -466,20 +525,22 @@ impl Build {
         } else {
             let a = build.generate_with(dump)?;
             a.write_to(&dir)?;
-            archive(&a, &dir, &lib_name).map_err(|m| self.model_err(m))?;
+            if !cuda {
+                archive(&a, &dir, &lib_name).map_err(|m| self.model_err(m))?;
+            }
             write_if_changed(&key_file, key.as_bytes()).map_err(|e| io(&key_file, e))?;
             a
         };
-        if emit {
+        if emit && !cuda {
             println!("cargo:rustc-link-search=native={}", dir.display());
             println!("cargo:rustc-link-lib=static={lib_name}");
-            if env_var("KILN_VERBOSE", true).is_some() {
-                println!(
-                    "cargo:warning=kiln: model `{}` {}",
-                    self.name,
-                    if fresh { "unchanged, artifacts reused" } else { "compiled" }
-                );
-            }
+        }
+        if emit && env_var("KILN_VERBOSE", true).is_some() {
+            println!(
+                "cargo:warning=kiln: model `{}` {}",
+                self.name,
+                if fresh { "unchanged, artifacts reused" } else { "compiled" }
+            );
         }
         artifacts.reused = fresh;
         Ok(artifacts)
@@ -516,6 +577,12 @@ impl Artifacts {
         }
         if let Some(c) = &self.c_source {
             files.push((dir.join(format!("{}.c", self.name)), c.as_bytes()));
+        }
+        if let Some(p) = &self.ptx {
+            files.push((dir.join(format!("{}.ptx", self.name)), p.as_bytes()));
+        }
+        if let Some(w) = &self.device_weights {
+            files.push((dir.join(format!("{}.weights.bin", self.name)), w));
         }
         files.push((dir.join(format!("{}.timings.txt", self.name)), self.timings.as_bytes()));
         for (p, bytes) in files {
