@@ -64,6 +64,8 @@ pub struct Executor<'p> {
     consts: Vec<Aligned>,
     outs: Vec<Aligned>,
     pool: kiln_runtime::ThreadPool,
+    /// Reused for every call's argument pointers (no allocation per run).
+    args: Vec<*mut u8>,
 }
 
 impl std::fmt::Debug for Executor<'_> {
@@ -88,6 +90,7 @@ impl<'p> Executor<'p> {
             consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
             outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
             pool: kiln_runtime::ThreadPool::new(threads.max(1)),
+            args: Vec::new(),
         })
     }
 
@@ -114,12 +117,30 @@ impl<'p> Executor<'p> {
         Ok(())
     }
 
+    /// Run every kernel once, in order; the microseconds each call took.
+    pub fn run_timed(&mut self) -> Vec<f64> {
+        let mut times = Vec::with_capacity(self.plan.calls.len());
+        for i in 0..self.plan.calls.len() {
+            let t = std::time::Instant::now();
+            self.run_call(i);
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        times
+    }
+
     /// Run every kernel once, in order.
     pub fn run(&mut self) {
+        for i in 0..self.plan.calls.len() {
+            self.run_call(i);
+        }
+    }
+
+    fn run_call(&mut self, index: usize) {
         let arena = self.arena.ptr();
-        let mut args: Vec<*mut u8> = Vec::new();
-        for call in &self.plan.calls {
-            args.clear();
+        let mut args = std::mem::take(&mut self.args);
+        args.clear();
+        {
+            let call = &self.plan.calls[index];
             for &t in &call.args {
                 args.push(match self.plan.tensors[t].storage {
                     Storage::Input(i) => self.ins[i].ptr(),
@@ -140,6 +161,7 @@ impl<'p> Executor<'p> {
                 }
             }
         }
+        self.args = args;
     }
 
     /// The outputs of the last run.

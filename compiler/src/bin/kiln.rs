@@ -41,6 +41,7 @@ commands:
       --threads N                threads for the parallel kernels (default 1)
   bench FILE      like run, then time the compiled model
       --runs N                   timed runs after 10 warm-up runs (default 100)
+      --profile                  also the time of each kernel, slowest first
   passes          list the registered passes
 ";
 
@@ -189,6 +190,8 @@ struct CompileArgs {
     outputs: Vec<String>,
     threads: usize,
     runs: usize,
+    /// `kiln bench --profile`: time each kernel too.
+    profile: bool,
 }
 
 fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
@@ -203,6 +206,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         outputs: Vec::new(),
         threads: 1,
         runs: 100,
+        profile: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -222,6 +226,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                 c.inputs.push((n.to_string(), p.to_string()));
             }
             "--output" => c.outputs.push(value(a)?),
+            "--profile" => c.profile = true,
             "--runs" => {
                 let v = value(a)?;
                 c.runs = v
@@ -522,6 +527,36 @@ fn execute(
             })
             .collect();
         times.sort_by(f64::total_cmp);
+        if c.profile {
+            // Per kernel: the median over the runs of each call's time, grouped by kernel.
+            let mut per_call: Vec<Vec<f64>> = Vec::new();
+            for _ in 0..c.runs.min(50) {
+                for (i, t) in ex.run_timed().into_iter().enumerate() {
+                    if per_call.len() <= i {
+                        per_call.push(Vec::new());
+                    }
+                    per_call[i].push(t);
+                }
+            }
+            let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
+            for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
+                samples.sort_by(f64::total_cmp);
+                let median = samples[samples.len() / 2];
+                let name = &plan.kernels[call.kernel].name;
+                match by_kernel.iter_mut().find(|(n, ..)| n == name) {
+                    Some(e) => {
+                        e.1 += median;
+                        e.2 += 1;
+                    }
+                    None => by_kernel.push((name.clone(), median, 1)),
+                }
+            }
+            by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let total: f64 = by_kernel.iter().map(|k| k.1).sum();
+            for (name, us, calls) in &by_kernel {
+                out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
+            }
+        }
         out(&format!(
             "{}: median {:.1} us, min {:.1} us over {} runs, {} thread(s), target `{}`\n",
             c.file,

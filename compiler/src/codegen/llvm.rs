@@ -515,6 +515,32 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(v.into())
     }
 
+    /// `buf[Ramp(base, s)]` for a small constant stride `s` (a stride-2
+    /// convolution's input row): one contiguous load of the `(lanes−1)·s+1`
+    /// elements from the first lane's to the last's — never past them — then
+    /// a shuffle picking every `s`-th.
+    fn strided_load(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
+        let Some(s) = stride.as_int().filter(|s| (2..=4).contains(s)) else { return Ok(None) };
+        let span = (*lanes as u32 - 1) * s as u32 + 1;
+        let vt = match elem_type(self.ctx, buf.elem()) {
+            BasicTypeEnum::FloatType(t) if buf.elem() != DataType::Bool => t.vec_type(span),
+            _ => return Ok(None),
+        };
+        let ptr = self.address(buf, std::slice::from_ref(base))?;
+        let ptr = self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "sptr"))?;
+        let wide = self.e(self.b.build_load(ptr, "wide"))?;
+        if let Some(i) = wide.as_instruction_value() {
+            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+        }
+        let wide = wide.into_vector_value();
+        let i32t = self.ctx.i32_type();
+        let mask: Vec<IntValue> = (0..*lanes as u64).map(|k| i32t.const_int(k * s as u64, false)).collect();
+        let picked =
+            self.e(self.b.build_shuffle_vector(wide, vt.get_undef(), VectorType::const_vector(&mask), "strided"))?;
+        Ok(Some(picked.into()))
+    }
+
     /// A pointer to `<lanes x T>` at `buf[base]`, when `idx` is `Ramp(base, 1)`.
     fn contiguous(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<PointerValue<'ctx>>, CodegenError> {
         let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
@@ -605,7 +631,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     }
                     v
                 }
-                None => self.scalarize(e)?,
+                None => match self.strided_load(buf, &idx[0])? {
+                    Some(v) => v,
+                    None => self.scalarize(e)?,
+                },
             },
             Expr::Call(f, args, _) if t.elem == DataType::F32 => {
                 let vals: Vec<BasicValueEnum> =

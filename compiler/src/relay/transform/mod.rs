@@ -105,6 +105,12 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
     );
     v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LoopPartition", 1, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::partition_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
         PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, _| {
             Ok(kiln_ir::tir::transform::unroll_loops(f))
         })
@@ -157,6 +163,7 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.FlattenBuffer",
             "tir.LowerIntrinsics",
             "tir.Simplify",
+            "tir.LoopPartition",
             "tir.UnrollLoop",
             "tir.VectorizeLoop",
             "tir.RemoveNoOp",

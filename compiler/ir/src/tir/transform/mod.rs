@@ -2,6 +2,7 @@
 
 pub mod flatten;
 pub mod fuse_loops;
+pub mod loop_partition;
 pub mod lower_intrinsics;
 pub mod remove_noop;
 pub mod simplify;
@@ -10,6 +11,7 @@ pub mod vectorize;
 
 pub use flatten::flatten_buffers;
 pub use fuse_loops::fuse_sibling_loops;
+pub use loop_partition::partition_loops;
 pub use lower_intrinsics::lower_intrinsics;
 pub use remove_noop::{remove_noop_stmt, remove_noops};
 pub use simplify::simplify_prim_func;
