@@ -167,7 +167,10 @@ fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
     let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
     let ocb = divisor_at_most(oce, 8);
-    let mut owb = divisor_at_most(owe, VECTOR_LANES as i64);
+    // Whole vector registers where the row allows it (a 14-lane vector costs
+    // split loads); any divisor up to 16 otherwise.
+    let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
+    let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, VECTOR_LANES as i64));
     if owb < 4 && owe > VECTOR_LANES as i64 {
         owb = VECTOR_LANES as i64;
     }

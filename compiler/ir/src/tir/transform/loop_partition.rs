@@ -81,11 +81,19 @@ fn partition(l: For) -> Stmt {
     let pieces = bounds
         .windows(2)
         .map(|w| {
+            // A piece storing one element per iteration (the copy in a padded
+            // row) is marked for VectorizeLoop, which keeps it serial if it can't.
+            let extent = w[1] - w[0];
+            let kind = if (4..=64).contains(&extent) && matches!(l.body, Stmt::Store { .. }) {
+                ForKind::Vectorized
+            } else {
+                l.kind
+            };
             let piece = Stmt::For(Box::new(For {
                 var: l.var.clone(),
                 min: Expr::int(w[0]),
-                extent: Expr::int(w[1] - w[0]),
-                kind: l.kind,
+                extent: Expr::int(extent),
+                kind,
                 body: l.body.clone(),
             }));
             simplify_stmt(piece, &mut Bounds::new())
