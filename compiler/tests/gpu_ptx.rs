@@ -3,55 +3,31 @@
 //! backend to PTX, each kernel a `.entry` with its launch shape recorded; where
 //! `ptxas` is available (PATH, `$KILN_PTXAS`, or the `nvidia-cuda-nvcc-cu12`
 //! Python wheel) the PTX is assembled for sm_80. Running the kernels needs an
-//! NVIDIA GPU, which this test does not assume.
+//! NVIDIA GPU: `gpu_run.rs`, with feature `cuda`.
 #![cfg(feature = "llvm")]
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kiln::codegen::llvm::{compile_ptx, CudaTarget};
-use kiln::relay::{infer_module, parse_module, post_order};
+use kiln::relay::{infer_module, parse_module};
 use kiln::transform::PassContext;
-
-/// `ptxas`, if this machine has one.
-fn find_ptxas() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KILN_PTXAS") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    if let Some(p) = std::env::split_paths(&path).map(|d| d.join("ptxas")).find(|p| p.is_file()) {
-        return Some(p);
-    }
-    // The nvidia-cuda-nvcc-cu12 wheel: site-packages/nvidia/cuda_nvcc/bin/ptxas.
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])"])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8(out.stdout).ok()?;
-    Some(Path::new(dir.trim()).join("bin/ptxas")).filter(|p| p.is_file())
-}
 
 #[test]
 fn every_operator_compiles_to_ptx() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/tests/data/relay");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
-        .collect();
-    files.sort();
-    let ptxas = find_ptxas();
+    let ptxas = common::find_ptxas();
     match &ptxas {
         Some(p) => println!("assembling PTX with {}", p.display()),
         None => println!("skipped assembling PTX: no ptxas (pip install nvidia-cuda-nvcc-cu12, or set KILN_PTXAS)"),
     }
     let tmp = tempfile::tempdir().expect("dir");
     let target = CudaTarget::parse("cuda -arch=sm_80").expect("target");
-    let (mut covered, mut compiled, mut assembled) = (BTreeSet::new(), 0, 0);
-    for path in files {
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        let mut m = parse_module(&std::fs::read_to_string(&path).expect("read")).expect("parse");
+    let (mut covered, mut compiled) = (BTreeSet::new(), 0);
+    for (name, text) in common::corpus() {
+        let mut m = parse_module(&text).expect("parse");
         infer_module(&mut m).expect("infer");
         for opt_level in [0, 3] {
             let ctx = if opt_level == 0 {
@@ -67,13 +43,7 @@ fn every_operator_compiles_to_ptx() {
                 }
             };
             if opt_level == 0 {
-                for (_, f) in fused.functions() {
-                    for id in post_order(&fused.store, &[f]) {
-                        if let Some(op) = fused.store.op_name(id) {
-                            covered.insert(op);
-                        }
-                    }
-                }
+                common::operators(&fused, &mut covered);
             }
             let ptx = compile_ptx(&name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(ptx.contains(".target sm_80"), "{name}");
@@ -84,32 +54,15 @@ fn every_operator_compiles_to_ptx() {
                 assert!(grid >= 1 && (1..=1024).contains(&block), "{name}/{}: {grid}×{block}", k.name);
             }
             if let Some(ptxas) = &ptxas {
-                let file = tmp.path().join(format!("{name}_{opt_level}.ptx"));
-                std::fs::write(&file, &ptx).expect("write");
-                let out = std::process::Command::new(ptxas)
-                    .args(["-arch=sm_80", "-o"])
-                    .arg(file.with_extension("cubin"))
-                    .arg(&file)
-                    .output()
-                    .expect("run ptxas");
-                assert!(out.status.success(), "{name}: ptxas failed: {}\n{ptx}", String::from_utf8_lossy(&out.stderr));
-                assembled += 1;
+                common::assemble(ptxas, tmp.path(), &format!("{name}_{opt_level}"), &ptx);
             }
             compiled += 1;
         }
     }
-    let missing: Vec<&str> =
-        kiln::relay::op_registry().iter().map(|(_, d)| d.name).filter(|n| !covered.contains(n)).collect();
+    let missing = common::missing_operators(&covered);
     assert!(missing.is_empty(), "operators without PTX: {missing:?}");
     assert!(compiled > 40, "only {compiled} programs compiled");
-    println!("{compiled} programs to PTX, {assembled} assembled");
-}
-
-#[test]
-fn bad_cuda_targets_are_errors() {
-    assert!(CudaTarget::parse("cuda -arch=sm_7x").unwrap_err().to_string().contains("sm_7x"));
-    assert!(CudaTarget::parse("cuda -O3").unwrap_err().to_string().contains("-O3"));
-    assert_eq!(CudaTarget::parse("cuda").expect("default").arch, "sm_80");
+    println!("{compiled} programs to PTX");
 }
 
 #[test]
@@ -119,7 +72,7 @@ fn reference_onnx_models_compile_to_ptx() {
         println!("skipped: {} is absent", models.display());
         return;
     }
-    let ptxas = find_ptxas();
+    let ptxas = common::find_ptxas();
     let tmp = tempfile::tempdir().expect("dir");
     let target = CudaTarget::parse("cuda").expect("target");
     for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
@@ -131,15 +84,14 @@ fn reference_onnx_models_compile_to_ptx() {
         let ptx = compile_ptx(name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(ptx.matches(".entry ").count(), plan.kernels.len(), "{name}");
         if let Some(ptxas) = &ptxas {
-            let file = tmp.path().join(format!("{name}.ptx"));
-            std::fs::write(&file, &ptx).expect("write");
-            let out = std::process::Command::new(ptxas)
-                .args(["-arch=sm_80", "-o"])
-                .arg(file.with_extension("cubin"))
-                .arg(&file)
-                .output()
-                .expect("run ptxas");
-            assert!(out.status.success(), "{name}: ptxas failed: {}", String::from_utf8_lossy(&out.stderr));
+            common::assemble(ptxas, tmp.path(), name, &ptx);
         }
     }
+}
+
+#[test]
+fn bad_cuda_targets_are_errors() {
+    assert!(CudaTarget::parse("cuda -arch=sm_7x").unwrap_err().to_string().contains("sm_7x"));
+    assert!(CudaTarget::parse("cuda -O3").unwrap_err().to_string().contains("-O3"));
+    assert_eq!(CudaTarget::parse("cuda").expect("default").arch, "sm_80");
 }

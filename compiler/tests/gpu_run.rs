@@ -6,6 +6,8 @@
 //! device each test prints why it was skipped.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -43,20 +45,10 @@ fn every_operator_on_the_gpu_matches_the_interpreter() {
     if !gpu() {
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/tests/data/relay");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
-        .collect();
-    files.sort();
     let target = CudaTarget::parse("cuda").expect("target");
     let mut ran = 0;
-    for path in files {
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        let text = std::fs::read_to_string(&path).expect("read");
-        let transcendental =
-            ["exp", "tanh", "sigmoid", "erf", "softmax", "log", "power", "gelu"].iter().any(|t| text.contains(t));
+    for (name, text) in common::corpus() {
+        let transcendental = common::transcendental(&text);
         let mut m = parse_module(&text).expect("parse");
         infer_module(&mut m).expect("infer");
         let Some(args) = random_inputs(&m) else { continue };

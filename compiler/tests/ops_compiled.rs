@@ -4,13 +4,14 @@
 //! over its planned arena, serially and task-sliced over 3 threads. Together
 //! the compiled programs use every operator.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use kiln::backend::aot::ExecutorPlan;
 use kiln::backend::host::{self, KernelLibrary};
 use kiln::codegen::PackedKernel;
-use kiln::relay::{eval_function, infer_module, parse_module, post_order, IRModule, Type, Value};
+use kiln::relay::{eval_function, infer_module, parse_module, IRModule, Type, Value};
 use kiln::transform::PassContext;
 use kiln::Tensor;
 
@@ -93,21 +94,10 @@ fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor], transcendent
 
 #[test]
 fn every_operator_compiled_matches_the_interpreter() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/tests/data/relay");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
-        .collect();
-    files.sort();
     let mut covered = BTreeSet::new();
     let mut compiled = 0;
-    for path in files {
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        let text = std::fs::read_to_string(&path).expect("read");
-        // Programs whose values go through an approximated transcendental.
-        let transcendental =
-            ["exp", "tanh", "sigmoid", "erf", "softmax", "log", "power", "gelu"].iter().any(|t| text.contains(t));
+    for (name, text) in common::corpus() {
+        let transcendental = common::transcendental(&text);
         let mut m = parse_module(&text).expect("parse");
         infer_module(&mut m).expect("infer");
         let Some(args) = inputs(&m) else { continue };
@@ -132,13 +122,7 @@ fn every_operator_compiled_matches_the_interpreter() {
                 }
             };
             if opt_level == 0 {
-                for (_, f) in fused.functions() {
-                    for id in post_order(&fused.store, &[f]) {
-                        if let Some(op) = fused.store.op_name(id) {
-                            covered.insert(op);
-                        }
-                    }
-                }
+                common::operators(&fused, &mut covered);
             }
             // Small kernels get their outer loop task-sliced too, so that slicing is exercised.
             plan.kernels = plan.kernels.into_iter().map(|k| kiln::schedule::parallelize_outer_above(k, 0)).collect();
@@ -166,8 +150,7 @@ fn every_operator_compiled_matches_the_interpreter() {
             compiled += 1;
         }
     }
-    let missing: Vec<&str> =
-        kiln::relay::op_registry().iter().map(|(_, d)| d.name).filter(|n| !covered.contains(n)).collect();
+    let missing = common::missing_operators(&covered);
     assert!(missing.is_empty(), "operators not covered by a compiled program: {missing:?}");
     assert!(compiled > 40, "only {compiled} programs compiled");
 }

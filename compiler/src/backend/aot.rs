@@ -68,6 +68,29 @@ pub struct ExecutorPlan {
     pub arena_lower_bound: usize,
 }
 
+impl ExecutorPlan {
+    /// Check that `inputs` are the model's inputs: their number, shapes and dtypes.
+    pub fn check_inputs(&self, inputs: &[kiln_ir::Tensor]) -> Result<(), String> {
+        if inputs.len() != self.inputs.len() {
+            return Err(format!("the model takes {} input(s), {} given", self.inputs.len(), inputs.len()));
+        }
+        for (i, (&t, given)) in self.inputs.iter().zip(inputs).enumerate() {
+            let slot = &self.tensors[t];
+            if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
+                return Err(format!(
+                    "input {i} (`{}`) must be {:?} {}, got {:?} {}",
+                    slot.name,
+                    slot.shape,
+                    slot.dtype,
+                    given.shape(),
+                    given.dtype()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why `@main` cannot become an executor.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("building the executor: {0}")]

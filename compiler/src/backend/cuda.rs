@@ -112,22 +112,8 @@ impl<'p> CudaExecutor<'p> {
 
     /// Copy `inputs` to the device, checking their shapes and dtypes.
     pub fn set_inputs(&mut self, inputs: &[kiln_ir::Tensor]) -> Result<(), String> {
-        let plan = self.plan;
-        if inputs.len() != plan.inputs.len() {
-            return Err(format!("the model takes {} input(s), {} given", plan.inputs.len(), inputs.len()));
-        }
-        for (i, (&t, given)) in plan.inputs.iter().zip(inputs).enumerate() {
-            let slot = &plan.tensors[t];
-            if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
-                return Err(format!(
-                    "input {i} (`{}`) must be {:?} {}, got {:?} {}",
-                    slot.name,
-                    slot.shape,
-                    slot.dtype,
-                    given.shape(),
-                    given.dtype()
-                ));
-            }
+        self.plan.check_inputs(inputs)?;
+        for (&t, given) in self.plan.inputs.iter().zip(inputs) {
             self.model.write(self.layout.offsets[t], given.bytes()).map_err(|e| e.to_string())?;
         }
         Ok(())

@@ -96,22 +96,8 @@ impl<'p> Executor<'p> {
 
     /// Copy `inputs` in, checking their shapes and dtypes.
     pub fn set_inputs(&mut self, inputs: &[Tensor]) -> Result<(), String> {
-        let plan = self.plan;
-        if inputs.len() != plan.inputs.len() {
-            return Err(format!("the model takes {} input(s), {} given", plan.inputs.len(), inputs.len()));
-        }
-        for (i, (&t, given)) in plan.inputs.iter().zip(inputs).enumerate() {
-            let slot = &plan.tensors[t];
-            if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
-                return Err(format!(
-                    "input {i} (`{}`) must be {:?} {}, got {:?} {}",
-                    slot.name,
-                    slot.shape,
-                    slot.dtype,
-                    given.shape(),
-                    given.dtype()
-                ));
-            }
+        self.plan.check_inputs(inputs)?;
+        for (i, given) in inputs.iter().enumerate() {
             self.ins[i].bytes_mut().copy_from_slice(given.bytes());
         }
         Ok(())
