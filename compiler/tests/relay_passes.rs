@@ -2,6 +2,8 @@
 //! UPDATE_EXPECT=1), the seeds' FoldConstant cases, FuseOps groupings, and a
 //! property test that every pass preserves what the program computes.
 
+mod common;
+
 use std::sync::Arc;
 
 use expect_test::{expect, Expect};
@@ -314,21 +316,7 @@ fn fuse_respects_max_depth() {
 
 // ---- semantics preservation ------------------------------------------------
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn float(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-}
+use common::Rng;
 
 fn tensor(rng: &mut Rng, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();

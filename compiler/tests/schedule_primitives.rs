@@ -3,6 +3,8 @@
 //! and primitives that do not apply are errors naming the kernel.
 #![cfg(feature = "llvm")]
 
+mod common;
+
 use kiln::codegen::llvm::Jit;
 use kiln::codegen::PackedKernel;
 use kiln::schedule::Schedule;
@@ -308,5 +310,49 @@ fn libm_erf(x: f64) -> f64 {
         }
         let erfc = (-z * z).exp() / (std::f64::consts::PI.sqrt() * f);
         (1.0 - erfc).copysign(x)
+    }
+}
+
+/// Random matrix products (odd sizes) under random schedules — splits with
+/// and without tails, reorders, tiles with and without a cache, unrolled and
+/// vectorized tiles, fused parallel outer loops — compute what they computed
+/// as lowered, on the JIT and through C, serially and task-sliced.
+#[test]
+fn random_schedules_preserve_random_matrix_products() {
+    let mut rng = common::Rng(0x5eed_1234_abcd_0001);
+    for case in 0..24 {
+        let (m, k, n) = (1 + rng.below(9), 1 + rng.below(21), 1 + rng.below(40));
+        let (f, inputs) = matmul(&format!("rand{case}"), m, k, n);
+        let (fi, fj) = (1 + rng.below(5), 1 + rng.below(20));
+        let (cache, order, fuse) = (rng.below(2) == 0, rng.below(2), rng.below(2) == 0);
+        let (unroll, vectorize) = (rng.below(2) == 0, rng.below(2) == 0);
+        check(f, &inputs, |s| {
+            let (i, j) = (s.get_loop("ax0").expect("i"), s.get_loop("ax1").expect("j"));
+            let (io, ii) = s.split(&i, fi).expect("split i");
+            let (jo, ji) = s.split(&j, fj).expect("split j");
+            let at = if order == 0 {
+                s.reorder(&[io.clone(), jo.clone(), ii, ji]).expect("reorder");
+                jo.clone()
+            } else {
+                s.reorder(&[jo.clone(), io.clone(), ii, ji]).expect("reorder");
+                io.clone()
+            };
+            let tile = s.decompose_reduction(&at, cache).expect("decompose");
+            for loops in [&tile.init_loops, &tile.update_loops, &tile.writeback_loops] {
+                if let [rows, cols] = &loops[..] {
+                    if unroll {
+                        s.unroll(rows).expect("unroll");
+                    }
+                    if vectorize {
+                        s.vectorize(cols).expect("vectorize");
+                    }
+                }
+            }
+            if fuse {
+                let (outer, inner) = if order == 0 { (io, jo) } else { (jo, io) };
+                let f = s.fuse(&outer, &inner).expect("fuse");
+                s.parallel(&f).expect("parallel");
+            }
+        });
     }
 }
