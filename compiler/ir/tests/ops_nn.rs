@@ -191,3 +191,40 @@ fn normalization_softmax_dropout() {
     assert_eq!(vals(&eval("nn.dropout", &[y.clone()], &[])), vals(&Value::Tensor(y)));
     assert!(rel("nn.dropout", &[ty(&[2])], &[("rate", AttrValue::Float(1.5))]).unwrap_err().contains("rate"));
 }
+
+/// An `OIHW<k>o` weight ([O/k, I, KH, KW, k]) computes what its OIHW form does.
+#[test]
+fn conv2d_with_a_packed_weight() {
+    let (o, i, kh, kw, k) = (4usize, 3usize, 2usize, 2usize, 2usize);
+    let x = t(&[1, i, 4, 5], &(0..60).map(|v| (v as f64 * 0.37).sin()).collect::<Vec<_>>());
+    let oihw: Vec<f64> = (0..o * i * kh * kw).map(|v| (v as f64 * 0.91).cos()).collect();
+    let mut packed = vec![0.0; oihw.len()];
+    for (idx, &v) in oihw.iter().enumerate() {
+        let (oc, rest) = (idx / (i * kh * kw), idx % (i * kh * kw));
+        packed[((oc / k) * i * kh * kw + rest) * k + oc % k] = v;
+    }
+    let plain = eval("nn.conv2d", &[x.clone(), t(&[o, i, kh, kw], &oihw)], &[("padding", ints(&[1, 0, 1, 0]))]);
+    let layout = ("kernel_layout", AttrValue::Str("OIHW2o".into()));
+    let blocked = eval(
+        "nn.conv2d",
+        &[x, t(&[o / k, i, kh, kw, k], &packed)],
+        &[("padding", ints(&[1, 0, 1, 0])), layout.clone()],
+    );
+    close(&vals(&blocked), &vals(&plain));
+    assert_eq!(
+        rel("nn.conv2d", &[ty(&[1, i, 4, 5]), ty(&[o / k, i, kh, kw, k])], &[layout.clone()]).expect("type"),
+        ty(&[1, o, 3, 4])
+    );
+    let e = rel("nn.conv2d", &[ty(&[1, i, 4, 5]), ty(&[o, i, kh, kw])], &[layout.clone()]).unwrap_err();
+    assert!(e.contains("OIHW2o weight must be [O/2, I, KH, KW, 2]"), "{e}");
+    let e = rel(
+        "nn.conv2d",
+        &[ty(&[1, i, 4, 5]), ty(&[o, i, kh, kw])],
+        &[("kernel_layout", AttrValue::Str("HWIO".into()))],
+    )
+    .unwrap_err();
+    assert!(e.contains("unsupported kernel_layout `HWIO`"), "{e}");
+    let e = rel("nn.conv2d", &[ty(&[1, 4, 4, 5]), ty(&[2, 2, kh, kw, 2])], &[layout, ("groups", AttrValue::Int(2))])
+        .unwrap_err();
+    assert!(e.contains("groups=1"), "{e}");
+}

@@ -149,6 +149,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     // stage of its own, which the schedule computes row by row.
     let mut anchor: Option<(kiln_ir::relay::OpPattern, &str)> = None;
     let mut transposed_weight = false;
+    let mut weight_block = None;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -158,6 +159,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     transposed_weight = def.name == "nn.dense"
                         || call.attrs.bool("transpose_b").unwrap_or(false)
                         || call.attrs.bool("transpose_a").unwrap_or(false);
+                    weight_block = (def.name == "nn.conv2d")
+                        .then(|| kiln_ir::relay::op::conv2d_weight_block(&call.attrs).ok().flatten())
+                        .flatten();
                 }
             }
         }
@@ -168,6 +172,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     prim.attrs.insert("anchor".into(), anchor_name.to_string());
     if transposed_weight {
         prim.attrs.insert("transpose_b".into(), "true".into());
+    }
+    if let Some(k) = weight_block {
+        prim.attrs.insert("conv2d.weight_block".into(), k.to_string());
     }
     Ok(prim)
 }

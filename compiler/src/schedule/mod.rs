@@ -166,6 +166,9 @@ fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
     let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
     let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
+    if let Some(block) = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok()) {
+        return schedule_conv2d_packed(s, outer, oc, oh, ow, block, owe);
+    }
     let ocb = divisor_at_most(oce, 8);
     // Whole vector registers where the row allows it (a 14-lane vector costs
     // split loads); any divisor up to 16 otherwise.
@@ -183,6 +186,39 @@ fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let tile = s.decompose_reduction(&ow_o, true)?;
     tile_kinds(&mut s, &tile)?;
     // Rows in parallel: fuse the batch loop (when directly above) with the rows.
+    let mut par = Vec::new();
+    if let Some(n) = outer.last() {
+        if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {
+            par.push(n.clone());
+        }
+    }
+    par.push(oh.clone());
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
+/// conv2d over an `OIHW<k>o` weight: output channels are the vector lanes
+/// (the weight's `k` consecutive channels are contiguous), each register tile
+/// holds up to 14 columns × `k` channels, and an input value is broadcast to
+/// all lanes — no partial vectors on the small late-stage maps.
+fn schedule_conv2d_packed(
+    mut s: Schedule,
+    outer: &[Var],
+    oc: &Var,
+    oh: &Var,
+    ow: &Var,
+    block: i64,
+    owe: i64,
+) -> Result<PrimFunc, ScheduleError> {
+    let owb = divisor_at_most(owe, 14);
+    let (oc_o, oc_i) = s.split(oc, block as usize)?;
+    let (ow_o, ow_i) = s.split(ow, owb as usize)?;
+    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), ow_i, oc_i])?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, oh)?;
+    }
+    let tile = s.decompose_reduction(&ow_o, true)?;
+    tile_kinds(&mut s, &tile)?;
     let mut par = Vec::new();
     if let Some(n) = outer.last() {
         if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {

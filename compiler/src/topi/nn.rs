@@ -98,7 +98,10 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
             let dilation = expand_ints(attrs, "dilation", 2)?;
             let pads = four(&expand_ints(attrs, "padding", 4)?);
             let groups = attrs.int("groups")?.max(1) as usize;
-            let (o, icpg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
+            // OIHW, or OIHW<k>o: [O/k, I, KH, KW, k], read at [oc / k, …, oc % k].
+            let block = kiln_ir::relay::op::conv2d_weight_block(attrs)?;
+            let o = w.shape()[0] * block.unwrap_or(1);
+            let (icpg, kh, kw) = (w.shape()[1], w.shape()[2], w.shape()[3]);
             let opg = (o / groups).max(1) as i64;
             let padded = pad_nchw(&x, pads, Expr::constant(0.0, dt));
             let (rc, rh, rw) = (reduce_axis(icpg, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
@@ -109,7 +112,17 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
                 let h = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
                 let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
                 let data = padded.at(&[i[0].clone(), ic, h, ww]);
-                let weight = w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]);
+                let weight = match block {
+                    None => w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]),
+                    Some(k) => {
+                        let k = Expr::int(k as i64);
+                        let (ob, oi) = (
+                            Expr::bin(BinOp::FloorDiv, i[1].clone(), k.clone()),
+                            Expr::bin(BinOp::FloorMod, i[1].clone(), k),
+                        );
+                        w.at(&[ob, c.clone(), y.clone(), z.clone(), oi])
+                    }
+                };
                 sum(data * weight, &[rc.clone(), rh.clone(), rw.clone()])
             }))
         }

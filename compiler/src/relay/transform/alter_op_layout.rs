@@ -13,6 +13,9 @@ impl ExprMutator for Alter {
     fn rewrite_call(&mut self, store: &mut Store, _pre: ExprId, post: ExprId) -> ExprId {
         let Some(name) = store.op_name(post) else { return post };
         let Some(call) = store.as_call(post).cloned() else { return post };
+        if name == "nn.conv2d" {
+            return pack_conv2d_weight(store, post, &call).unwrap_or(post);
+        }
         let transposed_weight = match name {
             "nn.dense" => true,
             "nn.matmul" => {
@@ -39,6 +42,37 @@ impl ExprMutator for Alter {
         }
         store.call_op_at("nn.matmul", vec![x, wt], Attrs::from_pairs(attrs), span).unwrap_or(post)
     }
+}
+
+/// Output channels per weight block of a packed convolution.
+const CONV_BLOCK: usize = 16;
+
+fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Call) -> Option<ExprId> {
+    let [x, w] = call.args[..] else { return None };
+    let ExprKind::Constant(c) = store.kind(w) else { return None };
+    let shape = store.constant_data(*c).shape().to_vec();
+    let layout = call.attrs.str("kernel_layout").ok()?;
+    // Few input channels (an image's 3) leave too little reduction per tile to
+    // pay for the channel-major write-back: such layers keep OIHW.
+    if layout != "OIHW"
+        || call.attrs.int("groups").ok()? != 1
+        || shape.len() != 4
+        || shape[0] % CONV_BLOCK != 0
+        || shape[1] < CONV_BLOCK
+    {
+        return None;
+    }
+    let span = store.span(post).clone();
+    let k = CONV_BLOCK as i64;
+    let split: Vec<i64> = vec![shape[0] as i64 / k, k, shape[1] as i64, shape[2] as i64, shape[3] as i64];
+    let r = store
+        .call_op_at("reshape", vec![w], Attrs::from_pairs([("newshape", AttrValue::Ints(split))]), span.clone())
+        .ok()?;
+    let axes = AttrValue::Ints(vec![0, 2, 3, 4, 1]);
+    let packed = store.call_op_at("transpose", vec![r], Attrs::from_pairs([("axes", axes)]), span.clone()).ok()?;
+    let mut attrs = call.attrs.clone();
+    attrs.set("kernel_layout", AttrValue::Str(format!("OIHW{CONV_BLOCK}o")));
+    store.call_op_at("nn.conv2d", vec![x, packed], attrs, span).ok()
 }
 
 /// Rewrite one function; returns the new function handle.

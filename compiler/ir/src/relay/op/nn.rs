@@ -239,20 +239,47 @@ fn window_out(size: usize, pad: i64, kernel: usize, stride: i64, dilation: i64, 
     Ok(n as usize)
 }
 
+/// The output-channel block of a packed weight layout: `OIHW` → None,
+/// `OIHW16o` (weight `[O/16, I, KH, KW, 16]`, what AlterOpLayout makes of a
+/// constant weight so that the kernel reads 16 output channels at once) → 16.
+pub fn conv2d_weight_block(attrs: &Attrs) -> Result<Option<usize>, String> {
+    let layout = attrs.str("kernel_layout")?;
+    if layout == "OIHW" {
+        return Ok(None);
+    }
+    layout
+        .strip_prefix("OIHW")
+        .and_then(|r| r.strip_suffix('o'))
+        .and_then(|k| k.parse::<usize>().ok())
+        .filter(|&k| k >= 1)
+        .map(Some)
+        .ok_or_else(|| format!("unsupported kernel_layout `{layout}`; expected OIHW or OIHW<k>o"))
+}
+
+/// The weight's [O, I, KH, KW], from an OIHW or OIHW<k>o weight shape.
+fn conv2d_weight_dims(w: &TensorType, attrs: &Attrs) -> Result<[usize; 4], String> {
+    match conv2d_weight_block(attrs)? {
+        None if w.rank() == 4 => Ok([w.shape[0], w.shape[1], w.shape[2], w.shape[3]]),
+        None => Err(format!("weight must be 4-D (OIHW), found shape {}", shape_str(&w.shape))),
+        Some(k) if w.rank() == 5 && w.shape[4] == k => Ok([w.shape[0] * k, w.shape[1], w.shape[2], w.shape[3]]),
+        Some(k) => {
+            Err(format!("an OIHW{k}o weight must be [O/{k}, I, KH, KW, {k}], found shape {}", shape_str(&w.shape)))
+        }
+    }
+}
+
 fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
-    if attrs.str("data_layout")? != "NCHW" || attrs.str("kernel_layout")? != "OIHW" {
-        return Err(format!(
-            "only NCHW data and OIHW weights are supported, found {} and {}",
-            attrs.str("data_layout")?,
-            attrs.str("kernel_layout")?
-        ));
+    if attrs.str("data_layout")? != "NCHW" {
+        return Err(format!("only NCHW data is supported, found {}", attrs.str("data_layout")?));
     }
     check_nchw(x, "data")?;
-    if w.rank() != 4 {
-        return Err(format!("weight must be 4-D (OIHW), found shape {}", shape_str(&w.shape)));
+    let dims = conv2d_weight_dims(w, attrs)?;
+    if conv2d_weight_block(attrs)?.is_some() && attrs.int("groups")? != 1 {
+        return Err("a packed (OIHW<k>o) weight needs groups=1".into());
     }
+    let w = &TensorType { shape: dims.to_vec(), dtype: w.dtype };
     let groups = attrs.int("groups")?;
     if groups < 1 {
         return Err(format!("groups must be positive, found {groups}"));
@@ -286,10 +313,24 @@ fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
     let g = attrs.int("groups")? as usize;
     let [n, c, h, wi] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let [o, icpg, kh, kw] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+    let wt = TensorType { shape: w.shape().to_vec(), dtype: w.dtype() };
+    let [o, icpg, kh, kw] = conv2d_weight_dims(&wt, attrs)?;
     let (oh, ow) = (t.shape[2], t.shape[3]);
     let opg = o / g;
-    let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
+    let xv = x.to_f64_vec();
+    let wv = match conv2d_weight_block(attrs)? {
+        None => w.to_f64_vec(),
+        // Unpack [O/k, I, KH, KW, k] to OIHW.
+        Some(k) => {
+            let packed = w.to_f64_vec();
+            let mut v = vec![0.0; o * icpg * kh * kw];
+            for (i, slot) in v.iter_mut().enumerate() {
+                let (oc, rest) = (i / (icpg * kh * kw), i % (icpg * kh * kw));
+                *slot = packed[((oc / k) * icpg * kh * kw + rest) * k + oc % k];
+            }
+            v
+        }
+    };
     let mut res = vec![0.0; n * o * oh * ow];
     for b in 0..n {
         for oc in 0..o {
