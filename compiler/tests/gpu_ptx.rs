@@ -30,11 +30,7 @@ fn every_operator_compiles_to_ptx() {
         let mut m = parse_module(&text).expect("parse");
         infer_module(&mut m).expect("infer");
         for opt_level in [0, 3] {
-            let ctx = if opt_level == 0 {
-                PassContext::new().with_opt_level(0).with_disabled(&["SimplifyInference"])
-            } else {
-                PassContext::new().with_opt_level(3)
-            };
+            let ctx = common::sweep_context(opt_level);
             let (fused, plan) = match kiln::build::optimize_and_plan_gpu(m.clone(), Arc::new(ctx)) {
                 Ok(r) => r,
                 Err(msg) => {

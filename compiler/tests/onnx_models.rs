@@ -48,28 +48,28 @@ fn reference_models_match_onnx_runtime() {
 }
 
 /// A small MatMul → Add → Relu model, built with the ONNX message types.
+/// A float tensor graph input/output of shape `dims`.
+fn value_info(name: &str, dims: &[i64]) -> onnx_protobuf::ValueInfoProto {
+    use onnx_protobuf::{type_proto, TensorShapeProto, TypeProto, ValueInfoProto};
+    let mut shape = TensorShapeProto::new();
+    for &d in dims {
+        let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
+        dim.set_dim_value(d);
+        shape.dim.push(dim);
+    }
+    let mut tt = type_proto::Tensor::new();
+    tt.elem_type = 1;
+    tt.shape = Some(shape).into();
+    let mut ty = TypeProto::new();
+    ty.value = Some(type_proto::Value::TensorType(tt));
+    let mut v = ValueInfoProto::new();
+    v.name = name.into();
+    v.type_ = Some(ty).into();
+    v
+}
+
 fn tiny_model() -> Vec<u8> {
-    use onnx_protobuf::{
-        type_proto, GraphProto, Message, ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto,
-        ValueInfoProto,
-    };
-    let value_info = |name: &str, dims: &[i64]| {
-        let mut shape = TensorShapeProto::new();
-        for &d in dims {
-            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-            dim.set_dim_value(d);
-            shape.dim.push(dim);
-        }
-        let mut tt = type_proto::Tensor::new();
-        tt.elem_type = 1;
-        tt.shape = Some(shape).into();
-        let mut ty = TypeProto::new();
-        ty.value = Some(type_proto::Value::TensorType(tt));
-        let mut v = ValueInfoProto::new();
-        v.name = name.into();
-        v.type_ = Some(ty).into();
-        v
-    };
+    use onnx_protobuf::{GraphProto, Message, ModelProto, NodeProto, TensorProto};
     let node = |op: &str, ins: &[&str], out: &str| {
         let mut n = NodeProto::new();
         n.op_type = op.into();
@@ -159,26 +159,7 @@ fn five_thousand_corrupted_models_never_panic() {
 /// imported as their 2-D forms over a unit height, and computed right.
 #[test]
 fn one_dimensional_conv_and_pool_run_as_2d() {
-    use onnx_protobuf::{
-        type_proto, AttributeProto, GraphProto, Message, ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
-    };
-    let value_info = |name: &str, dims: &[i64]| {
-        let mut shape = onnx_protobuf::TensorShapeProto::new();
-        for &d in dims {
-            let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-            dim.set_dim_value(d);
-            shape.dim.push(dim);
-        }
-        let mut tt = type_proto::Tensor::new();
-        tt.elem_type = 1;
-        tt.shape = Some(shape).into();
-        let mut ty = TypeProto::new();
-        ty.value = Some(type_proto::Value::TensorType(tt));
-        let mut v = ValueInfoProto::new();
-        v.name = name.into();
-        v.type_ = Some(ty).into();
-        v
-    };
+    use onnx_protobuf::{AttributeProto, GraphProto, Message, ModelProto, NodeProto, TensorProto};
     let ints = |name: &str, v: &[i64]| {
         let mut a = AttributeProto::new();
         a.name = name.into();

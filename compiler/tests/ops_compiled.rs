@@ -6,48 +6,14 @@
 
 mod common;
 
+use common::CLibrary;
+
 use std::collections::BTreeSet;
 
-use kiln::backend::aot::ExecutorPlan;
-use kiln::backend::host::{self, KernelLibrary};
-use kiln::codegen::PackedKernel;
+use kiln::backend::host;
 use kiln::relay::{eval_function, infer_module, parse_module, IRModule, Type, Value};
 use kiln::transform::PassContext;
 use kiln::Tensor;
-
-/// Kernels compiled as C into a shared object.
-struct CLibrary {
-    _dir: tempfile::TempDir,
-    lib: libloading::Library,
-}
-
-impl CLibrary {
-    fn build(plan: &ExecutorPlan) -> CLibrary {
-        let src = kiln::codegen::c::codegen_module(&plan.kernels).expect("C code");
-        let dir = tempfile::tempdir().expect("dir");
-        let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
-        std::fs::write(&c, &src).expect("write");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let ok = std::process::Command::new(cc)
-            .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
-            .arg(&so)
-            .arg(&c)
-            .arg("-lm")
-            .status()
-            .expect("cc");
-        assert!(ok.success(), "the C compiler rejected:\n{src}");
-        let lib = unsafe { libloading::Library::new(&so) }.expect("load");
-        CLibrary { _dir: dir, lib }
-    }
-}
-
-impl KernelLibrary for CLibrary {
-    fn packed(&self, name: &str) -> Result<PackedKernel, String> {
-        let sym: libloading::Symbol<PackedKernel> =
-            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
-        Ok(*sym)
-    }
-}
 
 fn inputs(m: &IRModule) -> Option<Vec<Tensor>> {
     let main = m.main().ok()?;
@@ -105,12 +71,7 @@ fn every_operator_compiled_matches_the_interpreter() {
         let mut want = Vec::new();
         flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
         for opt_level in [0, 3] {
-            // At opt level 0 normalization ops stay operators (no SimplifyInference) and nothing fuses.
-            let ctx = if opt_level == 0 {
-                PassContext::new().with_opt_level(0).with_disabled(&["SimplifyInference"])
-            } else {
-                PassContext::new().with_opt_level(3)
-            };
+            let ctx = common::sweep_context(opt_level);
             // The compiler's own middle: Relay pipeline, LowerTE, then the TIR
             // pipeline (default schedules, intrinsics, unrolling, vectorization).
             let (fused, mut plan) = match kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)) {
@@ -130,7 +91,7 @@ fn every_operator_compiled_matches_the_interpreter() {
             let Ok(jit) = kiln::codegen::llvm::Jit::new(&name, &plan.kernels) else {
                 panic!("{name}: LLVM codegen failed")
             };
-            let c = CLibrary::build(&plan);
+            let c = CLibrary::build(&plan.kernels);
             for threads in [1, 3] {
                 compare(
                     &name,
@@ -191,7 +152,7 @@ def @main(%x: Tensor[(1, 16, 9, 11), float32], %w1: Tensor[(32, 16, 3, 3), float
     let packed = plan.kernels.iter().filter(|k| k.attrs.get("conv2d.weight_block").is_some_and(|b| b == "16")).count();
     assert_eq!(packed, 3, "every convolution takes the packed path");
     let jit = kiln::codegen::llvm::Jit::new("packed", &plan.kernels).expect("jit");
-    let c = CLibrary::build(&plan);
+    let c = CLibrary::build(&plan.kernels);
     for threads in [1, 2] {
         compare("packed", "llvm", &host::run(&plan, &jit, &all[..1], threads).expect("run"), &want, false);
         compare("packed", "C", &host::run(&plan, &c, &all[..1], threads).expect("run"), &want, false);

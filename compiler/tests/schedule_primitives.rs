@@ -5,8 +5,8 @@
 
 mod common;
 
+use kiln::backend::host::KernelLibrary;
 use kiln::codegen::llvm::Jit;
-use kiln::codegen::PackedKernel;
 use kiln::schedule::Schedule;
 use kiln::te::{compute, lower, lower_with, placeholder, reduce_axis, sum, Tensor};
 use kiln::tir::transform::{
@@ -30,10 +30,8 @@ fn run_both(f: &PrimFunc, inputs: &[Vec<f32>], tasks: i64) -> Vec<Vec<f32>> {
     let out_len: usize = f.params.last().expect("an output").numel();
     let jit = Jit::new(&f.name, std::slice::from_ref(f)).expect("jit");
     let k = jit.kernel(&f.name).expect("kernel");
-    let (_dir, lib) = c_library(f);
-    // SAFETY: `<name>_packed` has the PackedKernel signature.
-    let ck: PackedKernel =
-        *unsafe { lib.get::<PackedKernel>(format!("{}_packed", f.name).as_bytes()) }.expect("C kernel");
+    let lib = common::CLibrary::build(std::slice::from_ref(f));
+    let ck = lib.packed(&f.name).expect("C kernel");
     for kernel in [k, ck] {
         let mut args: Vec<Vec<f32>> = inputs.to_vec();
         args.push(vec![f32::NAN; out_len]);
@@ -45,26 +43,6 @@ fn run_both(f: &PrimFunc, inputs: &[Vec<f32>], tasks: i64) -> Vec<Vec<f32>> {
         results.push(args.pop().expect("output"));
     }
     results
-}
-
-/// `f` through the C backend into a shared object.
-fn c_library(f: &PrimFunc) -> (tempfile::TempDir, libloading::Library) {
-    let src = kiln::codegen::c::codegen_module(std::slice::from_ref(f)).expect("C code");
-    let dir = tempfile::tempdir().expect("dir");
-    let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
-    std::fs::write(&c, &src).expect("write");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let ok = std::process::Command::new(cc)
-        .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&c)
-        .arg("-lm")
-        .status()
-        .expect("cc");
-    assert!(ok.success(), "the C compiler rejected:\n{src}");
-    // SAFETY: a library just built from kiln's C output; it runs no initializers.
-    let lib = unsafe { libloading::Library::new(&so) }.expect("load");
-    (dir, lib)
 }
 
 fn assert_close(got: &[f32], want: &[f32], what: &str) {

@@ -50,7 +50,6 @@ pub struct CudaModel {
     stream: Arc<CudaStream>,
     kernels: Vec<(CudaFunction, LaunchConfig)>,
     memory: CudaSlice<u8>,
-    base: u64,
     launches: Vec<(usize, Vec<u64>)>,
 }
 
@@ -127,7 +126,7 @@ impl CudaModel {
                 }
                 checked.push((l.kernel, l.args.iter().map(|&o| base + o as u64).collect()));
             }
-            Ok(CudaModel { ctx, stream, kernels: resolved, memory, base, launches: checked })
+            Ok(CudaModel { ctx, stream, kernels: resolved, memory, launches: checked })
         })
     }
 
@@ -171,10 +170,5 @@ impl CudaModel {
             unsafe { b.launch(*cfg) }.map_err(|e| cuda_err("launching a kernel", e))?;
         }
         self.stream.synchronize().map_err(|e| cuda_err("running the kernels", e))
-    }
-
-    /// The device address of byte 0 of the model's memory.
-    pub fn base(&self) -> u64 {
-        self.base
     }
 }

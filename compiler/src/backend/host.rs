@@ -123,31 +123,27 @@ impl<'p> Executor<'p> {
 
     fn run_call(&mut self, index: usize) {
         let arena = self.arena.ptr();
-        let mut args = std::mem::take(&mut self.args);
-        args.clear();
-        {
-            let call = &self.plan.calls[index];
-            for &t in &call.args {
-                args.push(match self.plan.tensors[t].storage {
-                    Storage::Input(i) => self.ins[i].ptr(),
-                    Storage::Output(i) => self.outs[i].ptr(),
-                    Storage::Constant(i) => self.consts[i].ptr(),
-                    // SAFETY: offsets come from the memory plan, within `arena_bytes`.
-                    Storage::Arena { offset } => unsafe { arena.add(offset) },
-                });
-            }
-            let (k, parallel) = self.kernels[call.kernel];
-            // SAFETY: the arguments match the kernel's parameters (built from the same plan),
-            // and task slices write disjoint parts of the outputs (the kernel ABI).
-            unsafe {
-                if parallel {
-                    self.pool.run(k, &args);
-                } else {
-                    k(args.as_ptr(), 0, 1);
-                }
+        let call = &self.plan.calls[index];
+        self.args.clear();
+        for &t in &call.args {
+            self.args.push(match self.plan.tensors[t].storage {
+                Storage::Input(i) => self.ins[i].ptr(),
+                Storage::Output(i) => self.outs[i].ptr(),
+                Storage::Constant(i) => self.consts[i].ptr(),
+                // SAFETY: offsets come from the memory plan, within `arena_bytes`.
+                Storage::Arena { offset } => unsafe { arena.add(offset) },
+            });
+        }
+        let (k, parallel) = self.kernels[call.kernel];
+        // SAFETY: the arguments match the kernel's parameters (built from the same plan),
+        // and task slices write disjoint parts of the outputs (the kernel ABI).
+        unsafe {
+            if parallel {
+                self.pool.run(k, &self.args);
+            } else {
+                k(self.args.as_ptr(), 0, 1);
             }
         }
-        self.args = args;
     }
 
     /// The outputs of the last run.

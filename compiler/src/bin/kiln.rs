@@ -286,14 +286,10 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     }
     let m = b.prepare().map_err(|e| e.to_string())?;
     let ctx = Arc::new(PassContext::new().with_opt_level(c.opt_level));
-    if is_cuda(&c.target) {
+    if kiln::build::is_cuda_target(&c.target) {
         return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));
     }
     kiln::build::optimize_and_plan(m, ctx).map_err(|e| format!("{}: {e}", c.file))
-}
-
-fn is_cuda(target: &str) -> bool {
-    target.split_whitespace().next() == Some("cuda")
 }
 
 /// PTX of a GPU-scheduled plan for the `cuda …` target.
@@ -376,12 +372,12 @@ fn build(args: &[String]) -> Result<(), String> {
                 write(&format!("{stem}.tir"), text.join("\n").as_bytes())?
             }
             "ptx" => {
-                if !is_cuda(&c.target) {
+                if !kiln::build::is_cuda_target(&c.target) {
                     return Err("--emit ptx needs a CUDA target (`--target cuda`)".into());
                 }
                 write(&format!("{stem}.ptx"), ptx_of(&c.target, &stem, &plan)?.as_bytes())?
             }
-            kind if is_cuda(&c.target) => {
+            kind if kiln::build::is_cuda_target(&c.target) => {
                 return Err(format!("--emit {kind} needs a CPU target; a `cuda` target emits relay, tir and ptx"))
             }
             "c" => {
@@ -500,7 +496,7 @@ fn execute(
     inputs: &[kiln::Tensor],
     bench: bool,
 ) -> Result<Vec<kiln::Tensor>, String> {
-    if is_cuda(&c.target) {
+    if kiln::build::is_cuda_target(&c.target) {
         return execute_cuda(c, plan, inputs, bench);
     }
     let jit;

@@ -68,9 +68,7 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
     let _ = writeln!(o, "pub mod {m} {{");
     let _ = writeln!(o, "    /// Bytes of scratch memory one `Model` needs.");
     let _ = writeln!(o, "    pub const ARENA_BYTES: usize = {};", plan.arena_bytes);
-    let names_in: Vec<String> =
-        plan.inputs.iter().enumerate().map(|(i, &t)| ident(&plan.tensors[t].name, &format!("input{i}"))).collect();
-    let names_out: Vec<String> = (0..plan.outputs.len()).map(|i| format!("output{i}")).collect();
+    let (names_in, names_out, params) = run_params(plan);
     for (k, (&t, n)) in plan.inputs.iter().zip(&names_in).chain(plan.outputs.iter().zip(&names_out)).enumerate() {
         let slot = &plan.tensors[t];
         let upper = n.to_uppercase();
@@ -87,17 +85,6 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
         let _ = writeln!(o, "        static {}: [u8; {}];", constant_symbol(model, i), c.bytes().len());
     }
     let _ = writeln!(o, "    }}");
-    // The arguments of `run`.
-    let mut params = Vec::new();
-    for (&t, n) in plan.inputs.iter().zip(&names_in) {
-        let s = &plan.tensors[t];
-        params.push(format!("{n}: &[{}; {}]", rust_type(s.dtype), s.shape.iter().product::<usize>()));
-    }
-    for (&t, n) in plan.outputs.iter().zip(&names_out) {
-        let s = &plan.tensors[t];
-        params.push(format!("{n}: &mut [{}; {}]", rust_type(s.dtype), s.shape.iter().product::<usize>()));
-    }
-    let params = params.join(", ");
     let _ = writeln!(o, "    /// The compiled model over a caller-provided arena (no allocation, `no_std`).");
     let _ = writeln!(o, "    pub struct Model<'a> {{ arena: &'a mut [u8] }}");
     let _ = writeln!(o, "    impl<'a> Model<'a> {{");
@@ -164,6 +151,26 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
     }
     let _ = writeln!(o, "}}");
     o
+}
+
+/// The identifiers of a model's inputs and outputs, and the parameter list of
+/// `run`: fixed-size arrays, shared for the inputs, mutable for the outputs.
+fn run_params(plan: &ExecutorPlan) -> (Vec<String>, Vec<String>, String) {
+    let names_in: Vec<String> =
+        plan.inputs.iter().enumerate().map(|(i, &t)| ident(&plan.tensors[t].name, &format!("input{i}"))).collect();
+    let names_out: Vec<String> = (0..plan.outputs.len()).map(|i| format!("output{i}")).collect();
+    let param = |t: usize, n: &str, mutable: &str| {
+        let s = &plan.tensors[t];
+        format!("{n}: &{mutable}[{}; {}]", rust_type(s.dtype), s.shape.iter().product::<usize>())
+    };
+    let params: Vec<String> = plan
+        .inputs
+        .iter()
+        .zip(&names_in)
+        .map(|(&t, n)| param(t, n, ""))
+        .chain(plan.outputs.iter().zip(&names_out).map(|(&t, n)| param(t, n, "mut ")))
+        .collect();
+    (names_in, names_out, params.join(", "))
 }
 
 fn call_args(names_in: &[String], names_out: &[String]) -> String {
@@ -233,20 +240,14 @@ pub fn cuda_glue(model: &str, plan: &ExecutorPlan, ptx: &str, runtime: &str) -> 
         o,
         "    static WEIGHTS: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/kiln/{model}.weights.bin\"));"
     );
-    let names_in: Vec<String> =
-        plan.inputs.iter().enumerate().map(|(i, &t)| ident(&plan.tensors[t].name, &format!("input{i}"))).collect();
-    let names_out: Vec<String> = (0..plan.outputs.len()).map(|i| format!("output{i}")).collect();
-    let mut params = Vec::new();
+    let (names_in, names_out, params) = run_params(plan);
     for (&t, n) in plan.inputs.iter().zip(&names_in).chain(plan.outputs.iter().zip(&names_out)) {
-        let s = &plan.tensors[t];
-        let out = plan.outputs.contains(&t) && names_out.contains(n);
-        let _ = writeln!(o, "    pub const {}_LEN: usize = {};", n.to_uppercase(), s.shape.iter().product::<usize>());
-        params.push(format!(
-            "{n}: &{}[{}; {}]",
-            if out { "mut " } else { "" },
-            rust_type(s.dtype),
-            s.shape.iter().product::<usize>()
-        ));
+        let _ = writeln!(
+            o,
+            "    pub const {}_LEN: usize = {};",
+            n.to_uppercase(),
+            plan.tensors[t].shape.iter().product::<usize>()
+        );
     }
     let _ = writeln!(o, "    /// The model resident on the GPU (device 0).");
     let _ = writeln!(o, "    pub struct CudaModel {{ inner: {runtime}::cuda::CudaModel }}");
@@ -264,7 +265,7 @@ pub fn cuda_glue(model: &str, plan: &ExecutorPlan, ptx: &str, runtime: &str) -> 
     let _ =
         writeln!(o, "        pub fn device_name(&self) -> Result<String, CudaError> {{ self.inner.device_name() }}");
     let _ = writeln!(o, "        /// Run the model: inputs in, every kernel launched in order, outputs out.");
-    let _ = writeln!(o, "        pub fn run(&mut self, {}) -> Result<(), CudaError> {{", params.join(", "));
+    let _ = writeln!(o, "        pub fn run(&mut self, {params}) -> Result<(), CudaError> {{");
     for (&t, n) in plan.inputs.iter().zip(&names_in) {
         let _ = writeln!(
             o,

@@ -2,12 +2,17 @@
 //!
 //! ```no_run
 //! // build.rs
-//! # fn mlp() -> kiln::relay::IRModule { unimplemented!() }
+//! # kiln::relay_model! {
+//! #     fn mlp(x: Tensor<[1, 784], f32>) -> Tensor<[1, 10], f32> {
+//! #         weight w1: [784, 10];
+//! #         matmul(x, w1)
+//! #     }
+//! # }
 //! fn main() {
 //!     kiln::Build::new("mlp")
 //!         .module(mlp())                          // from relay_model!, or .relay_file("mlp.relay")
 //!         .weights("weights/mlp.safetensors")     // bound as constants before optimization
-//!         .target("llvm -mcpu=native")            // or "c"
+//!         .target("llvm -mcpu=native")            // or "c", or "cuda -arch=sm_80"
 //!         .opt_level(3)
 //!         .compile_or_exit();                     // or .compile()? for a Result
 //! }
@@ -329,7 +334,7 @@ impl Build {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
         let ctx = Arc::new(ctx.with_instruments(instruments));
-        if self.target.split_whitespace().next() == Some("cuda") {
+        if is_cuda_target(&self.target) {
             return self.generate_cuda(m, ctx, timing);
         }
         let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
@@ -427,10 +432,6 @@ impl Build {
         Err(self.model_err("target `cuda` needs kiln's `llvm` feature (PTX comes from LLVM's NVPTX backend)"))
     }
 
-    fn is_cuda(&self) -> bool {
-        self.target.split_whitespace().next() == Some("cuda")
-    }
-
     fn cache_key(&self) -> Result<String, Error> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         env!("CARGO_PKG_VERSION").hash(&mut h);
@@ -491,7 +492,7 @@ impl Build {
         let lib_name = format!("kiln_{}", self.name);
         let lib_file = dir.join(format!("lib{lib_name}.a"));
         let glue_file = dir.join(format!("{}.rs", self.name));
-        let cuda = build.is_cuda();
+        let cuda = is_cuda_target(&build.target);
         let fresh = std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str())
             && (cuda || lib_file.exists())
             && glue_file.exists()
@@ -590,6 +591,11 @@ impl Artifacts {
         }
         Ok(())
     }
+}
+
+/// Whether a target string names an NVIDIA GPU (`cuda [-arch=sm_NN]`).
+pub fn is_cuda_target(target: &str) -> bool {
+    target.split_whitespace().next() == Some("cuda")
 }
 
 /// The compiler's middle: the default pipeline under `ctx`, then the

@@ -965,53 +965,45 @@ fn has_parallel_loop(s: &Stmt) -> bool {
     found
 }
 
-/// Emit `f` and its packed entry point into `module`.
-fn emit_kernel<'ctx>(
+/// Declare kernel `f` — one `noalias nocapture` pointer per buffer, then, on
+/// the CPU, `task_id` and `num_tasks` — and a generator positioned in its
+/// entry block with the buffers bound. GPU kernels take only the buffers.
+fn start_kernel<'a, 'ctx>(
     ctx: &'ctx Context,
-    module: &Module<'ctx>,
+    module: &'a Module<'ctx>,
     f: &PrimFunc,
-    target: &LlvmTarget,
-) -> Result<(), CodegenError> {
-    let fast_math = target.fast_math;
+    gpu: bool,
+) -> Result<FnGen<'a, 'ctx>, CodegenError> {
     let i64t = ctx.i64_type();
-    let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
-    for b in &f.params {
-        params.push(elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into());
+    let mut params: Vec<BasicMetadataTypeEnum> =
+        f.params.iter().map(|b| elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into()).collect();
+    if !gpu {
+        params.extend([BasicMetadataTypeEnum::from(i64t), i64t.into()]);
     }
-    params.push(i64t.into());
-    params.push(i64t.into());
-    let fn_ty = ctx.void_type().fn_type(&params, false);
-    let func = module.add_function(&f.name, fn_ty, Some(Linkage::External));
-    // Fast math only where the target (`-fast-math`) or the kernel's pass
-    // context (`tir.fast_math`) allows it.
-    if fast_math || f.attrs.get("fast_math").is_some_and(|v| v == "true") {
-        for key in
-            ["unsafe-fp-math", "no-nans-fp-math", "no-infs-fp-math", "no-signed-zeros-fp-math", "approx-func-fp-math"]
-        {
-            func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute(key, "true"));
-        }
-    }
-    set_target_attributes(ctx, func, target);
+    let func = module.add_function(&f.name, ctx.void_type().fn_type(&params, false), Some(Linkage::External));
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     let nocapture = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("nocapture"), 0);
-    for i in 0..f.params.len() {
-        func.add_attribute(AttributeLoc::Param(i as u32), noalias);
-        func.add_attribute(AttributeLoc::Param(i as u32), nocapture);
-    }
-    let entry = ctx.append_basic_block(func, "entry");
-    let b = ctx.create_builder();
-    b.position_at_end(entry);
-    let n = f.params.len() as u32;
-    let task_id = func.get_nth_param(n).map(|p| p.into_int_value()).ok_or_else(|| llvm_err(&f.name, "no task_id"))?;
-    let num_tasks =
-        func.get_nth_param(n + 1).map(|p| p.into_int_value()).ok_or_else(|| llvm_err(&f.name, "no num_tasks"))?;
     let mut buffers = HashMap::new();
     for (i, buf) in f.params.iter().enumerate() {
+        func.add_attribute(AttributeLoc::Param(i as u32), noalias);
+        func.add_attribute(AttributeLoc::Param(i as u32), nocapture);
         let p = func.get_nth_param(i as u32).ok_or_else(|| llvm_err(&f.name, "missing parameter"))?;
         p.set_name(buf.name());
         buffers.insert(buf.id(), p.into_pointer_value());
     }
-    let mut g = FnGen {
+    let (task_id, num_tasks) = if gpu {
+        (i64t.const_zero(), i64t.const_int(1, false))
+    } else {
+        let n = f.params.len() as u32;
+        let param = |k: u32, what: &str| {
+            func.get_nth_param(k).map(|p| p.into_int_value()).ok_or_else(|| llvm_err(&f.name, what))
+        };
+        (param(n, "no task_id")?, param(n + 1, "no num_tasks")?)
+    };
+    let entry = ctx.append_basic_block(func, "entry");
+    let b = ctx.create_builder();
+    b.position_at_end(entry);
+    Ok(FnGen {
         ctx,
         module,
         b,
@@ -1021,10 +1013,33 @@ fn emit_kernel<'ctx>(
         buffers,
         task_id,
         num_tasks,
-        sliced: false,
+        // A GPU kernel has no task slices.
+        sliced: gpu,
         entry,
-        gpu: false,
-    };
+        gpu,
+    })
+}
+
+/// Emit `f` and its packed entry point into `module`.
+fn emit_kernel<'ctx>(
+    ctx: &'ctx Context,
+    module: &Module<'ctx>,
+    f: &PrimFunc,
+    target: &LlvmTarget,
+) -> Result<(), CodegenError> {
+    let i64t = ctx.i64_type();
+    let mut g = start_kernel(ctx, module, f, false)?;
+    let (func, task_id) = (g.func, g.task_id);
+    // Fast math only where the target (`-fast-math`) or the kernel's pass
+    // context (`tir.fast_math`) allows it.
+    if target.fast_math || f.attrs.get("fast_math").is_some_and(|v| v == "true") {
+        for key in
+            ["unsafe-fp-math", "no-nans-fp-math", "no-infs-fp-math", "no-signed-zeros-fp-math", "approx-func-fp-math"]
+        {
+            func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute(key, "true"));
+        }
+    }
+    set_target_attributes(ctx, func, target);
     if !has_parallel_loop(&f.body) {
         // Serial kernels do all the work in task 0.
         let work = ctx.append_basic_block(func, "work");
@@ -1203,37 +1218,8 @@ impl CudaTarget {
 /// Emit the GPU kernel `f` (loops bound to thread and block indices by the GPU
 /// schedule) as a `ptx_kernel` taking one pointer per buffer.
 fn emit_gpu_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc) -> Result<(), CodegenError> {
-    let params: Vec<BasicMetadataTypeEnum> =
-        f.params.iter().map(|b| elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into()).collect();
-    let func = module.add_function(&f.name, ctx.void_type().fn_type(&params, false), Some(Linkage::External));
-    let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
-    for i in 0..f.params.len() {
-        func.add_attribute(AttributeLoc::Param(i as u32), noalias);
-    }
-    let entry = ctx.append_basic_block(func, "entry");
-    let b = ctx.create_builder();
-    b.position_at_end(entry);
-    let mut buffers = HashMap::new();
-    for (i, buf) in f.params.iter().enumerate() {
-        let p = func.get_nth_param(i as u32).ok_or_else(|| llvm_err(&f.name, "missing parameter"))?;
-        p.set_name(buf.name());
-        buffers.insert(buf.id(), p.into_pointer_value());
-    }
-    let i64t = ctx.i64_type();
-    let mut g = FnGen {
-        ctx,
-        module,
-        b,
-        func,
-        kernel: f.name.clone(),
-        vars: HashMap::new(),
-        buffers,
-        task_id: i64t.const_zero(),
-        num_tasks: i64t.const_int(1, false),
-        sliced: true,
-        entry,
-        gpu: true,
-    };
+    let mut g = start_kernel(ctx, module, f, true)?;
+    let func = g.func;
     g.stmt(&f.body)?;
     g.e(g.b.build_return(None))?;
     let kernel_md = ctx.metadata_node(&[

@@ -15,7 +15,8 @@
 
 use crate::tir::{Buffer, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, ThreadAxis, TirType, Var};
 
-use super::primitives::{Schedule, ScheduleError};
+use super::primitives::{retarget_buffer, Schedule, ScheduleError};
+use super::{fuse_all, materialized};
 
 /// Threads per block of a one-nest kernel.
 pub const THREADS: usize = 256;
@@ -39,36 +40,45 @@ fn chain(s: &Stmt) -> Vec<Var> {
     out
 }
 
-/// Fuse the perfect chain starting at `s`'s loop into one loop; returns it.
-fn fuse_chain(sch: &mut Schedule, vars: &[Var]) -> Result<Option<Var>, ScheduleError> {
-    let Some(mut fused) = vars.first().cloned() else { return Ok(None) };
-    for v in &vars[1..] {
-        fused = sch.fuse(&fused, v)?;
-    }
-    Ok(Some(fused))
-}
-
 fn barrier() -> Stmt {
     Stmt::Evaluate(Expr::call(Intrinsic::Barrier, vec![], TirType::scalar(crate::DataType::I32)))
 }
 
+/// One stage of kernel `f` with its outer loops fused, split by `threads`,
+/// and bound: across blocks × threads, or (`one_block`) strided over the
+/// threads of a single block. A stage without loops runs on one thread.
+fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Result<Stmt, ScheduleError> {
+    let vars = chain(&stage);
+    let mut s = Schedule::new(PrimFunc {
+        name: f.name.clone(),
+        params: f.params.clone(),
+        num_outputs: f.num_outputs,
+        body: stage,
+        attrs: Default::default(),
+    });
+    let Some(fused) = fuse_all(&mut s, &vars)? else {
+        let body = s.into_func().body;
+        return Ok(Stmt::for_loop(Var::index("t"), 1, ForKind::ThreadBinding(ThreadAxis::ThreadX), body));
+    };
+    let (o, t) = s.split(&fused, threads)?;
+    if one_block {
+        s.reorder(&[t.clone(), o])?;
+    } else {
+        s.bind(&o, ThreadAxis::BlockX)?;
+    }
+    s.bind(&t, ThreadAxis::ThreadX)?;
+    Ok(s.into_func().body)
+}
+
 /// The default GPU schedule of a lowered kernel (before flattening).
 pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
-    let mut sch = Schedule::new(f);
     // Materialized stages (a convolution's padded input) are inlined: one thread per output.
-    let mut pads = Vec::new();
-    sch.func().body.visit(&mut |s| {
-        if let Stmt::Allocate { buffer, .. } = s {
-            if buffer.name() == "pad" {
-                pads.push(buffer.clone());
-            }
-        }
-    });
-    for p in pads {
+    let mut sch = Schedule::new(f);
+    for p in materialized(sch.func()) {
         sch.compute_inline(&p)?;
     }
-    // Kernel-local buffers around the stages.
     let mut f = sch.into_func();
+    // Kernel-local buffers around the stages.
     let mut locals: Vec<Buffer> = Vec::new();
     let mut body = std::mem::replace(&mut f.body, Stmt::nop());
     while let Stmt::Allocate { buffer, body: inner } = body {
@@ -79,78 +89,40 @@ pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         Stmt::Seq(v) => v,
         s => vec![s],
     };
-    f.body = Stmt::seq(stages.clone());
-    let mut sch = Schedule::new(f);
-    if stages.len() == 1 && locals.is_empty() {
-        let vars = chain(&stages[0]);
-        if let Some(fused) = fuse_chain(&mut sch, &vars)? {
-            let (bx, tx) = sch.split(&fused, THREADS)?;
-            sch.bind(&bx, ThreadAxis::BlockX)?;
-            sch.bind(&tx, ThreadAxis::ThreadX)?;
-        } else {
-            // A single scalar statement: one thread.
-            let t = Var::index("t");
-            let one = Stmt::for_loop(t, 1, ForKind::ThreadBinding(ThreadAxis::ThreadX), sch.func().body.clone());
-            let mut g = sch.into_func();
-            g.body = one;
-            sch = Schedule::new(g);
-        }
+    f.body = if stages.len() == 1 && locals.is_empty() {
+        let stage = stages.into_iter().next().expect("one stage");
+        bind_stage(&f, stage, THREADS, false)?
     } else {
-        // One block; stages separated by barriers; intermediates shared.
-        let mut shared_bytes = 0;
-        let mut g = sch.into_func();
-        let mut body = std::mem::replace(&mut g.body, Stmt::nop());
-        let mut shared = Vec::new();
-        for b in &locals {
-            shared_bytes += b.numel() * b.elem().size_bytes();
-            let s = Buffer::new(b.name(), b.elem(), b.shape().to_vec(), Scope::Shared);
-            body = retarget(body, b, &s);
-            shared.push(s);
-        }
+        // One block; stages separated by barriers; intermediates in shared memory.
+        let shared_bytes: usize = locals.iter().map(|b| b.numel() * b.elem().size_bytes()).sum();
         if shared_bytes > MAX_SHARED_BYTES {
             return Err(err(
-                &g,
+                &f,
                 format!("{shared_bytes} bytes of intermediates exceed the {MAX_SHARED_BYTES} bytes of shared memory"),
             ));
         }
-        let stages: Vec<Stmt> = match body {
-            Stmt::Seq(v) => v,
-            s => vec![s],
-        };
+        let shared: Vec<(Buffer, Buffer)> = locals
+            .into_iter()
+            .map(|b| {
+                let s = Buffer::new(b.name(), b.elem(), b.shape().to_vec(), Scope::Shared);
+                (b, s)
+            })
+            .collect();
         let mut scheduled = Vec::new();
         for (k, stage) in stages.into_iter().enumerate() {
-            let mut one = g.clone();
-            one.body = stage;
-            let mut s = Schedule::new(one);
-            let vars = chain(&s.func().body);
-            match fuse_chain(&mut s, &vars)? {
-                Some(fused) => {
-                    let (o, t) = s.split(&fused, BLOCK_THREADS)?;
-                    s.reorder(&[t.clone(), o])?;
-                    s.bind(&t, ThreadAxis::ThreadX)?;
-                }
-                None => {
-                    let t = Var::index("t");
-                    let mut h = s.into_func();
-                    h.body = Stmt::for_loop(t, 1, ForKind::ThreadBinding(ThreadAxis::ThreadX), h.body);
-                    s = Schedule::new(h);
-                }
-            }
+            let stage = shared.iter().fold(stage, |st, (b, s)| retarget_buffer(st, b, s, &|idx| idx.to_vec()));
             if k > 0 {
                 scheduled.push(barrier());
             }
-            scheduled.push(s.into_func().body);
+            scheduled.push(bind_stage(&f, stage, BLOCK_THREADS, true)?);
         }
-        let mut body = Stmt::Seq(scheduled);
-        for b in shared.into_iter().rev() {
-            body = Stmt::Allocate { buffer: b, body: Box::new(body) };
-        }
-        g.body = body;
-        sch = Schedule::new(g);
-    }
-    let mut out = sch.into_func();
+        shared
+            .into_iter()
+            .rev()
+            .fold(Stmt::Seq(scheduled), |body, (_, buffer)| Stmt::Allocate { buffer, body: Box::new(body) })
+    };
     let (mut grid, mut block) = (1i64, 1i64);
-    out.body.visit(&mut |s| {
+    f.body.visit(&mut |s| {
         if let Stmt::For(l) = s {
             match l.kind {
                 ForKind::ThreadBinding(ThreadAxis::BlockX) => grid = grid.max(l.extent.as_int().unwrap_or(1)),
@@ -159,22 +131,8 @@ pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
             }
         }
     });
-    out.attrs.insert("gpu.grid".into(), grid.to_string());
-    out.attrs.insert("gpu.block".into(), block.to_string());
-    out.attrs.insert("schedule".into(), "gpu".into());
-    Ok(out)
-}
-
-fn retarget(s: Stmt, from: &Buffer, to: &Buffer) -> Stmt {
-    fn expr(e: &Expr, from: &Buffer, to: &Buffer) -> Expr {
-        match e {
-            Expr::Load(b, idx) if b == from => Expr::Load(to.clone(), idx.iter().map(|i| expr(i, from, to)).collect()),
-            _ => e.map_children(|c| expr(c, from, to)),
-        }
-    }
-    let s = s.map_exprs(&mut |e| expr(&e, from, to));
-    s.map_post(&mut |s| match s {
-        Stmt::Store { buffer, indices, value } if buffer == *from => Stmt::Store { buffer: to.clone(), indices, value },
-        s => s,
-    })
+    f.attrs.insert("gpu.grid".into(), grid.to_string());
+    f.attrs.insert("gpu.block".into(), block.to_string());
+    f.attrs.insert("schedule".into(), "gpu".into());
+    Ok(f)
 }

@@ -4,8 +4,9 @@
 //!
 //! - `nn.conv2d`: output channels × output columns register tiles (8 × up to
 //!   16 lanes) accumulated in a kernel-local tile, reduction loops outside the
-//!   tile, columns vectorized, channels unrolled; the padded input computed
-//!   per output row (`compute_at`); rows in parallel.
+//!   tile, columns vectorized, channels unrolled — or, over a packed
+//!   `OIHW16o` weight, 16 channels vectorized × up to 14 columns unrolled; the
+//!   padded input computed per output row (`compute_at`); rows in parallel.
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
 //!   tiles the same way, the column tile vectorized; tiles in parallel.
 //! - other reductions: the reduction loops moved outside the last output
@@ -119,12 +120,18 @@ fn tile_kinds(s: &mut Schedule, t: &ReductionTile) -> Result<(), ScheduleError> 
     Ok(())
 }
 
-/// Fuse the loops `outer` (outermost first, directly nested) and mark the result parallel.
-fn fuse_parallel(s: &mut Schedule, outer: &[Var]) -> Result<(), ScheduleError> {
-    let Some(mut fused) = outer.first().cloned() else { return Ok(()) };
-    for v in &outer[1..] {
+/// Fuse directly nested loops (outermost first) into one; None for no loops.
+pub(crate) fn fuse_all(s: &mut Schedule, loops: &[Var]) -> Result<Option<Var>, ScheduleError> {
+    let Some(mut fused) = loops.first().cloned() else { return Ok(None) };
+    for v in &loops[1..] {
         fused = s.fuse(&fused, v)?;
     }
+    Ok(Some(fused))
+}
+
+/// Fuse the loops `outer` (outermost first, directly nested) and mark the result parallel.
+fn fuse_parallel(s: &mut Schedule, outer: &[Var]) -> Result<(), ScheduleError> {
+    let Some(fused) = fuse_all(s, outer)? else { return Ok(()) };
     if extent(s, &fused).unwrap_or(0) >= 2
         && work(&s.func().body) >= MIN_PARALLEL_WORK
         && sole_path(&s.func().body, &fused)
@@ -147,7 +154,8 @@ fn sole_path(s: &Stmt, v: &Var) -> bool {
     }
 }
 
-fn materialized(f: &PrimFunc) -> Vec<Buffer> {
+/// The materialized stages of a kernel (a convolution's padded input).
+pub(crate) fn materialized(f: &PrimFunc) -> Vec<Buffer> {
     let mut out = Vec::new();
     f.body.visit(&mut |s| {
         if let Stmt::Allocate { buffer, .. } = s {
@@ -159,66 +167,42 @@ fn materialized(f: &PrimFunc) -> Vec<Buffer> {
     out
 }
 
-/// conv2d: see the module docs.
+/// conv2d: see the module docs. Over an `OIHW<k>o` weight (AlterOpLayout's
+/// packing of a constant weight) the vector lanes are `k` output channels,
+/// contiguous in the weight, with an input value broadcast to all of them —
+/// whole vectors even on the 7- and 14-column maps of late stages; otherwise
+/// the lanes are output columns.
 fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
     let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
     let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
     let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
     let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
-    if let Some(block) = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok()) {
-        return schedule_conv2d_packed(s, outer, oc, oh, ow, block, owe);
-    }
-    let ocb = divisor_at_most(oce, 8);
-    // Whole vector registers where the row allows it (a 14-lane vector costs
-    // split loads); any divisor up to 16 otherwise.
-    let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
-    let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, VECTOR_LANES as i64));
-    if owb < 4 && owe > VECTOR_LANES as i64 {
-        owb = VECTOR_LANES as i64;
-    }
+    let block = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok());
+    let (ocb, owb) = match block {
+        Some(k) => (k, divisor_at_most(owe, 14)),
+        None => {
+            // Whole vector registers where the row allows it (a 14-lane vector
+            // costs split loads); any divisor up to 16 otherwise.
+            let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
+            let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, VECTOR_LANES as i64));
+            if owb < 4 && owe > VECTOR_LANES as i64 {
+                owb = VECTOR_LANES as i64;
+            }
+            (divisor_at_most(oce, 8), owb)
+        }
+    };
     let (oc_o, oc_i) = s.split(oc, ocb as usize)?;
     let (ow_o, ow_i) = s.split(ow, owb as usize)?;
-    s.reorder(&[oh.clone(), oc_o.clone(), ow_o.clone(), oc_i, ow_i])?;
+    // The innermost tile loop becomes the vector lanes.
+    let (rows, lanes) = if block.is_some() { (ow_i, oc_i) } else { (oc_i, ow_i) };
+    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), rows, lanes])?;
     for pad in materialized(s.func()) {
         s.compute_at(&pad, oh)?;
     }
     let tile = s.decompose_reduction(&ow_o, true)?;
     tile_kinds(&mut s, &tile)?;
     // Rows in parallel: fuse the batch loop (when directly above) with the rows.
-    let mut par = Vec::new();
-    if let Some(n) = outer.last() {
-        if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {
-            par.push(n.clone());
-        }
-    }
-    par.push(oh.clone());
-    fuse_parallel(&mut s, &par)?;
-    Ok(s.into_func())
-}
-
-/// conv2d over an `OIHW<k>o` weight: output channels are the vector lanes
-/// (the weight's `k` consecutive channels are contiguous), each register tile
-/// holds up to 14 columns × `k` channels, and an input value is broadcast to
-/// all lanes — no partial vectors on the small late-stage maps.
-fn schedule_conv2d_packed(
-    mut s: Schedule,
-    outer: &[Var],
-    oc: &Var,
-    oh: &Var,
-    ow: &Var,
-    block: i64,
-    owe: i64,
-) -> Result<PrimFunc, ScheduleError> {
-    let owb = divisor_at_most(owe, 14);
-    let (oc_o, oc_i) = s.split(oc, block as usize)?;
-    let (ow_o, ow_i) = s.split(ow, owb as usize)?;
-    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), ow_i, oc_i])?;
-    for pad in materialized(s.func()) {
-        s.compute_at(&pad, oh)?;
-    }
-    let tile = s.decompose_reduction(&ow_o, true)?;
-    tile_kinds(&mut s, &tile)?;
     let mut par = Vec::new();
     if let Some(n) = outer.last() {
         if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {

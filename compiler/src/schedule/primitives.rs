@@ -163,7 +163,7 @@ fn map_loads(e: &Expr, f: &dyn Fn(&Buffer, &[Expr]) -> Option<Expr>) -> Expr {
 }
 
 /// Replace loads and stores of `from` by `to`, mapping the indices.
-fn retarget_buffer(s: Stmt, from: &Buffer, to: &Buffer, index: &dyn Fn(&[Expr]) -> Vec<Expr>) -> Stmt {
+pub(crate) fn retarget_buffer(s: Stmt, from: &Buffer, to: &Buffer, index: &dyn Fn(&[Expr]) -> Vec<Expr>) -> Stmt {
     let s = s.map_exprs(&mut |e| map_loads(&e, &|b, idx| (b == from).then(|| Expr::Load(to.clone(), index(idx)))));
     s.map_post(&mut |s| match s {
         Stmt::Store { buffer, indices, value } if buffer == *from => {

@@ -5,7 +5,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use kiln::backend::host::KernelLibrary;
+use kiln::codegen::PackedKernel;
 use kiln::relay::{post_order, IRModule};
+use kiln::tir::PrimFunc;
+use kiln::transform::PassContext;
 
 /// Every program of the Relay corpus as (name, text), sorted by name.
 pub fn corpus() -> Vec<(String, String)> {
@@ -95,5 +99,52 @@ impl Rng {
     /// Uniform in [-1, 1).
     pub fn float(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// The pass context of the corpus sweeps: opt level 3, or opt level 0 with
+/// SimplifyInference off, so that normalization ops stay operators and
+/// nothing fuses.
+pub fn sweep_context(opt_level: u32) -> PassContext {
+    if opt_level == 0 {
+        PassContext::new().with_opt_level(0).with_disabled(&["SimplifyInference"])
+    } else {
+        PassContext::new().with_opt_level(opt_level)
+    }
+}
+
+/// Kernels compiled as C into a shared object and loaded.
+pub struct CLibrary {
+    _dir: tempfile::TempDir,
+    lib: libloading::Library,
+}
+
+impl CLibrary {
+    pub fn build(kernels: &[PrimFunc]) -> CLibrary {
+        let src = kiln::codegen::c::codegen_module(kernels).expect("C code");
+        let dir = tempfile::tempdir().expect("dir");
+        let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
+        std::fs::write(&c, &src).expect("write");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let ok = std::process::Command::new(cc)
+            .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .arg("-lm")
+            .status()
+            .expect("cc");
+        assert!(ok.success(), "the C compiler rejected:\n{src}");
+        // SAFETY: a library just built from kiln's C output; it runs no initializers.
+        let lib = unsafe { libloading::Library::new(&so) }.expect("load");
+        CLibrary { _dir: dir, lib }
+    }
+}
+
+impl KernelLibrary for CLibrary {
+    fn packed(&self, name: &str) -> Result<PackedKernel, String> {
+        // SAFETY: every `<name>_packed` kiln emits has the PackedKernel signature.
+        let sym: libloading::Symbol<PackedKernel> =
+            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
+        Ok(*sym)
     }
 }
