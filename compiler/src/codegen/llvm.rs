@@ -838,7 +838,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
                 if !self.gpu {
-                    return Err(self.unsupported("a GPU barrier in a CPU kernel"));
+                    // A GPU-scheduled kernel run serially on the CPU (how tests check GPU
+                    // schedules without a GPU): its thread loops run one after another,
+                    // so every barrier between them already holds.
+                    return Ok(());
                 }
                 let f = match self.module.get_function("llvm.nvvm.barrier0") {
                     Some(f) => f,

@@ -573,6 +573,8 @@ impl Schedule {
         self.func.body = body.map_post(&mut |s| match s {
             Stmt::Allocate { buffer, body } if buffer == *producer => *body,
             s @ Stmt::For(_) if innermost_store(&s).is_some_and(|(b, _)| b == producer) => Stmt::nop(),
+            // Loops left empty (the producer's part of a nest FuseSiblingLoops merged).
+            Stmt::For(l) if l.body.is_nop() => Stmt::nop(),
             Stmt::Seq(v) => Stmt::seq(v),
             s => s,
         });
