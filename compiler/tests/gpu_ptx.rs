@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use kiln::codegen::llvm::{compile_ptx, CudaTarget};
@@ -63,22 +62,23 @@ fn every_operator_compiles_to_ptx() {
 
 #[test]
 fn reference_onnx_models_compile_to_ptx() {
-    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
-    if !models.is_dir() {
-        println!("skipped: {} is absent", models.display());
-        return;
-    }
     let ptxas = common::find_ptxas();
     let tmp = tempfile::tempdir().expect("dir");
     let target = CudaTarget::parse("cuda").expect("target");
     for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
-        let bytes = std::fs::read(models.join(format!("{name}.onnx"))).expect("model");
-        let mut m = kiln::frontend::onnx::import(&bytes, &[]).expect("import");
-        infer_module(&mut m).expect("infer");
+        let Some((m, _, _)) = common::reference_model(name) else {
+            println!("skipped: ../shared/models is absent");
+            return;
+        };
         let (_, plan) = kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new().with_opt_level(3)))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let ptx = compile_ptx(name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(ptx.matches(".entry ").count(), plan.kernels.len(), "{name}");
+        // Register tiles live in registers: nothing spills to local memory.
+        assert!(!ptx.contains("st.local"), "{name}: a kernel uses local memory");
+        let tiled =
+            plan.kernels.iter().filter(|k| k.attrs.get("schedule").is_some_and(|s| s.contains("tiled"))).count();
+        println!("{name}: {} kernels, {tiled} tiled", plan.kernels.len());
         if let Some(ptxas) = &ptxas {
             common::assemble(ptxas, tmp.path(), name, &ptx);
         }

@@ -6,57 +6,13 @@
 
 mod common;
 
-use common::CLibrary;
+use common::{compare, flat, inputs, CLibrary};
 
 use std::collections::BTreeSet;
 
 use kiln::backend::host;
-use kiln::relay::{eval_function, infer_module, parse_module, IRModule, Type, Value};
+use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::transform::PassContext;
-use kiln::Tensor;
-
-fn inputs(m: &IRModule) -> Option<Vec<Tensor>> {
-    let main = m.main().ok()?;
-    let f = m.store.as_function(main)?;
-    let mut seed = 7u64;
-    f.params
-        .iter()
-        .map(|&p| {
-            let Some(Type::Tensor(t)) = m.store.checked_type(p).cloned() else { return None };
-            let vals: Vec<f64> = (0..t.numel())
-                .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    0.5 + ((seed >> 33) % 1000) as f64 / 1000.0
-                })
-                .collect();
-            Some(Tensor::from_f64(t.dtype, t.shape.clone(), &vals))
-        })
-        .collect()
-}
-
-fn flat(v: &Value, out: &mut Vec<Tensor>) {
-    match v {
-        Value::Tensor(t) => out.push(t.clone()),
-        Value::Tuple(f) => f.iter().for_each(|x| flat(x, out)),
-        Value::Closure(_) => {}
-    }
-}
-
-/// Relative tolerance 1e-5 for f32, 1e-4 where a transcendental is approximated.
-fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor], transcendental: bool) {
-    assert_eq!(got.len(), want.len(), "{name} {what}: output count");
-    for (g, w) in got.iter().zip(want) {
-        assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()), "{name} {what}");
-        let tol = match w.dtype().is_float() {
-            false => 0.0,
-            true if transcendental => 1e-4,
-            true => 1e-5,
-        };
-        for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
-            assert!((a - b).abs() <= tol * b.abs().max(1.0), "{name} {what}: {a} vs {b}");
-        }
-    }
-}
 
 #[test]
 fn every_operator_compiled_matches_the_interpreter() {

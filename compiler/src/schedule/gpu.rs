@@ -1,8 +1,17 @@
 //! The default GPU schedule (`tir.GpuSchedule`): every lowered kernel becomes
 //! one CUDA launch whose loops are bound to `blockIdx.x`/`threadIdx.x`.
 //!
-//! - A kernel of one loop nest (an elementwise chain, a reduction with its
-//!   epilogue, stages that FuseSiblingLoops merged under shared loops): the
+//! - Matrix products and convolutions (anchor `nn.dense`, `nn.matmul`,
+//!   `nn.batch_matmul`, `nn.conv2d`; opt level ≥ 1): tiled. Each block
+//!   computes a tile of output rows (columns of a matrix product, output
+//!   channels of a convolution) × output columns (columns, or output pixels);
+//!   each of its threads a register tile of up to 4 × 4, strided over the
+//!   columns so that neighbouring threads touch neighbouring addresses. The
+//!   reduction runs in chunks; every operand whose chunk is small enough is
+//!   copied into shared memory by all threads of the block, with barriers
+//!   around the chunk's compute.
+//! - Any other kernel of one loop nest (an elementwise chain, a reduction with
+//!   its epilogue, stages that FuseSiblingLoops merged under shared loops): the
 //!   nest's perfectly nested outer loops are fused into one, split by
 //!   [`THREADS`], and bound to blocks × threads — one thread per output
 //!   element (or per row, for merged stages), its reduction serial.
@@ -10,13 +19,23 @@
 //!   one block; each stage's outer loops fused and strided over the block's
 //!   threads, a barrier between stages, the intermediates in shared memory.
 //!
+//! The kernels keep serial semantics: a thread loop runs its iterations one
+//! after another, barriers sit only between thread loops, and a thread's
+//! registers that live across barriers are kernel-local buffers with a
+//! leading thread dimension (see `Schedule::distribute_thread_loop`). So the
+//! CPU backends run a GPU-scheduled kernel as it stands (how tests check the
+//! schedules without a GPU); on the GPU, `tir.LowerThreadLocal` drops the
+//! thread dimension and each thread loop becomes its thread's index.
+//! [`verify_barriers`] checks that no thread touches shared memory another
+//! may be using without a barrier in between.
+//!
 //! The launch shape is recorded in the kernel's attributes `gpu.grid` and
 //! `gpu.block` (x only), which the artifacts carry to the runtime.
 
-use crate::tir::{Buffer, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, ThreadAxis, TirType, Var};
+use crate::tir::{Buffer, Expr, For, ForKind, Intrinsic, PrimFunc, Scope, Stmt, ThreadAxis, TirType, Var};
 
 use super::primitives::{retarget_buffer, Schedule, ScheduleError};
-use super::{fuse_all, materialized};
+use super::{extent, fuse_all, materialized, reduction_nest};
 
 /// Threads per block of a one-nest kernel.
 pub const THREADS: usize = 256;
@@ -24,6 +43,14 @@ pub const THREADS: usize = 256;
 pub const BLOCK_THREADS: usize = 1024;
 /// Static shared memory per block.
 pub const MAX_SHARED_BYTES: usize = 48 * 1024;
+/// Threads per block of a tiled product, at most.
+pub const TILE_THREADS: i64 = 256;
+/// A thread's register tile: this many rows × columns, at most.
+pub const REGISTER_TILE: i64 = 4;
+/// Reduction elements (products) per chunk staged in shared memory.
+pub const REDUCTION_CHUNK: i64 = 16;
+/// The largest shared copy of one operand's chunk.
+pub const MAX_STAGED_BYTES: usize = 16 * 1024;
 
 fn err(f: &PrimFunc, m: impl Into<String>) -> ScheduleError {
     ScheduleError { kernel: f.name.clone(), message: m.into() }
@@ -71,13 +98,26 @@ fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Res
 }
 
 /// The default GPU schedule of a lowered kernel (before flattening).
-pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+pub fn default_gpu_schedule(f: PrimFunc, opt_level: u32) -> Result<PrimFunc, ScheduleError> {
     // Materialized stages (a convolution's padded input) are inlined: one thread per output.
     let mut sch = Schedule::new(f);
     for p in materialized(sch.func()) {
         sch.compute_inline(&p)?;
     }
-    let mut f = sch.into_func();
+    let f = sch.into_func();
+    let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
+    let mut f = if opt_level >= 1 && TILED_ANCHORS.contains(&anchor.as_str()) {
+        match schedule_tiled(f.clone()) {
+            Ok(tiled) => return finish(tiled, format!("gpu tiled ({anchor})")),
+            Err(e) => {
+                let mut f = f;
+                f.attrs.insert("gpu.untiled".into(), e.message);
+                f
+            }
+        }
+    } else {
+        f
+    };
     // Kernel-local buffers around the stages.
     let mut locals: Vec<Buffer> = Vec::new();
     let mut body = std::mem::replace(&mut f.body, Stmt::nop());
@@ -121,6 +161,12 @@ pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
             .rev()
             .fold(Stmt::Seq(scheduled), |body, (_, buffer)| Stmt::Allocate { buffer, body: Box::new(body) })
     };
+    finish(f, "gpu".into())
+}
+
+/// Record the launch shape and the strategy, and check the barriers.
+fn finish(mut f: PrimFunc, strategy: String) -> Result<PrimFunc, ScheduleError> {
+    verify_barriers(&f).map_err(|m| err(&f, m))?;
     let (mut grid, mut block) = (1i64, 1i64);
     f.body.visit(&mut |s| {
         if let Stmt::For(l) = s {
@@ -133,6 +179,343 @@ pub fn default_gpu_schedule(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     });
     f.attrs.insert("gpu.grid".into(), grid.to_string());
     f.attrs.insert("gpu.block".into(), block.to_string());
-    f.attrs.insert("schedule".into(), "gpu".into());
+    f.attrs.insert("schedule".into(), strategy);
     Ok(f)
+}
+
+/// The anchors of the tiled strategy.
+const TILED_ANCHORS: [&str; 4] = ["nn.dense", "nn.matmul", "nn.batch_matmul", "nn.conv2d"];
+
+fn pow2_at_least(n: i64) -> i64 {
+    (n.max(1) as u64).next_power_of_two() as i64
+}
+
+/// The tiled strategy (see the module docs).
+fn schedule_tiled(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
+    let mut s = Schedule::new(f);
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(s.func(), "no reduction nest"))?;
+    if chain(&s.func().body) != spatial {
+        return Err(err(s.func(), "the kernel is more than its reduction nest"));
+    }
+    let (outer, rows, cols) = match (anchor.as_str(), &spatial[..]) {
+        ("nn.conv2d", [outer @ .., oc, oh, ow]) => {
+            let pixels = s.fuse(oh, ow)?;
+            (outer.to_vec(), oc.clone(), pixels)
+        }
+        (_, [outer @ .., i, j]) if anchor != "nn.conv2d" => (outer.to_vec(), i.clone(), j.clone()),
+        _ => return Err(err(s.func(), "not a matrix product or NCHW convolution")),
+    };
+    let (re, ce) = (extent(&s, &rows).unwrap_or(1), extent(&s, &cols).unwrap_or(1));
+    // Threads: ty rows × tx columns; each a rm × rn register tile.
+    let rm = if re >= 16 { REGISTER_TILE } else { 1 };
+    let ty = pow2_at_least((re + rm - 1) / rm).min(16);
+    let rn = if ce >= 64 { REGISTER_TILE } else { 1 };
+    let tx = pow2_at_least((ce + rn - 1) / rn).min(TILE_THREADS / ty);
+    let (rows_o, rows_i) = s.split(&rows, (ty * rm) as usize)?;
+    let (thread_y, ri) = s.split(&rows_i, rm as usize)?;
+    let (cols_o, cols_i) = s.split(&cols, (tx * rn) as usize)?;
+    // The register tile's columns tx apart: neighbouring threads, neighbouring columns.
+    let (rj, thread_x) = s.split(&cols_i, tx as usize)?;
+    s.reorder(&[rows_o.clone(), cols_o.clone(), thread_y.clone(), thread_x.clone(), ri, rj])?;
+    let blocks: Vec<Var> = outer.iter().cloned().chain([rows_o, cols_o]).collect();
+    let block = fuse_all(&mut s, &blocks)?.ok_or_else(|| err(s.func(), "no block loops"))?;
+    let thread = s.fuse(&thread_y, &thread_x)?;
+    s.bind(&block, ThreadAxis::BlockX)?;
+    s.bind(&thread, ThreadAxis::ThreadX)?;
+    let tile = s.decompose_reduction(&thread, true)?;
+    for v in tile.init_loops.iter().chain(&tile.update_loops).chain(&tile.writeback_loops) {
+        s.unroll(v)?;
+    }
+    // The reduction in chunks of about REDUCTION_CHUNK products.
+    let [first, rest @ ..] = &tile.reduce_loops[..] else { return Err(err(s.func(), "no reduction loop")) };
+    let per_first: i64 = rest.iter().map(|v| extent(&s, v).unwrap_or(1)).product();
+    let chunk = (REDUCTION_CHUNK / per_first.max(1)).max(1);
+    let (chunk_loop, chunk_inner) = s.split(first, chunk as usize)?;
+    let inner: Vec<Var> = std::iter::once(chunk_inner).chain(rest.iter().cloned()).collect();
+    if inner.iter().map(|v| extent(&s, v).unwrap_or(i64::MAX)).product::<i64>() <= 2 * REDUCTION_CHUNK {
+        for v in &inner {
+            s.unroll(v)?;
+        }
+    }
+    s.distribute_thread_loop(&thread, &chunk_loop)?;
+    stage_operands(&mut s, &chunk_loop, (ty * tx) as usize)?;
+    Ok(s.into_func())
+}
+
+/// The global buffers the reduction below loop `at` reads, in order of first use.
+fn global_operands(s: &Schedule, at: &Var) -> Vec<Buffer> {
+    fn walk(e: &Expr, out: &mut Vec<Buffer>) {
+        if let Expr::Load(b, _) = e {
+            if b.scope() == Scope::Global && !out.contains(b) {
+                out.push(b.clone());
+            }
+        }
+        e.for_each_child(|c| walk(c, out));
+    }
+    let mut out = Vec::new();
+    if let Ok(l) = s.loop_of(at) {
+        l.body.visit(&mut |st| {
+            if let Stmt::Store { value, .. } = st {
+                walk(value, &mut out);
+            }
+        });
+    }
+    out
+}
+
+/// Copy each operand's chunk that fits into shared memory at the start of the
+/// chunk loop `at` (all threads of the block copying), read the copies, and put
+/// barriers after the copies and after the chunk's compute.
+fn stage_operands(s: &mut Schedule, at: &Var, threads: usize) -> Result<(), ScheduleError> {
+    let mut staged: Vec<Buffer> = Vec::new();
+    let mut bytes = 0;
+    for operand in global_operands(s, at) {
+        let mut trial = s.clone();
+        let Ok(local) = trial.cache_read(&operand, at) else { continue };
+        // One padding column: rows read by neighbouring threads fall in different banks.
+        let mut shape = local.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last += usize::from(*last > 1);
+        }
+        let size: usize = shape.iter().product::<usize>() * local.elem().size_bytes();
+        if size <= MAX_STAGED_BYTES && bytes + size <= MAX_SHARED_BYTES {
+            *s = trial;
+            bytes += size;
+            staged.push(local);
+        }
+    }
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let func = s.func().clone();
+    s.rewrite_loop(at, |mut l| {
+        let mut locals = Vec::new();
+        let mut parts = Vec::new();
+        flatten_allocations(std::mem::replace(&mut l.body, Stmt::nop()), &mut locals, &mut parts);
+        let mut shared = Vec::new();
+        for b in locals {
+            let mut shape = b.shape().to_vec();
+            if let Some(last) = shape.last_mut() {
+                *last += usize::from(*last > 1);
+            }
+            shared.push((b.clone(), Buffer::new(b.name(), b.elem(), shape, Scope::Shared)));
+        }
+        let (fills, compute): (Vec<Stmt>, Vec<Stmt>) = parts.into_iter().partition(|p| writes_any(p, &staged));
+        let mut body = Vec::new();
+        for fill in fills {
+            body.push(bind_stage(&func, fill, threads, true)?);
+        }
+        body.push(barrier());
+        body.extend(compute);
+        body.push(barrier());
+        l.body = Stmt::seq(body);
+        let mut out = Stmt::For(Box::new(l));
+        for (local, sh) in &shared {
+            out = retarget_buffer(out, local, sh, &|idx| idx.to_vec());
+        }
+        Ok(shared.into_iter().rev().fold(out, |body, (_, buffer)| Stmt::Allocate { buffer, body: Box::new(body) }))
+    })
+}
+
+/// Strip the allocations off `s` (collecting them) and flatten its sequences into `parts`.
+fn flatten_allocations(s: Stmt, locals: &mut Vec<Buffer>, parts: &mut Vec<Stmt>) {
+    match s {
+        Stmt::Allocate { buffer, body } => {
+            locals.push(buffer);
+            flatten_allocations(*body, locals, parts);
+        }
+        Stmt::Seq(v) => v.into_iter().for_each(|p| flatten_allocations(p, locals, parts)),
+        s => parts.push(s),
+    }
+}
+
+fn writes_any(s: &Stmt, buffers: &[Buffer]) -> bool {
+    let mut found = false;
+    s.visit(&mut |st| found |= matches!(st, Stmt::Store { buffer, .. } if buffers.contains(buffer)));
+    found
+}
+
+fn is_thread_loop(l: &For) -> bool {
+    matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::ThreadX | ThreadAxis::ThreadY | ThreadAxis::ThreadZ))
+}
+
+fn is_barrier(s: &Stmt) -> bool {
+    matches!(s, Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)))
+}
+
+fn contains_barrier(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |st| found |= is_barrier(st));
+    found
+}
+
+/// `tir.LowerThreadLocal` (GPU kernels, before flattening): a kernel-local
+/// buffer allocated outside the thread loops and indexed, at every access, by
+/// its enclosing thread loop's variable first (a thread's registers widened by
+/// `distribute_thread_loop`) loses that dimension: each CUDA thread has its
+/// own. Any other kernel-local buffer outside the thread loops would be one
+/// copy per thread where the kernel means one per block: an error.
+pub fn lower_thread_local(mut f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut outer = Vec::new();
+    outer_locals(&f.body, &mut outer);
+    for wide in outer {
+        if !accesses_by_thread(&f.body, &wide, None) {
+            return Err(err(
+                &f,
+                format!(
+                    "kernel-local buffer `{}` is used by several threads; it must be in shared memory",
+                    wide.name()
+                ),
+            ));
+        }
+        let narrow = Buffer::new(wide.name(), wide.elem(), wide.shape()[1..].to_vec(), Scope::Local);
+        let body =
+            retarget_buffer(std::mem::replace(&mut f.body, Stmt::nop()), &wide, &narrow, &|idx| idx[1..].to_vec());
+        f.body = body.map_post(&mut |s| match s {
+            Stmt::Allocate { buffer, body } if buffer == wide => Stmt::Allocate { buffer: narrow.clone(), body },
+            s => s,
+        });
+    }
+    Ok(f)
+}
+
+/// The kernel-local buffers allocated outside every thread loop.
+fn outer_locals(s: &Stmt, out: &mut Vec<Buffer>) {
+    match s {
+        Stmt::For(l) if is_thread_loop(l) => {}
+        Stmt::For(l) => outer_locals(&l.body, out),
+        Stmt::Allocate { buffer, body } => {
+            if buffer.scope() == Scope::Local {
+                out.push(buffer.clone());
+            }
+            outer_locals(body, out);
+        }
+        Stmt::Let { body, .. } => outer_locals(body, out),
+        Stmt::If { then_case, else_case, .. } => {
+            outer_locals(then_case, out);
+            if let Some(e) = else_case {
+                outer_locals(e, out);
+            }
+        }
+        Stmt::Seq(v) => v.iter().for_each(|c| outer_locals(c, out)),
+        Stmt::Store { .. } | Stmt::Evaluate(_) => {}
+    }
+}
+
+/// Whether every access of `b` in `s` is first indexed by the variable of its
+/// enclosing thread loop (`thread`), whose extent is `b`'s first dimension.
+fn accesses_by_thread(s: &Stmt, b: &Buffer, thread: Option<&For>) -> bool {
+    let index_ok = |idx: &[Expr]| {
+        thread.is_some_and(|l| {
+            matches!(idx.first(), Some(Expr::Var(v)) if *v == l.var)
+                && l.extent.as_int() == b.shape().first().map(|&n| n as i64)
+        })
+    };
+    fn loads_ok(e: &Expr, b: &Buffer, index_ok: &dyn Fn(&[Expr]) -> bool) -> bool {
+        let here = match e {
+            Expr::Load(buf, idx) if buf == b => index_ok(idx),
+            _ => true,
+        };
+        let mut children = true;
+        e.for_each_child(|c| children &= loads_ok(c, b, index_ok));
+        here && children
+    }
+    let e_ok = |e: &Expr| loads_ok(e, b, &index_ok);
+    match s {
+        Stmt::For(l) => {
+            let inner = if is_thread_loop(l) { Some(&**l) } else { thread };
+            e_ok(&l.min) && e_ok(&l.extent) && accesses_by_thread(&l.body, b, inner)
+        }
+        Stmt::Store { buffer, indices, value } => {
+            (buffer != b || index_ok(indices)) && indices.iter().all(e_ok) && e_ok(value)
+        }
+        Stmt::Allocate { body, .. } => accesses_by_thread(body, b, thread),
+        Stmt::Let { value, body, .. } => e_ok(value) && accesses_by_thread(body, b, thread),
+        Stmt::If { cond, then_case, else_case } => {
+            e_ok(cond)
+                && accesses_by_thread(then_case, b, thread)
+                && else_case.as_deref().is_none_or(|e| accesses_by_thread(e, b, thread))
+        }
+        Stmt::Seq(v) => v.iter().all(|c| accesses_by_thread(c, b, thread)),
+        Stmt::Evaluate(e) => e_ok(e),
+    }
+}
+
+/// Shared buffers read and written since the last barrier.
+#[derive(Default)]
+struct SinceBarrier {
+    reads: Vec<Buffer>,
+    writes: Vec<Buffer>,
+}
+
+/// Check a GPU-scheduled kernel's barriers: between two statements that
+/// threads run concurrently (thread loops), a shared buffer one writes is
+/// neither read nor written by the other without a barrier in between —
+/// also across iterations of a loop around them — and no barrier sits where
+/// only some threads would reach it (inside a thread loop or a guard).
+pub fn verify_barriers(f: &PrimFunc) -> Result<(), String> {
+    check_barriers(&f.body, &mut SinceBarrier::default())
+}
+
+fn check_barriers(s: &Stmt, since: &mut SinceBarrier) -> Result<(), String> {
+    match s {
+        _ if is_barrier(s) => {
+            *since = SinceBarrier::default();
+            Ok(())
+        }
+        Stmt::Seq(v) => v.iter().try_for_each(|c| check_barriers(c, since)),
+        Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => check_barriers(body, since),
+        // Block loops, and loops every thread runs alike around barriers: twice,
+        // for the hazards between one iteration and the next.
+        Stmt::For(l) if matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX)) => check_barriers(&l.body, since),
+        Stmt::For(l) if !is_thread_loop(l) && contains_barrier(&l.body) => {
+            check_barriers(&l.body, since)?;
+            check_barriers(&l.body, since)
+        }
+        _ => {
+            if contains_barrier(s) {
+                return Err("a barrier inside a thread loop or a guard, which not every thread reaches".into());
+            }
+            let (mut reads, mut writes) = (Vec::new(), Vec::new());
+            shared_accesses(s, &mut reads, &mut writes);
+            if let Some(b) = writes.iter().find(|b| since.reads.contains(b) || since.writes.contains(b)) {
+                return Err(format!(
+                    "shared buffer `{}` is written while other threads may use it: a barrier is missing",
+                    b.name()
+                ));
+            }
+            if let Some(b) = reads.iter().find(|b| since.writes.contains(b)) {
+                return Err(format!(
+                    "shared buffer `{}` is read while other threads may write it: a barrier is missing",
+                    b.name()
+                ));
+            }
+            since.reads.extend(reads);
+            since.writes.extend(writes);
+            Ok(())
+        }
+    }
+}
+
+fn shared_accesses(s: &Stmt, reads: &mut Vec<Buffer>, writes: &mut Vec<Buffer>) {
+    fn loads(e: &Expr, reads: &mut Vec<Buffer>) {
+        if let Expr::Load(b, _) = e {
+            if b.scope() == Scope::Shared && !reads.contains(b) {
+                reads.push(b.clone());
+            }
+        }
+        e.for_each_child(|c| loads(c, reads));
+    }
+    s.visit(&mut |st| {
+        if let Stmt::Store { buffer, .. } = st {
+            if buffer.scope() == Scope::Shared && !writes.contains(buffer) {
+                writes.push(buffer.clone());
+            }
+        }
+    });
+    s.clone().map_exprs(&mut |e| {
+        loads(&e, reads);
+        e
+    });
 }

@@ -72,7 +72,7 @@ fn divisor_at_most(n: i64, cap: i64) -> i64 {
 
 /// The spatial loops of the (first) reduction: a perfect nest whose body is
 /// `init; for reduce… { update }` (plus epilogue statements).
-fn reduction_nest(f: &PrimFunc) -> Option<Vec<Var>> {
+pub(crate) fn reduction_nest(f: &PrimFunc) -> Option<Vec<Var>> {
     let mut found = None;
     f.body.visit(&mut |s| {
         if found.is_some() {
@@ -103,7 +103,7 @@ fn reduction_nest(f: &PrimFunc) -> Option<Vec<Var>> {
     found
 }
 
-fn extent(s: &Schedule, v: &Var) -> Option<i64> {
+pub(crate) fn extent(s: &Schedule, v: &Var) -> Option<i64> {
     s.loop_of(v).ok()?.extent.as_int()
 }
 

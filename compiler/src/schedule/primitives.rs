@@ -242,7 +242,7 @@ impl Schedule {
     }
 
     /// Replace the loop of `v` by `f(loop)`.
-    fn rewrite_loop(&mut self, v: &Var, f: impl FnOnce(For) -> Result<Stmt>) -> Result<()> {
+    pub(crate) fn rewrite_loop(&mut self, v: &Var, f: impl FnOnce(For) -> Result<Stmt>) -> Result<()> {
         let kernel = self.func.name.clone();
         let node = find_mut(&mut self.func.body, &is_loop(v))
             .ok_or_else(|| ScheduleError { kernel, message: format!("no loop `{}`", v.name) })?;
@@ -397,6 +397,40 @@ impl Schedule {
     /// The loop's variable becomes a GPU block or thread index.
     pub fn bind(&mut self, v: &Var, axis: ThreadAxis) -> Result<()> {
         self.set_kind(v, ForKind::ThreadBinding(axis))
+    }
+
+    /// Distribute the thread-bound loop `t` over the statements between it and
+    /// the loop `to` below it, so that `to` runs outside copies of `t` (thread
+    /// loop fission, where a barrier will go):
+    /// `for t { alloc L; A; for to { B }; C }` → `alloc L'; for t₀ { A }; for to { for t₁ { B } }; for t₂ { C }`.
+    /// Run one copy after another, each thread keeps its own kernel-local
+    /// buffers: a buffer allocated on the way gets a leading dimension of
+    /// `t`'s extent, indexed by the copy's variable (`tir.LowerThreadLocal`
+    /// drops it again on the GPU, where each thread has its own registers).
+    /// The loops on the way may not depend on `t`. Returns the copies' variables.
+    pub fn distribute_thread_loop(&mut self, t: &Var, to: &Var) -> Result<Vec<Var>> {
+        let kernel = self.func.name.clone();
+        let mut copies = Vec::new();
+        let out = &mut copies;
+        self.rewrite_loop(t, |l| {
+            let err =
+                |m: String| ScheduleError { kernel: kernel.clone(), message: format!("distribute_thread_loop: {m}") };
+            if !matches!(l.kind, ForKind::ThreadBinding(_)) || const_extent(&l).is_none() {
+                return Err(err(format!("`{}` is not a thread loop of constant extent", l.var.name)));
+            }
+            if find_loop(&l.body, to).is_none() {
+                return Err(err(format!("no loop `{}` below `{}`", to.name, l.var.name)));
+            }
+            let header = For {
+                var: l.var.clone(),
+                min: l.min.clone(),
+                extent: l.extent.clone(),
+                kind: l.kind,
+                body: Stmt::nop(),
+            };
+            distribute(&header, l.body, to, &mut Vec::new(), out).map_err(err)
+        })?;
+        Ok(copies)
     }
 
     /// For the reduction below loop `at` — `at { T… { [if g] { init; R… { update }; epilogue… } } }`,
@@ -696,6 +730,57 @@ impl Schedule {
             Ok(Stmt::For(Box::new(lp)))
         })?;
         Ok(local)
+    }
+}
+
+/// [`Schedule::distribute_thread_loop`] below thread loop `t` (its header):
+/// `expanded` holds the kernel-local buffers widened so far, `copies` the new loops.
+fn distribute(
+    t: &For,
+    s: Stmt,
+    to: &Var,
+    expanded: &mut Vec<(Buffer, Buffer)>,
+    copies: &mut Vec<Var>,
+) -> std::result::Result<Stmt, String> {
+    if find_loop(&s, to).is_none() {
+        // Off the path to `to`: this statement runs under its own copy of the thread loop.
+        let v = Var::index(&format!("{}_{}", t.var.name, copies.len()));
+        let mut map = HashMap::new();
+        map.insert(t.var.id, Expr::var(&v));
+        let mut body = subst_stmt(s, &map);
+        for (narrow, wide) in expanded.iter() {
+            body = retarget_buffer(body, narrow, wide, &|idx| {
+                std::iter::once(Expr::var(&v)).chain(idx.iter().cloned()).collect()
+            });
+        }
+        copies.push(v.clone());
+        return Ok(loop_stmt(v, t.min.clone(), t.extent.clone(), t.kind, body));
+    }
+    match s {
+        Stmt::Allocate { buffer, body } if buffer.scope() == Scope::Local => {
+            let threads = t.extent.as_int().unwrap_or(1) as usize;
+            let shape: Vec<usize> = std::iter::once(threads).chain(buffer.shape().iter().copied()).collect();
+            let wide = Buffer::new(buffer.name(), buffer.elem(), shape, Scope::Local);
+            expanded.push((buffer, wide.clone()));
+            let body = distribute(t, *body, to, expanded, copies)?;
+            Ok(Stmt::Allocate { buffer: wide, body: Box::new(body) })
+        }
+        Stmt::Seq(parts) => {
+            let parts = parts
+                .into_iter()
+                .map(|p| distribute(t, p, to, expanded, copies))
+                .collect::<std::result::Result<_, _>>()?;
+            Ok(Stmt::seq(parts))
+        }
+        Stmt::For(l) => {
+            if l.min.uses_var(&t.var) || l.extent.uses_var(&t.var) {
+                return Err(format!("the range of `{}` depends on the thread loop", l.var.name));
+            }
+            let l = *l;
+            let body = distribute(t, l.body, to, expanded, copies)?;
+            Ok(loop_stmt(l.var, l.min, l.extent, l.kind, body))
+        }
+        _ => Err(format!("a guard, let or shared allocation lies on the way to `{}`", to.name)),
     }
 }
 

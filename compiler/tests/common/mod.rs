@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use kiln::backend::host::KernelLibrary;
 use kiln::codegen::PackedKernel;
-use kiln::relay::{post_order, IRModule};
+use kiln::relay::{post_order, IRModule, Type, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
+use kiln::Tensor;
 
 /// Every program of the Relay corpus as (name, text), sorted by name.
 pub fn corpus() -> Vec<(String, String)> {
@@ -147,4 +148,72 @@ impl KernelLibrary for CLibrary {
             unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
         Ok(*sym)
     }
+}
+
+/// Inputs for a corpus program's `@main`: deterministic values in [0.5, 1.5).
+pub fn inputs(m: &IRModule) -> Option<Vec<Tensor>> {
+    let main = m.main().ok()?;
+    let f = m.store.as_function(main)?;
+    let mut seed = 7u64;
+    f.params
+        .iter()
+        .map(|&p| {
+            let Some(Type::Tensor(t)) = m.store.checked_type(p).cloned() else { return None };
+            let vals: Vec<f64> = (0..t.numel())
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    0.5 + ((seed >> 33) % 1000) as f64 / 1000.0
+                })
+                .collect();
+            Some(Tensor::from_f64(t.dtype, t.shape.clone(), &vals))
+        })
+        .collect()
+}
+
+/// The tensors of a value, in order.
+pub fn flat(v: &Value, out: &mut Vec<Tensor>) {
+    match v {
+        Value::Tensor(t) => out.push(t.clone()),
+        Value::Tuple(f) => f.iter().for_each(|x| flat(x, out)),
+        Value::Closure(_) => {}
+    }
+}
+
+/// Relative tolerance 1e-5 for f32, 1e-4 where a transcendental is approximated.
+pub fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor], transcendental: bool) {
+    assert_eq!(got.len(), want.len(), "{name} {what}: output count");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!((g.shape(), g.dtype()), (w.shape(), w.dtype()), "{name} {what}");
+        let tol = match w.dtype().is_float() {
+            false => 0.0,
+            true if transcendental => 1e-4,
+            true => 1e-5,
+        };
+        for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
+            assert!((a - b).abs() <= tol * b.abs().max(1.0), "{name} {what}: {a} vs {b}");
+        }
+    }
+}
+
+/// A reference model of `../shared/models` (imported and type-checked), its
+/// input and ONNX Runtime's output; None when the folder is absent.
+pub fn reference_model(name: &str) -> Option<(IRModule, Tensor, Tensor)> {
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
+    if !models.is_dir() {
+        return None;
+    }
+    let read = |file: String| std::fs::read(models.join(file)).expect("model file");
+    let mut m = kiln::frontend::onnx::import(&read(format!("{name}.onnx")), &[]).expect("import");
+    kiln::relay::infer_module(&mut m).expect("infer");
+    let input = kiln::npy::read_npy(&read(format!("{name}.input.npy"))).expect("npy");
+    let want = kiln::npy::read_npy(&read(format!("{name}.output.npy"))).expect("npy");
+    Some((m, input, want))
+}
+
+/// The largest absolute difference, and the largest magnitude of `want`.
+pub fn max_abs_error(got: &Tensor, want: &Tensor) -> (f64, f64) {
+    let w = want.to_f64_vec();
+    let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
+    let err = got.to_f64_vec().iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    (err, scale)
 }

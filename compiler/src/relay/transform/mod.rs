@@ -93,8 +93,14 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
     );
     v.push(
-        PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, _| {
-            crate::schedule::gpu::default_gpu_schedule(f).map_err(|e| e.to_string())
+        PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, ctx: &PassContext| {
+            crate::schedule::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(|e| e.to_string())
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LowerThreadLocal", 0, &[]), |f, _, _| {
+            crate::schedule::gpu::lower_thread_local(f).map_err(|e| e.to_string())
         })
         .arc(),
     );
@@ -173,16 +179,21 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
 }
 
 /// The TIR pipeline for GPU kernels: fuse stage loops, bind them to blocks and
-/// threads, flatten, lower intrinsics, simplify, clean up.
+/// threads (tiles in shared memory and registers), make registers per thread,
+/// flatten, lower intrinsics, simplify, unroll register tiles, clean up.
+/// Without `tir.LowerThreadLocal` the kernels keep serial semantics and run on
+/// the CPU backends as they are (how tests check GPU schedules without a GPU).
 pub fn gpu_tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "GpuTirPipeline",
         &[
             "tir.FuseSiblingLoops",
             "tir.GpuSchedule",
+            "tir.LowerThreadLocal",
             "tir.FlattenBuffer",
             "tir.LowerIntrinsics",
             "tir.Simplify",
+            "tir.UnrollLoop",
             "tir.RemoveNoOp",
         ],
     )
