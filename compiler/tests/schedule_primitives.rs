@@ -334,3 +334,90 @@ fn random_schedules_preserve_random_matrix_products() {
         });
     }
 }
+
+/// A thread loop distributed around a reduction chunk loop: run serially
+/// (thread copies one after another) it keeps the values, and each thread's
+/// register tile, widened by the thread dimension, narrows back for the GPU.
+#[test]
+fn thread_loop_distribution_keeps_values_and_per_thread_registers() {
+    let (f, inputs) = matmul("mm_threads", 7, 19, 37);
+    let schedule = |s: &mut Schedule| -> Vec<kiln::tir::Var> {
+        let (i, j) = (s.get_loop("ax0").expect("i"), s.get_loop("ax1").expect("j"));
+        let (t, _) = s.split(&j, 4).expect("split j (tail)");
+        s.bind(&i, kiln::tir::ThreadAxis::BlockX).expect("bind block");
+        s.bind(&t, kiln::tir::ThreadAxis::ThreadX).expect("bind thread");
+        let tile = s.decompose_reduction(&t, true).expect("decompose");
+        let (ko, _) = s.split(&tile.reduce_loops[0], 5).expect("split k (tail)");
+        s.distribute_thread_loop(&t, &ko).expect("distribute")
+    };
+    let mut copies = Vec::new();
+    check(f.clone(), &inputs, |s| copies = schedule(s));
+    assert_eq!(copies.len(), 3, "init, chunk and write-back copies");
+    let mut s = Schedule::new(f);
+    schedule(&mut s);
+    let serial = s.into_func();
+    assert!(
+        kiln::tir::print_prim_func(&serial).contains("out_local = T.alloc_buffer([10, 4]"),
+        "{}",
+        kiln::tir::print_prim_func(&serial)
+    );
+    kiln::schedule::gpu::verify_barriers(&serial).expect("no shared memory, nothing to synchronize");
+    let gpu = kiln::schedule::gpu::lower_thread_local(serial).expect("per-thread registers");
+    assert!(kiln::tir::print_prim_func(&gpu).contains("out_local = T.alloc_buffer([4]"));
+}
+
+/// The GPU tiled strategy on a product with tails in every dimension: equal
+/// values serially on LLVM and C; staged chunks in shared memory between
+/// barriers, and without those barriers the kernel is refused.
+#[test]
+fn gpu_tiles_with_tails_keep_values_and_need_their_barriers() {
+    let (mut f, inputs) = matmul("mm_gpu", 37, 45, 83);
+    f.attrs.insert("anchor".into(), "nn.matmul".into());
+    let tiled = kiln::schedule::gpu::default_gpu_schedule(f.clone(), 3).expect("schedule");
+    assert!(tiled.attrs["schedule"].contains("tiled"), "{:?}", tiled.attrs);
+    let text = kiln::tir::print_prim_func(&tiled);
+    assert!(text.contains("scope=\"shared\"") && text.contains("tvm_storage_sync"), "{text}");
+    let reference = run_both(&finish(f), &inputs, 1);
+    for (got, want) in run_both(&finish(tiled.clone()), &inputs, 1).iter().zip(&reference) {
+        assert_close(got, want, "tiled on the CPU");
+    }
+    let unsynchronized = PrimFunc {
+        body: tiled.body.clone().map_post(&mut |s| match s {
+            Stmt::Evaluate(Expr::Call(kiln::tir::Intrinsic::Barrier, ..)) => Stmt::nop(),
+            s => s,
+        }),
+        ..tiled
+    };
+    let e = kiln::schedule::gpu::verify_barriers(&unsynchronized).expect_err("missing barriers");
+    assert!(e.contains("a barrier is missing"), "{e}");
+}
+
+/// A kernel-local buffer that threads share (one thread writes what another
+/// reads) cannot become per-thread registers: an error naming it.
+#[test]
+fn a_local_buffer_shared_by_threads_is_an_error_on_the_gpu() {
+    use kiln::tir::{Buffer, Scope, ThreadAxis, Var};
+    let a = Buffer::new("a", DataType::F32, vec![4], Scope::Global);
+    let out = Buffer::new("out", DataType::F32, vec![4], Scope::Global);
+    let local = Buffer::new("tmp", DataType::F32, vec![4], Scope::Local);
+    let (t0, t1) = (Var::index("t0"), Var::index("t1"));
+    let write = Stmt::Store {
+        buffer: local.clone(),
+        indices: vec![Expr::var(&t0)],
+        value: Expr::Load(a.clone(), vec![Expr::var(&t0)]),
+    };
+    let read = Stmt::Store {
+        buffer: out.clone(),
+        indices: vec![Expr::var(&t1)],
+        value: Expr::Load(local.clone(), vec![Expr::int(3) - Expr::var(&t1)]),
+    };
+    let kind = ForKind::ThreadBinding(ThreadAxis::ThreadX);
+    let body = Stmt::Allocate {
+        buffer: local,
+        body: Box::new(Stmt::seq(vec![Stmt::for_loop(t0, 4, kind, write), Stmt::for_loop(t1, 4, kind, read)])),
+    };
+    let f =
+        PrimFunc { name: "shared_tmp".into(), params: vec![a, out], num_outputs: 1, body, attrs: Default::default() };
+    let e = kiln::schedule::gpu::lower_thread_local(f).expect_err("shared by threads");
+    assert!(e.to_string().contains("`tmp` is used by several threads"), "{e}");
+}

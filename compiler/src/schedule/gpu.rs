@@ -190,6 +190,41 @@ fn pow2_at_least(n: i64) -> i64 {
     (n.max(1) as u64).next_power_of_two() as i64
 }
 
+/// Blocks a tiled kernel should launch at least, where its size allows:
+/// two per streaming multiprocessor of an H100 (132).
+pub const MIN_BLOCKS: i64 = 264;
+/// Threads per block of a tiled product, at least.
+const MIN_TILE_THREADS: i64 = 64;
+
+/// The tile of a product with `rows` × `cols` outputs per batch: `ty` × `tx`
+/// threads, each an `rm` × `rn` register tile. Big register tiles reuse
+/// more of each staged operand, but a batch-1 layer may then leave most of
+/// the GPU idle: the register tile, then the block, shrinks until the launch
+/// has [`MIN_BLOCKS`] blocks or cannot shrink further.
+fn tile_shape(rows: i64, cols: i64, batches: i64) -> (i64, i64, i64, i64) {
+    let ceil = |a: i64, b: i64| (a + b - 1) / b;
+    let mut rm = if rows >= 16 { REGISTER_TILE } else { 1 };
+    let mut rn = if cols >= 64 { REGISTER_TILE } else { 1 };
+    let mut threads = TILE_THREADS;
+    loop {
+        let ty = pow2_at_least(ceil(rows, rm)).min(16).min(threads);
+        let tx = pow2_at_least(ceil(cols, rn)).min(threads / ty);
+        let blocks = batches * ceil(rows, ty * rm) * ceil(cols, tx * rn);
+        if blocks >= MIN_BLOCKS {
+            return (ty, tx, rm, rn);
+        }
+        if rn > 1 {
+            rn /= 2;
+        } else if rm > 1 {
+            rm /= 2;
+        } else if threads > MIN_TILE_THREADS && ty * tx == threads {
+            threads /= 2;
+        } else {
+            return (ty, tx, rm, rn);
+        }
+    }
+}
+
 /// The tiled strategy (see the module docs).
 fn schedule_tiled(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
@@ -207,11 +242,8 @@ fn schedule_tiled(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         _ => return Err(err(s.func(), "not a matrix product or NCHW convolution")),
     };
     let (re, ce) = (extent(&s, &rows).unwrap_or(1), extent(&s, &cols).unwrap_or(1));
-    // Threads: ty rows × tx columns; each a rm × rn register tile.
-    let rm = if re >= 16 { REGISTER_TILE } else { 1 };
-    let ty = pow2_at_least((re + rm - 1) / rm).min(16);
-    let rn = if ce >= 64 { REGISTER_TILE } else { 1 };
-    let tx = pow2_at_least((ce + rn - 1) / rn).min(TILE_THREADS / ty);
+    let batches: i64 = outer.iter().map(|v| extent(&s, v).unwrap_or(1)).product();
+    let (ty, tx, rm, rn) = tile_shape(re, ce, batches);
     let (rows_o, rows_i) = s.split(&rows, (ty * rm) as usize)?;
     let (thread_y, ri) = s.split(&rows_i, rm as usize)?;
     let (cols_o, cols_i) = s.split(&cols, (tx * rn) as usize)?;
@@ -344,6 +376,12 @@ fn is_barrier(s: &Stmt) -> bool {
     matches!(s, Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)))
 }
 
+fn contains_thread_loop(s: &Stmt) -> bool {
+    let mut found = false;
+    s.visit(&mut |st| found |= matches!(st, Stmt::For(l) if is_thread_loop(l)));
+    found
+}
+
 fn contains_barrier(s: &Stmt) -> bool {
     let mut found = false;
     s.visit(&mut |st| found |= is_barrier(st));
@@ -469,7 +507,7 @@ fn check_barriers(s: &Stmt, since: &mut SinceBarrier) -> Result<(), String> {
         // Block loops, and loops every thread runs alike around barriers: twice,
         // for the hazards between one iteration and the next.
         Stmt::For(l) if matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX)) => check_barriers(&l.body, since),
-        Stmt::For(l) if !is_thread_loop(l) && contains_barrier(&l.body) => {
+        Stmt::For(l) if !is_thread_loop(l) && contains_thread_loop(&l.body) => {
             check_barriers(&l.body, since)?;
             check_barriers(&l.body, since)
         }
