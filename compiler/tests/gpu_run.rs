@@ -71,10 +71,16 @@ fn reference_models_on_the_gpu_match_onnx_runtime() {
         let ptx = compile_ptx(name, &plan.kernels, &CudaTarget::parse("cuda").expect("target")).expect("ptx");
         let mut ex = CudaExecutor::new(&plan, &ptx).expect("load");
         ex.set_inputs(&[input]).expect("inputs");
-        ex.run().expect("run");
-        let got = ex.outputs().expect("outputs");
-        let (err, scale) = common::max_abs_error(&got[0], &want);
-        println!("{name} on {}: max abs error {err:e}", ex.device_name());
-        assert!(err <= 1e-4 * scale, "{name}: {err} > 1e-4 × {scale}");
+        // Kernel by kernel, then replayed as a captured CUDA graph.
+        for graph in [false, true] {
+            if graph {
+                ex.capture_graph().expect("capture");
+            }
+            ex.run().expect("run");
+            let got = ex.outputs().expect("outputs");
+            let (err, scale) = common::max_abs_error(&got[0], &want);
+            println!("{name} on {} (graph: {graph}): max abs error {err:e}", ex.device_name());
+            assert!(err <= 1e-4 * scale, "{name}: {err} > 1e-4 × {scale}");
+        }
     }
 }

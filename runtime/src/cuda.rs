@@ -7,7 +7,9 @@
 //! offsets — and fixes every kernel's grid and block at build time. A
 //! [`CudaModel`] loads the PTX once, allocates that block once, and then each
 //! run is: copy the inputs in, launch the kernels in order on one stream,
-//! copy the outputs out.
+//! copy the outputs out. Optionally ([`CudaModel::capture_graph`]) the launch
+//! sequence is captured once into a CUDA graph and each run replays it: one
+//! launch instead of one per kernel, which is most of a batch-1 model's time.
 
 use std::sync::Arc;
 
@@ -51,6 +53,8 @@ pub struct CudaModel {
     kernels: Vec<(CudaFunction, LaunchConfig)>,
     memory: CudaSlice<u8>,
     launches: Vec<(usize, Vec<u64>)>,
+    /// The launch sequence captured once and replayed by `run` (see `capture_graph`).
+    graph: Option<cudarc::driver::CudaGraph>,
 }
 
 impl std::fmt::Debug for CudaModel {
@@ -58,6 +62,7 @@ impl std::fmt::Debug for CudaModel {
         f.debug_struct("CudaModel")
             .field("kernels", &self.kernels.len())
             .field("device_bytes", &self.memory.len())
+            .field("graph", &self.graph.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -95,7 +100,9 @@ impl CudaModel {
         cuda_available()?;
         guarded("loading the model", || {
             let ctx = CudaContext::new(0).map_err(|e| cuda_err("creating a context on device 0", e))?;
-            let stream = ctx.default_stream();
+            // A stream of its own: the legacy default stream cannot be captured
+            // into a graph. Copies and launches are ordered on it.
+            let stream = ctx.new_stream().map_err(|e| cuda_err("creating a stream", e))?;
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
                 .map_err(|e| cuda_err("loading the PTX module", e))?;
@@ -126,7 +133,7 @@ impl CudaModel {
                 }
                 checked.push((l.kernel, l.args.iter().map(|&o| base + o as u64).collect()));
             }
-            Ok(CudaModel { ctx, stream, kernels: resolved, memory, launches: checked })
+            Ok(CudaModel { ctx, stream, kernels: resolved, memory, launches: checked, graph: None })
         })
     }
 
@@ -157,8 +164,45 @@ impl CudaModel {
         self.stream.synchronize().map_err(|e| cuda_err("synchronizing", e))
     }
 
-    /// Launch every kernel once, in order, and wait for them.
+    /// Launch every kernel once, in order (or replay the captured graph), and wait for them.
     pub fn run(&mut self) -> Result<(), CudaError> {
+        match &self.graph {
+            Some(g) => g.launch().map_err(|e| cuda_err("launching the CUDA graph", e))?,
+            None => self.enqueue()?,
+        }
+        self.stream.synchronize().map_err(|e| cuda_err("running the kernels", e))
+    }
+
+    /// Capture the launch sequence into a CUDA graph once; from then on `run`
+    /// replays it with one launch instead of one per kernel (the launches'
+    /// arguments never change: every buffer has its fixed place in the arena).
+    pub fn capture_graph(&mut self) -> Result<(), CudaError> {
+        if self.graph.is_some() {
+            return Ok(());
+        }
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.stream.synchronize().map_err(|e| cuda_err("synchronizing before a capture", e))?;
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| cuda_err("beginning a graph capture", e))?;
+        let enqueued = self.enqueue();
+        // End the capture whatever happened, so the stream is usable again.
+        let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        enqueued?;
+        let graph = ended.map_err(|e| cuda_err("ending the graph capture", e))?;
+        let graph = graph.ok_or_else(|| CudaError("the graph capture recorded nothing".into()))?;
+        graph.upload().map_err(|e| cuda_err("uploading the CUDA graph", e))?;
+        self.graph = Some(graph);
+        Ok(())
+    }
+
+    /// Whether `run` replays a captured graph.
+    pub fn uses_graph(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// Enqueue every launch on the stream, in order.
+    fn enqueue(&self) -> Result<(), CudaError> {
         for (kernel, args) in &self.launches {
             let (f, cfg) = &self.kernels[*kernel];
             let mut b = self.stream.launch_builder(f);
@@ -169,6 +213,6 @@ impl CudaModel {
             // the compiler planned for a buffer of the size the kernel reads and writes.
             unsafe { b.launch(*cfg) }.map_err(|e| cuda_err("launching a kernel", e))?;
         }
-        self.stream.synchronize().map_err(|e| cuda_err("running the kernels", e))
+        Ok(())
     }
 }

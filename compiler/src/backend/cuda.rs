@@ -119,6 +119,11 @@ impl<'p> CudaExecutor<'p> {
         Ok(())
     }
 
+    /// From now on, replay the launch sequence as one CUDA graph.
+    pub fn capture_graph(&mut self) -> Result<(), String> {
+        self.model.capture_graph().map_err(|e| e.to_string())
+    }
+
     /// Launch every kernel once, in order.
     pub fn run(&mut self) -> Result<(), String> {
         self.model.run().map_err(|e| e.to_string())

@@ -317,25 +317,31 @@ fn execute_cuda(
     ex.set_inputs(inputs)?;
     ex.run()?;
     if bench {
-        for _ in 0..10 {
-            ex.run()?;
+        // Kernel by kernel, then the same launches replayed as one CUDA graph.
+        for mode in ["launches", "graph"] {
+            if mode == "graph" {
+                ex.capture_graph()?;
+            }
+            for _ in 0..10 {
+                ex.run()?;
+            }
+            let mut times = Vec::with_capacity(c.runs);
+            for _ in 0..c.runs {
+                let t = std::time::Instant::now();
+                ex.run()?;
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            times.sort_by(f64::total_cmp);
+            out(&format!(
+                "{}: median {:.1} us, min {:.1} us over {} runs ({mode}), {}, target `{}`\n",
+                c.file,
+                times[times.len() / 2],
+                times[0],
+                times.len(),
+                ex.device_name(),
+                c.target
+            ));
         }
-        let mut times = Vec::with_capacity(c.runs);
-        for _ in 0..c.runs {
-            let t = std::time::Instant::now();
-            ex.run()?;
-            times.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        times.sort_by(f64::total_cmp);
-        out(&format!(
-            "{}: median {:.1} us, min {:.1} us over {} runs, {}, target `{}`\n",
-            c.file,
-            times[times.len() / 2],
-            times[0],
-            times.len(),
-            ex.device_name(),
-            c.target
-        ));
     }
     ex.outputs()
 }

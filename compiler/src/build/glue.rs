@@ -264,6 +264,11 @@ pub fn cuda_glue(model: &str, plan: &ExecutorPlan, ptx: &str, runtime: &str) -> 
     let _ = writeln!(o, "        /// The GPU's name.");
     let _ =
         writeln!(o, "        pub fn device_name(&self) -> Result<String, CudaError> {{ self.inner.device_name() }}");
+    let _ = writeln!(o, "        /// Replay the kernels as one captured CUDA graph from now on (one launch per run).");
+    let _ = writeln!(
+        o,
+        "        pub fn capture_graph(&mut self) -> Result<(), CudaError> {{ self.inner.capture_graph() }}"
+    );
     let _ = writeln!(o, "        /// Run the model: inputs in, every kernel launched in order, outputs out.");
     let _ = writeln!(o, "        pub fn run(&mut self, {params}) -> Result<(), CudaError> {{");
     for (&t, n) in plan.inputs.iter().zip(&names_in) {

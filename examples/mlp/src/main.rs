@@ -39,15 +39,28 @@ fn run_cuda() {
         std::process::exit(1);
     }
     check(&out);
-    let mut times: Vec<f64> = (0..1000)
-        .map(|_| {
-            let t = Instant::now();
-            let _ = model.run(std::hint::black_box(&SAMPLE), &mut out);
-            t.elapsed().as_secs_f64() * 1e6
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    println!("median latency over 1000 runs (copies in and out included): {:.2} µs", times[times.len() / 2]);
+    // Kernel by kernel, then replayed as one captured CUDA graph.
+    for mode in ["kernel launches", "CUDA graph"] {
+        if mode == "CUDA graph" {
+            if let Err(e) = model.capture_graph() {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        let mut times: Vec<f64> = (0..1000)
+            .map(|_| {
+                let t = Instant::now();
+                let _ = model.run(std::hint::black_box(&SAMPLE), &mut out);
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        check(&out);
+        times.sort_by(f64::total_cmp);
+        println!(
+            "median latency over 1000 runs, {mode} (copies in and out included): {:.2} µs",
+            times[times.len() / 2]
+        );
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
