@@ -42,6 +42,7 @@ fn every_operator_compiles_to_ptx() {
             }
             let ptx = compile_ptx(&name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(ptx.contains(".target sm_80"), "{name}");
+            common::save_ptx(&format!("{name}_o{opt_level}"), &ptx);
             for k in &plan.kernels {
                 assert!(ptx.contains(&format!(".entry {}(", k.name)), "{name}: no entry for {}", k.name);
                 let grid: u64 = k.attrs.get("gpu.grid").and_then(|g| g.parse().ok()).expect("grid");
@@ -67,13 +68,15 @@ fn reference_onnx_models_compile_to_ptx() {
     let target = CudaTarget::parse("cuda").expect("target");
     for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
         let Some((m, _, _)) = common::reference_model(name) else {
-            println!("skipped: ../shared/models is absent");
-            return;
+            println!("skipped {name}: not in ../shared/models (or $KILN_MODELS)");
+            continue;
         };
         let (_, plan) = kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new().with_opt_level(3)))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let ptx = compile_ptx(name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(ptx.matches(".entry ").count(), plan.kernels.len(), "{name}");
+        kiln::backend::cuda::check_ptx(&plan, &ptx).expect("every kernel");
+        common::save_ptx(name, &ptx);
         // Register tiles live in registers: nothing spills to local memory.
         assert!(!ptx.contains("st.local"), "{name}: a kernel uses local memory");
         let tiled =

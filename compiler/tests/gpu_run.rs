@@ -4,6 +4,11 @@
 //! interpreter (relative 1e-5, 1e-4 through a transcendental), and the
 //! reference ONNX models match ONNX Runtime's outputs. Without a driver or a
 //! device each test prints why it was skipped.
+//!
+//! On a GPU machine without LLVM, build this test with
+//! `--no-default-features --features cuda` and point `KILN_PTX_DIR` at PTX
+//! written on a machine with LLVM (`KILN_PTX_OUT=DIR cargo test -p kiln
+//! --test gpu_ptx`); `scripts/gpu_session.sh` does both halves.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -11,7 +16,6 @@ mod common;
 use std::sync::Arc;
 
 use kiln::backend::cuda::CudaExecutor;
-use kiln::codegen::llvm::{compile_ptx, CudaTarget};
 use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::transform::PassContext;
 
@@ -30,7 +34,6 @@ fn every_operator_on_the_gpu_matches_the_interpreter() {
     if !gpu() {
         return;
     }
-    let target = CudaTarget::parse("cuda").expect("target");
     let mut ran = 0;
     for (name, text) in common::corpus() {
         let transcendental = common::transcendental(&text);
@@ -43,7 +46,10 @@ fn every_operator_on_the_gpu_matches_the_interpreter() {
         for opt_level in [0, 3] {
             let ctx = Arc::new(common::sweep_context(opt_level));
             let Ok((_, plan)) = kiln::build::optimize_and_plan_gpu(m.clone(), ctx) else { continue };
-            let ptx = compile_ptx(&name, &plan.kernels, &target).expect("ptx");
+            let Some(ptx) = common::ptx_for(&format!("{name}_o{opt_level}"), &plan.kernels) else {
+                println!("skipped: no LLVM to compile PTX and no KILN_PTX_DIR");
+                return;
+            };
             let mut ex = CudaExecutor::new(&plan, &ptx).unwrap_or_else(|e| panic!("{name}: {e}"));
             ex.set_inputs(&args).expect("inputs");
             ex.run().unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -63,12 +69,15 @@ fn reference_models_on_the_gpu_match_onnx_runtime() {
     }
     for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
         let Some((m, input, want)) = common::reference_model(name) else {
-            println!("skipped: ../shared/models is absent");
-            return;
+            println!("skipped {name}: not in ../shared/models (or $KILN_MODELS)");
+            continue;
         };
         let (_, plan) =
             kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new().with_opt_level(3))).expect("compile");
-        let ptx = compile_ptx(name, &plan.kernels, &CudaTarget::parse("cuda").expect("target")).expect("ptx");
+        let Some(ptx) = common::ptx_for(name, &plan.kernels) else {
+            println!("skipped: no LLVM to compile PTX and no KILN_PTX_DIR");
+            return;
+        };
         let mut ex = CudaExecutor::new(&plan, &ptx).expect("load");
         ex.set_inputs(&[input]).expect("inputs");
         // Kernel by kernel, then replayed as a captured CUDA graph.

@@ -3,6 +3,7 @@
 //! JIT) and run: outputs within 1e-4 × max |reference|. Skipped, with a
 //! message, where the models are not present. Corrupted files are errors.
 
+#![cfg(feature = "llvm")]
 use std::path::Path;
 use std::sync::Arc;
 

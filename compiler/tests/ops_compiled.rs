@@ -4,6 +4,7 @@
 //! over its planned arena, serially and task-sliced over 3 threads. Together
 //! the compiled programs use every operator.
 
+#![cfg(feature = "llvm")]
 mod common;
 
 use common::{compare, flat, inputs, CLibrary};

@@ -71,6 +71,15 @@ pub fn launches(plan: &ExecutorPlan, layout: &DeviceLayout) -> Vec<(usize, Vec<u
     plan.calls.iter().map(|c| (c.kernel, c.args.iter().map(|&t| layout.offsets[t]).collect())).collect()
 }
 
+/// Whether `ptx` holds every kernel of `plan` (PTX built elsewhere, from the
+/// same model and compiler, e.g. for a GPU machine without LLVM).
+pub fn check_ptx(plan: &ExecutorPlan, ptx: &str) -> Result<(), String> {
+    match plan.kernels.iter().find(|k| !ptx.contains(&format!(".entry {}(", k.name))) {
+        Some(k) => Err(format!("the PTX has no kernel `{}`: it was not built from this model", k.name)),
+        None => Ok(()),
+    }
+}
+
 /// A plan ready to run repeatedly on the GPU: PTX loaded, memory allocated,
 /// weights copied once.
 #[cfg(feature = "cuda")]

@@ -39,6 +39,8 @@ commands:
       --output PATH.npy          where to write each output, in order (repeatable)
       --weights FILE, --target T, --opt-level N as for build
       --threads N                threads for the parallel kernels (default 1)
+      --ptx FILE                 (cuda) run this PTX, from `kiln build --target cuda --emit ptx`
+                                 on a machine with LLVM, instead of compiling it here
   bench FILE      like run, then time the compiled model
       --runs N                   timed runs after 10 warm-up runs (default 100)
       --profile                  also the time of each kernel, slowest first
@@ -192,6 +194,8 @@ struct CompileArgs {
     runs: usize,
     /// `kiln bench --profile`: time each kernel too.
     profile: bool,
+    /// `--ptx FILE`: prebuilt PTX for a `cuda` run (this kiln may lack LLVM).
+    ptx: Option<String>,
 }
 
 fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
@@ -207,6 +211,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         threads: 1,
         runs: 100,
         profile: false,
+        ptx: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -226,6 +231,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                 c.inputs.push((n.to_string(), p.to_string()));
             }
             "--output" => c.outputs.push(value(a)?),
+            "--ptx" => c.ptx = Some(value(a)?),
             "--profile" => c.profile = true,
             "--runs" => {
                 let v = value(a)?;
@@ -312,7 +318,14 @@ fn execute_cuda(
     inputs: &[kiln::Tensor],
     bench: bool,
 ) -> Result<Vec<kiln::Tensor>, String> {
-    let ptx = ptx_of(&c.target, "model", plan)?;
+    let ptx = match &c.ptx {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            kiln::backend::cuda::check_ptx(plan, &text).map_err(|e| format!("{path}: {e}"))?;
+            text
+        }
+        None => ptx_of(&c.target, "model", plan)?,
+    };
     let mut ex = kiln::backend::cuda::CudaExecutor::new(plan, &ptx)?;
     ex.set_inputs(inputs)?;
     ex.run()?;

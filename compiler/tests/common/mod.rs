@@ -12,9 +12,15 @@ use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 use kiln::Tensor;
 
+/// The `compiler/` folder: `$KILN_MANIFEST_DIR` where a test binary runs on
+/// another machine (scripts/gpu_session.sh), else where it was built.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var("KILN_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into())
+}
+
 /// Every program of the Relay corpus as (name, text), sorted by name.
 pub fn corpus() -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("ir/tests/data/relay");
+    let dir = manifest_dir().join("ir/tests/data/relay");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("corpus")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -196,10 +202,13 @@ pub fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor], transcen
 }
 
 /// A reference model of `../shared/models` (imported and type-checked), its
-/// input and ONNX Runtime's output; None when the folder is absent.
+/// input and ONNX Runtime's output; None when it is absent.
 pub fn reference_model(name: &str) -> Option<(IRModule, Tensor, Tensor)> {
-    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/models");
-    if !models.is_dir() {
+    let models = match std::env::var("KILN_MODELS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => manifest_dir().join("../../shared/models"),
+    };
+    if !models.join(format!("{name}.onnx")).is_file() {
         return None;
     }
     let read = |file: String| std::fs::read(models.join(file)).expect("model file");
@@ -216,4 +225,34 @@ pub fn max_abs_error(got: &Tensor, want: &Tensor) -> (f64, f64) {
     let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
     let err = got.to_f64_vec().iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
     (err, scale)
+}
+
+/// The PTX of `kernels` (the corpus program or model `name`): read from
+/// `$KILN_PTX_DIR/<name>.ptx` when that is set — for a GPU machine without
+/// LLVM, with PTX written elsewhere by `KILN_PTX_OUT=DIR cargo test -p kiln
+/// --test gpu_ptx` — else compiled here for sm_80; None when neither can be.
+pub fn ptx_for(name: &str, kernels: &[PrimFunc]) -> Option<String> {
+    if let Ok(dir) = std::env::var("KILN_PTX_DIR") {
+        let path = Path::new(&dir).join(format!("{name}.ptx"));
+        let ptx = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return Some(ptx);
+    }
+    #[cfg(feature = "llvm")]
+    {
+        let target = kiln::codegen::llvm::CudaTarget::parse("cuda -arch=sm_80").expect("target");
+        Some(kiln::codegen::llvm::compile_ptx(name, kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}")))
+    }
+    #[cfg(not(feature = "llvm"))]
+    {
+        let _ = kernels;
+        None
+    }
+}
+
+/// Keep `ptx` as `$KILN_PTX_OUT/<name>.ptx` when that is set (see [`ptx_for`]).
+pub fn save_ptx(name: &str, ptx: &str) {
+    if let Ok(dir) = std::env::var("KILN_PTX_OUT") {
+        std::fs::create_dir_all(&dir).expect("KILN_PTX_OUT");
+        std::fs::write(Path::new(&dir).join(format!("{name}.ptx")), ptx).expect("write PTX");
+    }
 }
