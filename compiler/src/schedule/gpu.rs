@@ -217,8 +217,8 @@ fn tile_shape(rows: i64, cols: i64, batches: i64) -> (i64, i64, i64, i64) {
             rn /= 2;
         } else if rm > 1 {
             rm /= 2;
-        } else if threads > MIN_TILE_THREADS && ty * tx == threads {
-            threads /= 2;
+        } else if ty * tx > MIN_TILE_THREADS {
+            threads = ty * tx / 2;
         } else {
             return (ty, tx, rm, rn);
         }
