@@ -1,33 +1,15 @@
 //! TE → TIR → C, compiled with the system C compiler and run: the kernels'
 //! results must match values computed directly in Rust.
 
-use kiln::codegen::c::codegen_module;
+mod common;
+
+use common::CLibrary;
 use kiln::te::{compute, lower, placeholder, reduce_axis, sum};
 use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
-use kiln::tir::{BinOp, Expr, PrimFunc};
+use kiln::tir::{BinOp, Expr};
 use kiln::DataType;
 
 type Kernel3 = unsafe extern "C" fn(*const f32, *const f32, *mut f32, i64, i64);
-
-/// Compile `funcs` into a shared object and return it (kept alive by the caller).
-fn build(funcs: &[PrimFunc]) -> (tempfile::TempDir, libloading::Library) {
-    let src = codegen_module(funcs).expect("C code");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let c = dir.path().join("k.c");
-    let so = dir.path().join("k.so");
-    std::fs::write(&c, &src).expect("write C");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = std::process::Command::new(cc)
-        .args(["-O2", "-std=c99", "-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&c)
-        .arg("-lm")
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "C compiler failed on:\n{src}");
-    let lib = unsafe { libloading::Library::new(&so) }.expect("load kernel library");
-    (dir, lib)
-}
 
 #[test]
 fn elementwise_add_relu_inlines_and_runs() {
@@ -39,8 +21,8 @@ fn elementwise_add_relu_inlines_and_runs() {
     let f = simplify_prim_func(flatten_buffers(f));
     let text = kiln::tir::print_prim_func(&f);
     assert!(!text.contains("alloc_buffer"), "the add must be inlined:\n{text}");
-    let (_dir, lib) = build(&[f]);
-    let k: libloading::Symbol<Kernel3> = unsafe { lib.get(b"add_relu") }.expect("symbol");
+    let lib = CLibrary::build(&[f]);
+    let k: libloading::Symbol<Kernel3> = unsafe { lib.library().get(b"add_relu") }.expect("symbol");
     let av: Vec<f32> = (0..15).map(|i| i as f32 - 7.0).collect();
     let bv: Vec<f32> = (0..5).map(|i| i as f32 * 0.5 - 1.0).collect();
     let mut out = vec![0f32; 15];
@@ -63,8 +45,8 @@ fn matmul_reduction_runs() {
         sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
     });
     let f = simplify_prim_func(flatten_buffers(lower("matmul", &[a, b], &[c]).expect("lower")));
-    let (_dir, lib) = build(&[f]);
-    let kern: libloading::Symbol<Kernel3> = unsafe { lib.get(b"matmul") }.expect("symbol");
+    let lib = CLibrary::build(&[f]);
+    let kern: libloading::Symbol<Kernel3> = unsafe { lib.library().get(b"matmul") }.expect("symbol");
     let av: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32 - 2.0).collect();
     let bv: Vec<f32> = (0..k * n).map(|i| (i % 3) as f32 * 0.25).collect();
     let mut out = vec![0f32; m * n];

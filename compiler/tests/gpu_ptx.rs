@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kiln::codegen::llvm::{compile_ptx, CudaTarget};
-use kiln::relay::{infer_module, parse_module};
 use kiln::transform::PassContext;
 
 #[test]
@@ -25,18 +24,11 @@ fn every_operator_compiles_to_ptx() {
     let tmp = tempfile::tempdir().expect("dir");
     let target = CudaTarget::parse("cuda -arch=sm_80").expect("target");
     let (mut covered, mut compiled) = (BTreeSet::new(), 0);
-    for (name, text) in common::corpus() {
-        let mut m = parse_module(&text).expect("parse");
-        infer_module(&mut m).expect("infer");
+    for common::CorpusCase { name, module: m, .. } in common::corpus_cases() {
         for opt_level in [0, 3] {
             let ctx = common::sweep_context(opt_level);
-            let (fused, plan) = match kiln::build::optimize_and_plan_gpu(m.clone(), Arc::new(ctx)) {
-                Ok(r) => r,
-                Err(msg) => {
-                    assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
-                    continue;
-                }
-            };
+            let result = kiln::build::optimize_and_plan_gpu(m.clone(), Arc::new(ctx));
+            let Some((fused, plan)) = common::ahead_of_time(&name, result) else { continue };
             if opt_level == 0 {
                 common::operators(&fused, &mut covered);
             }

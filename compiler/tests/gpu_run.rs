@@ -16,7 +16,6 @@ mod common;
 use std::sync::Arc;
 
 use kiln::backend::cuda::CudaExecutor;
-use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::transform::PassContext;
 
 fn gpu() -> bool {
@@ -35,14 +34,7 @@ fn every_operator_on_the_gpu_matches_the_interpreter() {
         return;
     }
     let mut ran = 0;
-    for (name, text) in common::corpus() {
-        let transcendental = common::transcendental(&text);
-        let mut m = parse_module(&text).expect("parse");
-        infer_module(&mut m).expect("infer");
-        let Some(args) = common::inputs(&m) else { continue };
-        let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-        let mut want = Vec::new();
-        common::flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    for common::CorpusCase { name, module: m, transcendental, args, want } in common::corpus_cases() {
         for opt_level in [0, 3] {
             let ctx = Arc::new(common::sweep_context(opt_level));
             let Ok((_, plan)) = kiln::build::optimize_and_plan_gpu(m.clone(), ctx) else { continue };

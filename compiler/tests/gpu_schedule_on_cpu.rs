@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use kiln::backend::host;
 use kiln::codegen::llvm::Jit;
-use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::tir::{ForKind, Stmt};
 use kiln::transform::PassContext;
 
@@ -35,22 +34,10 @@ fn uses_shared_memory(s: &Stmt) -> bool {
 #[test]
 fn every_operator_under_the_gpu_schedule_matches_the_interpreter() {
     let (mut covered, mut ran, mut tiled) = (BTreeSet::new(), 0, 0);
-    for (name, text) in common::corpus() {
-        let transcendental = common::transcendental(&text);
-        let mut m = parse_module(&text).expect("parse");
-        infer_module(&mut m).expect("infer");
-        let Some(args) = common::inputs(&m) else { continue };
-        let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-        let mut want = Vec::new();
-        common::flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    for common::CorpusCase { name, module: m, transcendental, args, want } in common::corpus_cases() {
         for opt_level in [0, 3] {
-            let (fused, plan) = match kiln::build::optimize_and_plan_gpu(m.clone(), serial_gpu_context(opt_level)) {
-                Ok(r) => r,
-                Err(msg) => {
-                    assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
-                    continue;
-                }
-            };
+            let result = kiln::build::optimize_and_plan_gpu(m.clone(), serial_gpu_context(opt_level));
+            let Some((fused, plan)) = common::ahead_of_time(&name, result) else { continue };
             if opt_level == 0 {
                 common::operators(&fused, &mut covered);
             }

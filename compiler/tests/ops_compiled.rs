@@ -19,26 +19,14 @@ use kiln::transform::PassContext;
 fn every_operator_compiled_matches_the_interpreter() {
     let mut covered = BTreeSet::new();
     let mut compiled = 0;
-    for (name, text) in common::corpus() {
-        let transcendental = common::transcendental(&text);
-        let mut m = parse_module(&text).expect("parse");
-        infer_module(&mut m).expect("infer");
-        let Some(args) = inputs(&m) else { continue };
-        let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-        let mut want = Vec::new();
-        flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    for common::CorpusCase { name, module: m, transcendental, args, want } in common::corpus_cases() {
         for opt_level in [0, 3] {
             let ctx = common::sweep_context(opt_level);
             // The compiler's own middle: Relay pipeline, LowerTE, then the TIR
             // pipeline (default schedules, intrinsics, unrolling, vectorization).
-            let (fused, mut plan) = match kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)) {
-                Ok(r) => r,
-                Err(msg) => {
-                    // Programs with control flow, closures or several globals are not compiled ahead of time.
-                    assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
-                    continue;
-                }
-            };
+            // Programs with control flow, closures or several globals are not compiled ahead of time.
+            let result = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx));
+            let Some((fused, mut plan)) = common::ahead_of_time(&name, result) else { continue };
             if opt_level == 0 {
                 common::operators(&fused, &mut covered);
             }

@@ -35,7 +35,7 @@
 use crate::tir::{Buffer, Expr, For, ForKind, Intrinsic, PrimFunc, Scope, Stmt, ThreadAxis, TirType, Var};
 
 use super::primitives::{retarget_buffer, Schedule, ScheduleError};
-use super::{extent, fuse_all, materialized, reduction_nest};
+use super::{collect_loads, contains, extent, fuse_all, loop_chain, materialized, reduction_nest};
 
 /// Threads per block of a one-nest kernel.
 pub const THREADS: usize = 256;
@@ -56,17 +56,6 @@ fn err(f: &PrimFunc, m: impl Into<String>) -> ScheduleError {
     ScheduleError { kernel: f.name.clone(), message: m.into() }
 }
 
-/// The perfectly nested loops from `s` down.
-fn chain(s: &Stmt) -> Vec<Var> {
-    let mut out = Vec::new();
-    let mut cur = s;
-    while let Stmt::For(l) = cur {
-        out.push(l.var.clone());
-        cur = &l.body;
-    }
-    out
-}
-
 fn barrier() -> Stmt {
     Stmt::Evaluate(Expr::call(Intrinsic::Barrier, vec![], TirType::scalar(crate::DataType::I32)))
 }
@@ -75,7 +64,7 @@ fn barrier() -> Stmt {
 /// and bound: across blocks × threads, or (`one_block`) strided over the
 /// threads of a single block. A stage without loops runs on one thread.
 fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Result<Stmt, ScheduleError> {
-    let vars = chain(&stage);
+    let vars = loop_chain(&stage);
     let mut s = Schedule::new(PrimFunc {
         name: f.name.clone(),
         params: f.params.clone(),
@@ -230,7 +219,7 @@ fn schedule_tiled(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
     let mut s = Schedule::new(f);
     let spatial = reduction_nest(s.func()).ok_or_else(|| err(s.func(), "no reduction nest"))?;
-    if chain(&s.func().body) != spatial {
+    if loop_chain(&s.func().body) != spatial {
         return Err(err(s.func(), "the kernel is more than its reduction nest"));
     }
     let (outer, rows, cols) = match (anchor.as_str(), &spatial[..]) {
@@ -277,23 +266,31 @@ fn schedule_tiled(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
 
 /// The global buffers the reduction below loop `at` reads, in order of first use.
 fn global_operands(s: &Schedule, at: &Var) -> Vec<Buffer> {
-    fn walk(e: &Expr, out: &mut Vec<Buffer>) {
-        if let Expr::Load(b, _) = e {
-            if b.scope() == Scope::Global && !out.contains(b) {
-                out.push(b.clone());
-            }
-        }
-        e.for_each_child(|c| walk(c, out));
-    }
-    let mut out = Vec::new();
+    let mut loads = Vec::new();
     if let Ok(l) = s.loop_of(at) {
         l.body.visit(&mut |st| {
             if let Stmt::Store { value, .. } = st {
-                walk(value, &mut out);
+                collect_loads(value, &mut loads);
             }
         });
     }
+    let mut out: Vec<Buffer> = Vec::new();
+    for (b, _) in loads {
+        if b.scope() == Scope::Global && !out.contains(&b) {
+            out.push(b);
+        }
+    }
     out
+}
+
+/// A shared copy's shape: one padding column, so that rows read by
+/// neighbouring threads fall in different banks.
+fn padded(shape: &[usize]) -> Vec<usize> {
+    let mut shape = shape.to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last += usize::from(*last > 1);
+    }
+    shape
 }
 
 /// Copy each operand's chunk that fits into shared memory at the start of the
@@ -305,12 +302,7 @@ fn stage_operands(s: &mut Schedule, at: &Var, threads: usize) -> Result<(), Sche
     for operand in global_operands(s, at) {
         let mut trial = s.clone();
         let Ok(local) = trial.cache_read(&operand, at) else { continue };
-        // One padding column: rows read by neighbouring threads fall in different banks.
-        let mut shape = local.shape().to_vec();
-        if let Some(last) = shape.last_mut() {
-            *last += usize::from(*last > 1);
-        }
-        let size: usize = shape.iter().product::<usize>() * local.elem().size_bytes();
+        let size: usize = padded(local.shape()).iter().product::<usize>() * local.elem().size_bytes();
         if size <= MAX_STAGED_BYTES && bytes + size <= MAX_SHARED_BYTES {
             *s = trial;
             bytes += size;
@@ -325,14 +317,13 @@ fn stage_operands(s: &mut Schedule, at: &Var, threads: usize) -> Result<(), Sche
         let mut locals = Vec::new();
         let mut parts = Vec::new();
         flatten_allocations(std::mem::replace(&mut l.body, Stmt::nop()), &mut locals, &mut parts);
-        let mut shared = Vec::new();
-        for b in locals {
-            let mut shape = b.shape().to_vec();
-            if let Some(last) = shape.last_mut() {
-                *last += usize::from(*last > 1);
-            }
-            shared.push((b.clone(), Buffer::new(b.name(), b.elem(), shape, Scope::Shared)));
-        }
+        let shared: Vec<(Buffer, Buffer)> = locals
+            .into_iter()
+            .map(|b| {
+                let sh = Buffer::new(b.name(), b.elem(), padded(b.shape()), Scope::Shared);
+                (b, sh)
+            })
+            .collect();
         let (fills, compute): (Vec<Stmt>, Vec<Stmt>) = parts.into_iter().partition(|p| writes_any(p, &staged));
         let mut body = Vec::new();
         for fill in fills {
@@ -363,9 +354,7 @@ fn flatten_allocations(s: Stmt, locals: &mut Vec<Buffer>, parts: &mut Vec<Stmt>)
 }
 
 fn writes_any(s: &Stmt, buffers: &[Buffer]) -> bool {
-    let mut found = false;
-    s.visit(&mut |st| found |= matches!(st, Stmt::Store { buffer, .. } if buffers.contains(buffer)));
-    found
+    contains(s, |st| matches!(st, Stmt::Store { buffer, .. } if buffers.contains(buffer)))
 }
 
 fn is_thread_loop(l: &For) -> bool {
@@ -374,18 +363,6 @@ fn is_thread_loop(l: &For) -> bool {
 
 fn is_barrier(s: &Stmt) -> bool {
     matches!(s, Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)))
-}
-
-fn contains_thread_loop(s: &Stmt) -> bool {
-    let mut found = false;
-    s.visit(&mut |st| found |= matches!(st, Stmt::For(l) if is_thread_loop(l)));
-    found
-}
-
-fn contains_barrier(s: &Stmt) -> bool {
-    let mut found = false;
-    s.visit(&mut |st| found |= is_barrier(st));
-    found
 }
 
 /// `tir.LowerThreadLocal` (GPU kernels, before flattening): a kernel-local
@@ -507,12 +484,14 @@ fn check_barriers(s: &Stmt, since: &mut SinceBarrier) -> Result<(), String> {
         // Block loops, and loops every thread runs alike around barriers: twice,
         // for the hazards between one iteration and the next.
         Stmt::For(l) if matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX)) => check_barriers(&l.body, since),
-        Stmt::For(l) if !is_thread_loop(l) && contains_thread_loop(&l.body) => {
+        Stmt::For(l)
+            if !is_thread_loop(l) && contains(&l.body, |st| matches!(st, Stmt::For(t) if is_thread_loop(t))) =>
+        {
             check_barriers(&l.body, since)?;
             check_barriers(&l.body, since)
         }
         _ => {
-            if contains_barrier(s) {
+            if contains(s, is_barrier) {
                 return Err("a barrier inside a thread loop or a guard, which not every thread reaches".into());
             }
             let (mut reads, mut writes) = (Vec::new(), Vec::new());
@@ -537,23 +516,18 @@ fn check_barriers(s: &Stmt, since: &mut SinceBarrier) -> Result<(), String> {
 }
 
 fn shared_accesses(s: &Stmt, reads: &mut Vec<Buffer>, writes: &mut Vec<Buffer>) {
-    fn loads(e: &Expr, reads: &mut Vec<Buffer>) {
-        if let Expr::Load(b, _) = e {
-            if b.scope() == Scope::Shared && !reads.contains(b) {
-                reads.push(b.clone());
-            }
-        }
-        e.for_each_child(|c| loads(c, reads));
-    }
-    s.visit(&mut |st| {
-        if let Stmt::Store { buffer, .. } = st {
-            if buffer.scope() == Scope::Shared && !writes.contains(buffer) {
-                writes.push(buffer.clone());
-            }
-        }
-    });
+    let mut loads = Vec::new();
     s.clone().map_exprs(&mut |e| {
-        loads(&e, reads);
+        collect_loads(&e, &mut loads);
         e
     });
+    s.visit(&mut |st| {
+        if let Stmt::Store { buffer, .. } = st {
+            writes.push(buffer.clone());
+        }
+    });
+    reads.extend(loads.into_iter().map(|(b, _)| b));
+    for list in [reads, writes] {
+        list.retain(|b| b.scope() == Scope::Shared);
+    }
 }

@@ -40,10 +40,26 @@ fn work(s: &Stmt) -> u64 {
     }
 }
 
-fn has_kind(s: &Stmt, kind: ForKind) -> bool {
+/// Whether any statement of `s` (itself included) satisfies `pred`.
+pub(crate) fn contains(s: &Stmt, pred: impl Fn(&Stmt) -> bool) -> bool {
     let mut found = false;
-    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == kind));
+    s.visit(&mut |st| found |= pred(st));
     found
+}
+
+fn has_kind(s: &Stmt, kind: ForKind) -> bool {
+    contains(s, |s| matches!(s, Stmt::For(l) if l.kind == kind))
+}
+
+/// The variables of the perfectly nested loops from `s` down.
+pub(crate) fn loop_chain(s: &Stmt) -> Vec<Var> {
+    let mut out = Vec::new();
+    let mut cur = s;
+    while let Stmt::For(l) = cur {
+        out.push(l.var.clone());
+        cur = &l.body;
+    }
+    out
 }
 
 /// Mark the outermost loop of a single-nest kernel parallel when it is worth it.
@@ -79,10 +95,9 @@ pub(crate) fn reduction_nest(f: &PrimFunc) -> Option<Vec<Var>> {
             return;
         }
         let Stmt::For(_) = s else { return };
-        let mut chain = Vec::new();
+        let chain = loop_chain(s);
         let mut cur = s;
         while let Stmt::For(l) = cur {
-            chain.push(l.var.clone());
             cur = &l.body;
         }
         while let Stmt::If { then_case, else_case: None, .. } = cur {
@@ -270,7 +285,7 @@ fn column_operand(f: &PrimFunc, tile: &ReductionTile) -> Option<Buffer> {
     found
 }
 
-fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<crate::tir::Expr>)>) {
+pub(crate) fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<crate::tir::Expr>)>) {
     if let crate::tir::Expr::Load(b, idx) = e {
         out.push((b.clone(), idx.clone()));
     }

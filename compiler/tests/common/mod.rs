@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use kiln::backend::aot::ExecutorPlan;
 use kiln::backend::host::KernelLibrary;
 use kiln::codegen::PackedKernel;
-use kiln::relay::{post_order, IRModule, Type, Value};
+use kiln::relay::{eval_function, infer_module, parse_module, post_order, IRModule, Type, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 use kiln::Tensor;
@@ -145,6 +146,11 @@ impl CLibrary {
         let lib = unsafe { libloading::Library::new(&so) }.expect("load");
         CLibrary { _dir: dir, lib }
     }
+
+    /// The loaded library, for the kernels' own (unpacked) symbols.
+    pub fn library(&self) -> &libloading::Library {
+        &self.lib
+    }
 }
 
 impl KernelLibrary for CLibrary {
@@ -254,5 +260,47 @@ pub fn save_ptx(name: &str, ptx: &str) {
     if let Ok(dir) = std::env::var("KILN_PTX_OUT") {
         std::fs::create_dir_all(&dir).expect("KILN_PTX_OUT");
         std::fs::write(Path::new(&dir).join(format!("{name}.ptx")), ptx).expect("write PTX");
+    }
+}
+
+/// A program of the Relay corpus, type-checked, with inputs and the
+/// reference interpreter's outputs for them.
+pub struct CorpusCase {
+    pub name: String,
+    pub module: IRModule,
+    /// Whether the program goes through an approximated transcendental (tolerance 1e-4).
+    pub transcendental: bool,
+    pub args: Vec<Tensor>,
+    pub want: Vec<Tensor>,
+}
+
+/// Every corpus program whose `@main` takes tensors, evaluated by the interpreter.
+pub fn corpus_cases() -> Vec<CorpusCase> {
+    corpus()
+        .into_iter()
+        .filter_map(|(name, text)| {
+            let mut module = parse_module(&text).expect("parse");
+            infer_module(&mut module).expect("infer");
+            let args = inputs(&module)?;
+            let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+            let mut want = Vec::new();
+            flat(&eval_function(&module, "main", &values).expect("interpreter"), &mut want);
+            Some(CorpusCase { transcendental: transcendental(&text), name, module, args, want })
+        })
+        .collect()
+}
+
+/// The compiled program, or None for one that is not compiled ahead of time
+/// (control flow, closures, several globals); any other failure panics.
+pub fn ahead_of_time(
+    name: &str,
+    compiled: Result<(IRModule, ExecutorPlan), String>,
+) -> Option<(IRModule, ExecutorPlan)> {
+    match compiled {
+        Ok(r) => Some(r),
+        Err(msg) => {
+            assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
+            None
+        }
     }
 }
