@@ -69,6 +69,13 @@ fn value_info(name: &str, dims: &[i64]) -> onnx_protobuf::ValueInfoProto {
     v
 }
 
+/// An import of the default operator set at `version`.
+fn opset(version: i64) -> onnx_protobuf::OperatorSetIdProto {
+    let mut o = onnx_protobuf::OperatorSetIdProto::new();
+    o.version = version;
+    o
+}
+
 fn tiny_model() -> Vec<u8> {
     use onnx_protobuf::{GraphProto, Message, ModelProto, NodeProto, TensorProto};
     let node = |op: &str, ins: &[&str], out: &str| {
@@ -96,6 +103,7 @@ fn tiny_model() -> Vec<u8> {
     g.initializer = vec![w, b];
     g.node = vec![node("MatMul", &["x", "W"], "h"), node("Add", &["h", "B"], "a"), node("Relu", &["a"], "y")];
     let mut m = ModelProto::new();
+    m.opset_import.push(opset(17));
     m.ir_version = 8;
     m.graph = Some(g).into();
     m.write_to_bytes().expect("serialize")
@@ -194,6 +202,7 @@ fn one_dimensional_conv_and_pool_run_as_2d() {
     g.initializer = vec![w];
     g.node = vec![conv, pool];
     let mut m = ModelProto::new();
+    m.opset_import.push(opset(17));
     m.ir_version = 8;
     m.graph = Some(g).into();
     let bytes = m.write_to_bytes().expect("serialize");

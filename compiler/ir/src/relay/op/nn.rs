@@ -229,13 +229,30 @@ fn check_nchw(t: &TensorType, what: &str) -> Result<(), String> {
 }
 
 /// Output size of a window op along one axis.
-fn window_out(size: usize, pad: i64, kernel: usize, stride: i64, dilation: i64, ceil: bool) -> Result<usize, String> {
-    let span = dilation * (kernel as i64 - 1) + 1;
-    let room = size as i64 + pad - span;
+/// Output positions of a sliding window. With `ceil`, a partial last window
+/// counts only if it starts inside the input or its leading padding (as in
+/// PyTorch and ONNX Runtime), never wholly in the trailing padding.
+fn window_out(
+    size: usize,
+    pads: (i64, i64),
+    kernel: usize,
+    stride: i64,
+    dilation: i64,
+    ceil: bool,
+) -> Result<usize, String> {
+    let pad = pads.0 + pads.1;
+    if stride < 1 || dilation < 1 || pads.0 < 0 || pads.1 < 0 {
+        return Err(format!("strides and dilations must be positive and pads not negative, found stride {stride}, dilation {dilation}, pads {pads:?}"));
+    }
+    let span = dilation.saturating_mul(kernel as i64 - 1).saturating_add(1);
+    let room = (size as i64).saturating_add(pad).saturating_sub(span);
     if room < 0 {
         return Err(format!("a window of {span} does not fit an input of {size} with padding {pad}"));
     }
-    let n = if ceil { (room + stride - 1) / stride + 1 } else { room / stride + 1 };
+    let mut n = if ceil { (room + stride - 1) / stride + 1 } else { room / stride + 1 };
+    if ceil && (n - 1) * stride >= size as i64 + pads.0 {
+        n -= 1;
+    }
     Ok(n as usize)
 }
 
@@ -300,8 +317,8 @@ fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
         }
     }
     let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
-    let h = window_out(x.shape[2], p[0] + p[2], w.shape[2], s[0], d[0], false)?;
-    let wd = window_out(x.shape[3], p[1] + p[3], w.shape[3], s[1], d[1], false)?;
+    let h = window_out(x.shape[2], (p[0], p[2]), w.shape[2], s[0], d[0], false)?;
+    let wd = window_out(x.shape[3], (p[1], p[3]), w.shape[3], s[1], d[1], false)?;
     Ok(Type::tensor([x.shape[0], o, h, wd], dtype))
 }
 
@@ -373,8 +390,8 @@ fn rel_pool(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let k = ints_n(attrs, "pool_size", 2)?;
     let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
     let ceil = attrs.bool("ceil_mode")?;
-    let h = window_out(x.shape[2], p[0] + p[2], k[0] as usize, s[0], d[0], ceil)?;
-    let w = window_out(x.shape[3], p[1] + p[3], k[1] as usize, s[1], d[1], ceil)?;
+    let h = window_out(x.shape[2], (p[0], p[2]), k[0] as usize, s[0], d[0], ceil)?;
+    let w = window_out(x.shape[3], (p[1], p[3]), k[1] as usize, s[1], d[1], ceil)?;
     Ok(Type::tensor([x.shape[0], x.shape[1], h, w], x.dtype))
 }
 

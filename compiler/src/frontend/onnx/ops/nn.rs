@@ -1,0 +1,666 @@
+//! Network layers: matrix products, convolution, pooling, normalization,
+//! the softmax family and resizing.
+
+use kiln_ir::attrs::{AttrValue, Attrs};
+use kiln_ir::relay::ExprId;
+use kiln_ir::{DataType, Tensor};
+
+use super::{one, Table};
+use crate::frontend::onnx::importer::{attrs, Importer, Node};
+use crate::frontend::onnx::OnnxError;
+
+pub(super) fn register(t: &mut Table) {
+    t.add(&["MatMul"], matmul, &[]);
+    t.add(&["Gemm"], gemm, &["alpha", "beta", "transA", "transB"]);
+    t.add(&["Conv"], conv, &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]);
+    t.add(
+        &["MaxPool", "AveragePool"],
+        pool,
+        &[
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "storage_order",
+            "strides",
+        ],
+    );
+    t.add(&["GlobalAveragePool", "GlobalMaxPool"], global_pool, &[]);
+    t.add(&["BatchNormalization"], batch_norm, &["epsilon", "momentum", "spatial", "training_mode"]);
+    t.add(&["InstanceNormalization"], instance_norm, &["epsilon"]);
+    t.add(&["LayerNormalization"], layer_norm, &["axis", "epsilon", "stash_type"]);
+    t.add(&["Softmax", "LogSoftmax", "Hardmax"], softmax, &["axis"]);
+    t.add(
+        &["Resize"],
+        resize,
+        &[
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+        ],
+    );
+    t.add(&["Upsample"], resize, &["mode", "scales"]);
+}
+
+fn reshape(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
+    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    im.call(node, "reshape", vec![x], attrs(&[("newshape", AttrValue::Ints(s))]))
+}
+
+fn broadcast(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
+    if im.shape_of(node, x)? == shape {
+        return Ok(x);
+    }
+    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    im.call(node, "broadcast_to", vec![x], attrs(&[("shape", AttrValue::Ints(s))]))
+}
+
+/// NumPy `matmul`: 1-D operands gain and lose a unit dimension, batch
+/// dimensions broadcast, a 2-D right operand is one `nn.matmul`.
+fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (mut a, mut b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let (mut sa, mut sb) = (im.shape_of(node, a)?, im.shape_of(node, b)?);
+    if sa.is_empty() || sb.is_empty() {
+        return Err(node.err("MatMul operands must have at least one dimension"));
+    }
+    let (vec_a, vec_b) = (sa.len() == 1, sb.len() == 1);
+    if vec_a {
+        sa.insert(0, 1);
+        a = reshape(im, node, a, &sa)?;
+    }
+    if vec_b {
+        sb.push(1);
+        b = reshape(im, node, b, &sb)?;
+    }
+    let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+    let (kb, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+    if k != kb {
+        return Err(node.err(format!("MatMul of {sa:?} and {sb:?}: reduction sizes {k} and {kb} differ")));
+    }
+    let mut out_shape;
+    let y = if sb.len() == 2 {
+        out_shape = sa[..sa.len() - 2].to_vec();
+        im.call(node, "nn.matmul", vec![a, b], Attrs::new())?
+    } else {
+        let batch = kiln_ir::relay::op::broadcast_shapes(&sa[..sa.len() - 2], &sb[..sb.len() - 2])
+            .map_err(|m| node.err(format!("MatMul batch dimensions: {m}")))?;
+        let bsz: usize = batch.iter().product();
+        let full_a: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
+        let full_b: Vec<usize> = batch.iter().copied().chain([k, n]).collect();
+        let a3 = broadcast(im, node, a, &full_a)?;
+        let a3 = reshape(im, node, a3, &[bsz, m, k])?;
+        let b3 = broadcast(im, node, b, &full_b)?;
+        let b3 = reshape(im, node, b3, &[bsz, k, n])?;
+        out_shape = batch;
+        let a = attrs(&[("transpose_a", AttrValue::Bool(false)), ("transpose_b", AttrValue::Bool(false))]);
+        im.call(node, "nn.batch_matmul", vec![a3, b3], a)?
+    };
+    if !vec_a {
+        out_shape.push(m);
+    }
+    if !vec_b {
+        out_shape.push(n);
+    }
+    if im.shape_of(node, y)? == out_shape {
+        return one(y);
+    }
+    one(reshape(im, node, y, &out_shape)?)
+}
+
+fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let (ta, tb) = (node.int("transA", 0)? != 0, node.int("transB", 0)? != 0);
+    let (alpha, beta) = (node.float("alpha", 1.0)? as f64, node.float("beta", 1.0)? as f64);
+    if im.rank_of(node, a)? != 2 || im.rank_of(node, b)? != 2 {
+        return Err(node.err("Gemm needs 2-D operands"));
+    }
+    let dt = im.dtype_of(node, a)?;
+    let mut y = im.call(
+        node,
+        "nn.matmul",
+        vec![a, b],
+        attrs(&[("transpose_a", AttrValue::Bool(ta)), ("transpose_b", AttrValue::Bool(tb))]),
+    )?;
+    if alpha != 1.0 {
+        let s = im.scalar(dt, alpha);
+        y = im.op(node, "multiply", vec![y, s])?;
+    }
+    if let Some(c) = im.optional_input(node, 2)? {
+        let c = if beta != 1.0 {
+            let s = im.scalar(dt, beta);
+            im.op(node, "multiply", vec![c, s])?
+        } else {
+            c
+        };
+        y = im.op(node, "add", vec![y, c])?;
+    }
+    one(y)
+}
+
+/// The spatial attributes of a convolution or pooling window of `dims` dimensions.
+struct Window {
+    kernel: Vec<i64>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    /// `[begin…, end…]`, ONNX's order.
+    pads: Vec<i64>,
+}
+
+fn window(node: &Node, in_spatial: &[usize], kernel: Vec<i64>) -> Result<Window, OnnxError> {
+    let dims = in_spatial.len();
+    let get = |name: &str, default: i64, len: usize| -> Result<Vec<i64>, OnnxError> {
+        match node.ints(name)? {
+            None => Ok(vec![default; len]),
+            Some(v) if v.len() == len => Ok(v),
+            Some(v) => Err(node.err(format!("`{name}` has {} values, expected {len}", v.len()))),
+        }
+    };
+    if kernel.len() != dims {
+        return Err(node.err(format!("a {}-D kernel on a {dims}-D input", kernel.len())));
+    }
+    let strides = get("strides", 1, dims)?;
+    let dilations = get("dilations", 1, dims)?;
+    if strides.iter().chain(&dilations).chain(&kernel).any(|&v| v < 1) {
+        return Err(node.err("kernel sizes, strides and dilations must be positive"));
+    }
+    let mode = node.string("auto_pad")?.unwrap_or_default();
+    let pads = match mode.as_str() {
+        "" | "NOTSET" => get("pads", 0, 2 * dims)?,
+        "VALID" => vec![0; 2 * dims],
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut p = vec![0; 2 * dims];
+            for d in 0..dims {
+                let (n, s, k, r) = (in_spatial[d] as i64, strides[d], kernel[d], dilations[d]);
+                let out = (n + s - 1) / s;
+                let total = ((out - 1) * s + (k - 1) * r + 1 - n).max(0);
+                let small = total / 2;
+                (p[d], p[d + dims]) =
+                    if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+            }
+            p
+        }
+        other => return Err(node.err(format!("auto_pad={other} is not an ONNX padding mode"))),
+    };
+    if pads.iter().any(|&p| p < 0) {
+        return Err(node.err("negative pads are not supported"));
+    }
+    Ok(Window { kernel, strides, dilations, pads })
+}
+
+impl Window {
+    /// As 2-D attributes; a 1-D window gains a unit leading dimension.
+    fn as_2d(&self) -> (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>) {
+        if self.kernel.len() == 2 {
+            let p = &self.pads;
+            return (self.kernel.clone(), self.strides.clone(), self.dilations.clone(), vec![p[0], p[1], p[2], p[3]]);
+        }
+        (
+            vec![1, self.kernel[0]],
+            vec![1, self.strides[0]],
+            vec![1, self.dilations[0]],
+            vec![0, self.pads[0], 0, self.pads[1]],
+        )
+    }
+}
+
+/// `x` as 4-D `[N, C, H, W]`: a 3-D `[N, C, L]` gains a unit height. 2-D and
+/// 3-D spatial inputs other than these are refused by the caller.
+fn lift(im: &mut Importer, node: &Node, x: ExprId) -> Result<ExprId, OnnxError> {
+    let s = im.shape_of(node, x)?;
+    if s.len() == 3 {
+        return reshape(im, node, x, &[s[0], s[1], 1, s[2]]);
+    }
+    Ok(x)
+}
+
+fn lower(im: &mut Importer, node: &Node, y: ExprId, rank: usize) -> Result<ExprId, OnnxError> {
+    if rank == 4 {
+        return Ok(y);
+    }
+    let s = im.shape_of(node, y)?;
+    reshape(im, node, y, &[s[0], s[1], s[3]])
+}
+
+fn spatial_rank(im: &mut Importer, node: &Node, x: ExprId) -> Result<(usize, Vec<usize>), OnnxError> {
+    let s = im.shape_of(node, x)?;
+    match s.len() {
+        3 | 4 => Ok((s.len(), s[2..].to_vec())),
+        5 => Err(node.err("3-D (volumetric) windows are not supported yet; 1-D and 2-D are")),
+        r => Err(node.err(format!("needs an input of rank 3 or 4 (N, C, spatial…), found rank {r}"))),
+    }
+}
+
+fn conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, w) = (im.input(node, 0)?, im.input(node, 1)?);
+    let (rank, spatial) = spatial_rank(im, node, x)?;
+    let ws = im.shape_of(node, w)?;
+    if ws.len() != rank {
+        return Err(node.err(format!("the weight has rank {}, the input rank {rank}", ws.len())));
+    }
+    let kernel = match node.ints("kernel_shape")? {
+        Some(k) => k,
+        None => ws[2..].iter().map(|&d| d as i64).collect(),
+    };
+    if kernel.iter().zip(&ws[2..]).any(|(&k, &d)| k as usize != d) {
+        return Err(node.err(format!("kernel_shape {kernel:?} differs from the weight's {:?}", &ws[2..])));
+    }
+    let win = window(node, &spatial, kernel)?;
+    let (k, s, d, p) = win.as_2d();
+    let a = attrs(&[
+        ("padding", AttrValue::Ints(p)),
+        ("strides", AttrValue::Ints(s)),
+        ("dilation", AttrValue::Ints(d)),
+        ("groups", AttrValue::Int(node.int("group", 1)?)),
+        ("kernel_size", AttrValue::Ints(k)),
+    ]);
+    let (x4, w4) = (lift(im, node, x)?, lift(im, node, w)?);
+    let mut y = im.call(node, "nn.conv2d", vec![x4, w4], a)?;
+    if let Some(b) = im.optional_input(node, 2)? {
+        y = im.op(node, "nn.bias_add", vec![y, b])?;
+    }
+    one(lower(im, node, y, rank)?)
+}
+
+fn pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let (rank, spatial) = spatial_rank(im, node, x)?;
+    if node.num_outputs() > 1 {
+        return Err(node.err("the Indices output of MaxPool is not supported"));
+    }
+    if node.int("storage_order", 0)? != 0 {
+        return Err(node.err("storage_order=1 is not supported"));
+    }
+    let kernel = node.ints("kernel_shape")?.ok_or_else(|| node.err("missing attribute `kernel_shape`"))?;
+    let win = window(node, &spatial, kernel)?;
+    let is_max = node.op() == "MaxPool";
+    if !is_max && win.dilations.iter().any(|&d| d != 1) {
+        return Err(node.err("dilated average pooling is not supported"));
+    }
+    let (k, s, d, p) = win.as_2d();
+    let mut a = vec![
+        ("pool_size", AttrValue::Ints(k)),
+        ("strides", AttrValue::Ints(s)),
+        ("padding", AttrValue::Ints(p)),
+        ("dilation", AttrValue::Ints(d)),
+        ("ceil_mode", AttrValue::Bool(node.int("ceil_mode", 0)? != 0)),
+    ];
+    if !is_max {
+        a.push(("count_include_pad", AttrValue::Bool(node.int("count_include_pad", 0)? != 0)));
+    }
+    let x4 = lift(im, node, x)?;
+    let y = im.call(node, if is_max { "nn.max_pool2d" } else { "nn.avg_pool2d" }, vec![x4], attrs(&a))?;
+    one(lower(im, node, y, rank)?)
+}
+
+fn global_pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let rank = im.rank_of(node, x)?;
+    if rank < 3 {
+        return Err(node.err(format!("needs an input of rank 3 or more, found {rank}")));
+    }
+    if node.op() == "GlobalAveragePool" && rank == 4 {
+        return one(im.op(node, "nn.global_avg_pool2d", vec![x])?);
+    }
+    let axes: Vec<i64> = (2..rank as i64).collect();
+    let op = if node.op() == "GlobalMaxPool" { "max" } else { "mean" };
+    let a = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
+    one(im.call(node, op, vec![x], a)?)
+}
+
+fn batch_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    if node.int("training_mode", 0)? != 0 || node.num_outputs() > 1 {
+        return Err(node.err("training-mode batch normalization is not supported (kiln compiles inference)"));
+    }
+    if node.int("spatial", 1)? != 1 {
+        return Err(node.err("spatial=0 is not supported"));
+    }
+    let args = (0..5).map(|i| im.input(node, i)).collect::<Result<Vec<_>, _>>()?;
+    let eps = node.float("epsilon", 1e-5)? as f64;
+    let bn = im.call(node, "nn.batch_norm", args, attrs(&[("epsilon", AttrValue::Float(eps))]))?;
+    one(im.item(node, bn, 0)?)
+}
+
+/// `(x − mean) / √(var + ε) · scale + bias` over the reduced `axes` (kept).
+fn normalize(im: &mut Importer, node: &Node, x: ExprId, axes: Vec<i64>, eps: f64) -> Result<ExprId, OnnxError> {
+    let dt = im.dtype_of(node, x)?;
+    if !dt.is_float() {
+        return Err(node.err(format!("needs a floating-point input, found {dt}")));
+    }
+    let red = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
+    let mean = im.call(node, "mean", vec![x], red.clone())?;
+    let centered = im.op(node, "subtract", vec![x, mean])?;
+    let sq = im.op(node, "multiply", vec![centered, centered])?;
+    let var = im.call(node, "mean", vec![sq], red)?;
+    let e = im.scalar(dt, eps);
+    let ve = im.op(node, "add", vec![var, e])?;
+    let r = im.op(node, "rsqrt", vec![ve])?;
+    im.op(node, "multiply", vec![centered, r])
+}
+
+fn instance_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, scale, bias) = (im.input(node, 0)?, im.input(node, 1)?, im.input(node, 2)?);
+    let rank = im.rank_of(node, x)?;
+    if rank < 3 {
+        return Err(node.err("needs an input of rank 3 or more"));
+    }
+    let axes: Vec<i64> = (2..rank as i64).collect();
+    let y = normalize(im, node, x, axes, node.float("epsilon", 1e-5)? as f64)?;
+    // scale and bias are per channel: [C] → [C, 1, …].
+    let c = im.shape_of(node, scale)?;
+    let per_channel: Vec<usize> = c.iter().copied().chain(std::iter::repeat_n(1, rank - 2)).collect();
+    let s = reshape(im, node, scale, &per_channel)?;
+    let b = reshape(im, node, bias, &per_channel)?;
+    let ys = im.op(node, "multiply", vec![y, s])?;
+    one(im.op(node, "add", vec![ys, b])?)
+}
+
+fn layer_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    if node.num_outputs() > 1 {
+        return Err(node.err("the Mean and InvStdDev outputs are not supported"));
+    }
+    let (x, g) = (im.input(node, 0)?, im.input(node, 1)?);
+    let rank = im.rank_of(node, x)? as i64;
+    let axis = node.int("axis", -1)?;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let eps = node.float("epsilon", 1e-5)? as f64;
+    let b = im.optional_input(node, 2)?;
+    if axis == rank - 1 {
+        let gs = im.shape_of(node, g)?;
+        if gs.len() == 1 {
+            let b = match b {
+                Some(b) => b,
+                None => {
+                    let dt = im.dtype_of(node, g)?;
+                    im.constant(Tensor::zeros(dt, gs))
+                }
+            };
+            let a = attrs(&[("axis", AttrValue::Int(-1)), ("epsilon", AttrValue::Float(eps))]);
+            return one(im.call(node, "nn.layer_norm", vec![x, g, b], a)?);
+        }
+    }
+    // Normalization over several trailing axes: the composed form.
+    let y = normalize(im, node, x, (axis..rank).collect(), eps)?;
+    let mut y = im.op(node, "multiply", vec![y, g])?;
+    if let Some(b) = b {
+        y = im.op(node, "add", vec![y, b])?;
+    }
+    one(y)
+}
+
+/// Softmax, LogSoftmax and Hardmax. Before opset 13 the input is coerced to
+/// 2-D at `axis` (default 1) and the operator runs on the flattened rows.
+fn softmax(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let shape = im.shape_of(node, x)?;
+    let rank = shape.len() as i64;
+    let legacy = im.opset < 13;
+    let axis = node.int("axis", if legacy { 1 } else { -1 })?;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank.max(1)).contains(&axis) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let dt = im.dtype_of(node, x)?;
+    if !dt.is_float() {
+        return Err(node.err(format!("needs a floating-point input, found {dt}")));
+    }
+    let (xin, ax) = if legacy && rank > 0 {
+        let rows: usize = shape[..axis as usize].iter().product();
+        let cols: usize = shape[axis as usize..].iter().product();
+        (reshape(im, node, x, &[rows, cols])?, 1)
+    } else {
+        (x, axis)
+    };
+    let keep = |a: i64| attrs(&[("axis", AttrValue::Ints(vec![a])), ("keepdims", AttrValue::Bool(true))]);
+    let y = match node.op() {
+        "Softmax" => im.call(node, "nn.softmax", vec![xin], attrs(&[("axis", AttrValue::Int(ax))]))?,
+        "LogSoftmax" => {
+            // x − max − ln Σ e^(x − max)
+            let m = im.call(node, "max", vec![xin], keep(ax))?;
+            let c = im.op(node, "subtract", vec![xin, m])?;
+            let e = im.op(node, "exp", vec![c])?;
+            let s = im.call(node, "sum", vec![e], keep(ax))?;
+            let l = im.op(node, "log", vec![s])?;
+            im.op(node, "subtract", vec![c, l])?
+        }
+        _ => {
+            // 1 at the first maximum along the axis, 0 elsewhere.
+            let ia = attrs(&[("axis", AttrValue::Int(ax)), ("keepdims", AttrValue::Bool(true))]);
+            let idx = im.call(node, "argmax", vec![xin], ia)?;
+            let n = im.shape_of(node, xin)?[ax as usize];
+            let xs = im.shape_of(node, xin)?;
+            let mut pos_shape = vec![1; xs.len()];
+            pos_shape[ax as usize] = n;
+            let pos = Tensor::from_f64(DataType::I64, pos_shape, &(0..n).map(|v| v as f64).collect::<Vec<_>>());
+            let pos = im.constant(pos);
+            let hit = im.op(node, "equal", vec![idx, pos])?;
+            let hit = crate::frontend::onnx::ops::math::cast_to(im, node, hit, dt)?;
+            broadcast(im, node, hit, &xs)?
+        }
+    };
+    if legacy && rank > 0 {
+        return one(reshape(im, node, y, &shape)?);
+    }
+    one(y)
+}
+
+/// Resize and Upsample as separable gathers with constant indices and
+/// weights, one axis at a time: nearest is one `take`; linear two taps and
+/// cubic four, each weighted by a constant. Every mode and coordinate
+/// transformation of the ONNX spec is computed at import from the static shapes.
+fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let shape = im.shape_of(node, x)?;
+    let dt = im.dtype_of(node, x)?;
+    let rank = shape.len();
+    let mode = node.string("mode")?.unwrap_or_else(|| "nearest".into());
+    let (scales, sizes): (Option<Vec<f64>>, Option<Vec<i64>>) = if node.op() == "Upsample" {
+        let s = match node.floats("scales")? {
+            Some(s) => s.iter().map(|&v| v as f64).collect(),
+            None => im.const_input(node, 1, "scales")?.ok_or_else(|| node.err("missing scales"))?.to_f64_vec(),
+        };
+        (Some(s), None)
+    } else {
+        if node.int("antialias", 0)? != 0 {
+            return Err(node.err("antialias=1 is not supported"));
+        }
+        if node.int("exclude_outside", 0)? != 0 && mode == "cubic" {
+            return Err(node.err("exclude_outside=1 is not supported"));
+        }
+        if node.string("keep_aspect_ratio_policy")?.is_some_and(|p| p != "stretch") {
+            return Err(node.err("keep_aspect_ratio_policy other than \"stretch\" is not supported"));
+        }
+        if node.ints("axes")?.is_some() {
+            return Err(node.err("the axes attribute is not supported"));
+        }
+        if im.optional_input(node, 1)?.is_some() {
+            let roi = im.const_input(node, 1, "roi")?.unwrap_or_else(|| Tensor::zeros(DataType::F32, vec![0]));
+            let ctm = node.string("coordinate_transformation_mode")?.unwrap_or_default();
+            if roi.numel() > 0 && ctm == "tf_crop_and_resize" {
+                return Err(node.err("coordinate_transformation_mode=tf_crop_and_resize is not supported"));
+            }
+        }
+        let scales = im.const_input(node, 2, "scales")?.filter(|t| t.numel() > 0).map(|t| t.to_f64_vec());
+        let sizes = im.const_ints(node, 3, "sizes")?.filter(|v| !v.is_empty());
+        (scales, sizes)
+    };
+    let ctm = if node.op() == "Upsample" {
+        "asymmetric".to_string()
+    } else {
+        node.string("coordinate_transformation_mode")?.unwrap_or_else(|| "half_pixel".into())
+    };
+    let nearest_mode = node.string("nearest_mode")?.unwrap_or_else(|| "round_prefer_floor".into());
+    let nearest_mode = if node.op() == "Upsample" { "floor".to_string() } else { nearest_mode };
+    let cubic_a = node.float("cubic_coeff_a", -0.75)? as f64;
+    let extrapolation = node.float("extrapolation_value", 0.0)? as f64;
+    let _ = extrapolation; // only tf_crop_and_resize extrapolates, refused above
+    let (out_sizes, scales): (Vec<usize>, Vec<f64>) = match (sizes, scales) {
+        (Some(s), _) => {
+            if s.len() != rank || s.iter().any(|&v| v < 0) {
+                return Err(node.err(format!("sizes {s:?} do not fit an input of rank {rank}")));
+            }
+            let out: Vec<usize> = s.iter().map(|&v| v as usize).collect();
+            let sc = out.iter().zip(&shape).map(|(&o, &i)| o as f64 / i.max(1) as f64).collect();
+            (out, sc)
+        }
+        (None, Some(sc)) => {
+            if sc.len() != rank || sc.iter().any(|&v| !(v > 0.0) || !v.is_finite()) {
+                return Err(node.err(format!("scales {sc:?} do not fit an input of rank {rank}")));
+            }
+            let out = shape.iter().zip(&sc).map(|(&i, &s)| (i as f64 * s).floor() as usize).collect();
+            (out, sc)
+        }
+        (None, None) => return Err(node.err("needs scales or sizes")),
+    };
+    if out_sizes.iter().zip(&shape).any(|(&o, &i)| o > 0 && i == 0) {
+        return Err(node.err("cannot resize an empty axis"));
+    }
+    if dt != DataType::F32 && mode != "nearest" {
+        return Err(node.err(format!("{mode} resizing of {dt} is not supported")));
+    }
+    let mut y = x;
+    for axis in 0..rank {
+        if out_sizes[axis] == shape[axis] && scales[axis] == 1.0 {
+            continue;
+        }
+        let taps = axis_taps(node, &mode, &ctm, &nearest_mode, cubic_a, shape[axis], out_sizes[axis], scales[axis])?;
+        y = gather_axis(im, node, y, axis, rank, &taps, dt)?;
+    }
+    one(y)
+}
+
+/// For each output position along one axis, the input positions and weights.
+fn axis_taps(
+    node: &Node,
+    mode: &str,
+    ctm: &str,
+    nearest_mode: &str,
+    cubic_a: f64,
+    n_in: usize,
+    n_out: usize,
+    scale: f64,
+) -> Result<Vec<Vec<(usize, f64)>>, OnnxError> {
+    let last = n_in as i64 - 1;
+    let clampi = |v: i64| v.clamp(0, last) as usize;
+    let mut taps = Vec::with_capacity(n_out);
+    for o in 0..n_out {
+        let of = o as f64;
+        let x = match ctm {
+            "half_pixel" => (of + 0.5) / scale - 0.5,
+            "half_pixel_symmetric" => {
+                let adj = n_out as f64 / (scale * n_in as f64);
+                let center = n_in as f64 / 2.0;
+                center * (1.0 - adj) + (of + 0.5) / scale - 0.5
+            }
+            "pytorch_half_pixel" => {
+                if n_out > 1 {
+                    (of + 0.5) / scale - 0.5
+                } else {
+                    0.0
+                }
+            }
+            "align_corners" => {
+                if n_out > 1 {
+                    of * (n_in as f64 - 1.0) / (n_out as f64 - 1.0)
+                } else {
+                    0.0
+                }
+            }
+            "asymmetric" => of / scale,
+            other => return Err(node.err(format!("coordinate_transformation_mode={other} is not supported"))),
+        };
+        let t = match mode {
+            "nearest" => {
+                let i = match nearest_mode {
+                    "round_prefer_floor" => {
+                        if x.fract() == 0.5 || x - x.floor() == 0.5 {
+                            x.floor()
+                        } else {
+                            x.round()
+                        }
+                    }
+                    "round_prefer_ceil" => {
+                        if x - x.floor() == 0.5 {
+                            x.ceil()
+                        } else {
+                            x.round()
+                        }
+                    }
+                    "floor" => x.floor(),
+                    "ceil" => x.ceil(),
+                    other => return Err(node.err(format!("nearest_mode={other} is not supported"))),
+                };
+                vec![(clampi(i as i64), 1.0)]
+            }
+            "linear" => {
+                let xc = x.clamp(0.0, last as f64);
+                let f = xc.floor();
+                let w = xc - f;
+                vec![(clampi(f as i64), 1.0 - w), (clampi(f as i64 + 1), w)]
+            }
+            "cubic" => {
+                let f = x.floor();
+                let t = x - f;
+                let a = cubic_a;
+                let k = |d: f64| {
+                    let d = d.abs();
+                    if d <= 1.0 {
+                        ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+                    } else if d < 2.0 {
+                        ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+                    } else {
+                        0.0
+                    }
+                };
+                (-1..=2).map(|j| (clampi(f as i64 + j), k(t - j as f64))).collect()
+            }
+            other => return Err(node.err(format!("mode={other} is not a Resize mode"))),
+        };
+        taps.push(t);
+    }
+    Ok(taps)
+}
+
+/// `Σ_j w_j[o] · x[…, idx_j[o], …]` along `axis`.
+fn gather_axis(
+    im: &mut Importer,
+    node: &Node,
+    x: ExprId,
+    axis: usize,
+    rank: usize,
+    taps: &[Vec<(usize, f64)>],
+    dt: DataType,
+) -> Result<ExprId, OnnxError> {
+    let n_out = taps.len();
+    let ntaps = taps.iter().map(Vec::len).max().unwrap_or(1);
+    let mut acc: Option<ExprId> = None;
+    for j in 0..ntaps {
+        let idx: Vec<f64> = taps.iter().map(|t| t[j.min(t.len() - 1)].0 as f64).collect();
+        let idx = im.constant(Tensor::from_f64(DataType::I64, vec![n_out], &idx));
+        let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str("clip".into()))]);
+        let g = im.call(node, "take", vec![x, idx], a)?;
+        if ntaps == 1 {
+            return Ok(g);
+        }
+        let mut wshape = vec![1; rank];
+        wshape[axis] = n_out;
+        let w: Vec<f64> = taps.iter().map(|t| t.get(j).map_or(0.0, |p| p.1)).collect();
+        let w = im.constant(Tensor::from_f64(dt, wshape, &w));
+        let term = im.op(node, "multiply", vec![g, w])?;
+        acc = Some(match acc {
+            None => term,
+            Some(a) => im.op(node, "add", vec![a, term])?,
+        });
+    }
+    acc.ok_or_else(|| node.err("no taps"))
+}

@@ -1,0 +1,475 @@
+//! Tensor and shape operators. Shapes are static after import, so the
+//! results of `Shape`, `Size`, `ConstantOfShape`, `Range` and everything
+//! computed from constants are constants, and shape-changing operators get
+//! their final shapes here (no 0/-1 conventions reach Relay).
+
+use kiln_ir::attrs::AttrValue;
+use kiln_ir::relay::ExprId;
+use kiln_ir::{DataType, Tensor};
+
+use super::{one, Table};
+use crate::frontend::onnx::importer::{attrs, ints_of, Importer, Node};
+use crate::frontend::onnx::proto;
+use crate::frontend::onnx::OnnxError;
+
+pub(super) fn register(t: &mut Table) {
+    t.add(&["Reshape"], reshape, &["allowzero"]);
+    t.add(&["Flatten"], flatten, &["axis"]);
+    t.add(&["Squeeze", "Unsqueeze"], squeeze, &["axes"]);
+    t.add(&["Transpose"], transpose, &["perm"]);
+    t.add(&["Concat"], concat, &["axis"]);
+    t.add(&["Shape"], shape, &["start", "end"]);
+    t.add(&["Size"], size, &[]);
+    t.add(&["Slice"], slice, &["starts", "ends", "axes"]);
+    t.add(&["Split"], split, &["axis", "split", "num_outputs"]);
+    t.add(&["Expand"], expand, &[]);
+    t.add(&["Gather"], gather, &["axis"]);
+    t.add(
+        &["Constant"],
+        constant,
+        &[
+            "value",
+            "value_float",
+            "value_floats",
+            "value_int",
+            "value_ints",
+            "sparse_value",
+            "value_string",
+            "value_strings",
+        ],
+    );
+    t.add(&["ConstantOfShape"], constant_of_shape, &["value"]);
+    t.add(&["Range"], range, &[]);
+    t.add(&["Tile"], tile, &[]);
+    t.add(&["Trilu"], trilu, &["upper"]);
+    t.add(&["EyeLike"], eye_like, &["dtype", "k"]);
+    t.add(&["DepthToSpace", "SpaceToDepth"], depth_space, &["blocksize", "mode"]);
+}
+
+pub(crate) fn reshape_to(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
+    if im.shape_of(node, x)? == shape {
+        return Ok(x);
+    }
+    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    im.call(node, "reshape", vec![x], attrs(&[("newshape", AttrValue::Ints(s))]))
+}
+
+fn norm_axis(node: &Node, a: i64, rank: usize) -> Result<usize, OnnxError> {
+    let n = if a < 0 { a + rank as i64 } else { a };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n < rank)
+        .ok_or_else(|| node.err(format!("axis {a} is out of range for rank {rank}")))
+}
+
+fn reshape(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let from = im.shape_of(node, x)?;
+    let spec = im.const_ints(node, 1, "the new shape")?.ok_or_else(|| node.err("missing input 1 (shape)"))?;
+    let allow_zero = node.int("allowzero", 0)? != 0;
+    let total: usize = from.iter().product();
+    let mut shape = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (k, &d) in spec.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(k);
+                shape.push(1);
+            }
+            0 if !allow_zero => shape.push(
+                *from
+                    .get(k)
+                    .ok_or_else(|| node.err(format!("0 at position {k} copies a dimension the input does not have")))?,
+            ),
+            d if d >= 0 => shape.push(d as usize),
+            _ => return Err(node.err(format!("invalid shape {spec:?}"))),
+        }
+    }
+    let known =
+        shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| node.err("the shape overflows"))?;
+    if let Some(k) = infer {
+        if known == 0 || total % known != 0 {
+            return Err(node.err(format!("cannot reshape {from:?} to {spec:?}")));
+        }
+        shape[k] = total / known;
+    } else if known != total {
+        return Err(node.err(format!("cannot reshape {from:?} ({total} elements) to {spec:?}")));
+    }
+    one(reshape_to(im, node, x, &shape)?)
+}
+
+fn flatten(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let axis = node.int("axis", 1)?;
+    let a = if axis < 0 { axis + s.len() as i64 } else { axis };
+    if !(0..=s.len() as i64).contains(&a) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {}", s.len())));
+    }
+    let a = a as usize;
+    let shape = [s[..a].iter().product(), s[a..].iter().product()];
+    one(reshape_to(im, node, x, &shape)?)
+}
+
+fn squeeze(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let axes = match node.ints("axes")? {
+        Some(a) => Some(a),
+        None => im.const_ints(node, 1, "the axes")?,
+    };
+    let shape: Vec<usize> = if node.op() == "Squeeze" {
+        match axes {
+            None => s.iter().copied().filter(|&d| d != 1).collect(),
+            Some(axes) => {
+                let axes: Vec<usize> = axes.iter().map(|&a| norm_axis(node, a, s.len())).collect::<Result<_, _>>()?;
+                if let Some(&a) = axes.iter().find(|&&a| s[a] != 1) {
+                    return Err(node.err(format!("axis {a} has size {}, not 1", s[a])));
+                }
+                s.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, &d)| d).collect()
+            }
+        }
+    } else {
+        let axes = axes.ok_or_else(|| node.err("missing axes"))?;
+        let rank = s.len() + axes.len();
+        let mut axes: Vec<usize> = axes.iter().map(|&a| norm_axis(node, a, rank)).collect::<Result<_, _>>()?;
+        axes.sort_unstable();
+        if axes.windows(2).any(|w| w[0] == w[1]) {
+            return Err(node.err("repeated axes"));
+        }
+        let mut src = s.iter();
+        (0..rank).map(|k| if axes.contains(&k) { 1 } else { *src.next().unwrap_or(&1) }).collect()
+    };
+    one(reshape_to(im, node, x, &shape)?)
+}
+
+fn transpose(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let a = match node.ints("perm")? {
+        Some(p) => attrs(&[("axes", AttrValue::Ints(p))]),
+        None => kiln_ir::attrs::Attrs::new(),
+    };
+    one(im.call(node, "transpose", vec![x], a)?)
+}
+
+fn concat(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let xs = im.inputs(node)?;
+    let axis = node.opt_int("axis")?.ok_or_else(|| node.err("missing attribute `axis`"))?;
+    if xs.len() == 1 {
+        return one(xs[0]);
+    }
+    let t = im.tuple(node, xs)?;
+    one(im.call(node, "concatenate", vec![t], attrs(&[("axis", AttrValue::Int(axis))]))?)
+}
+
+/// `Shape` with `start`/`end` (opset 15), clamped to the rank as the spec says.
+fn shape(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let r = s.len() as i64;
+    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+    let start = clamp(node.int("start", 0)?);
+    let end = clamp(node.int("end", r)?);
+    let dims: Vec<i64> = s[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    one(im.constant(Tensor::from_i64(vec![dims.len()], &dims)))
+}
+
+fn size(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let n: usize = im.shape_of(node, x)?.iter().product();
+    one(im.constant(Tensor::from_i64(vec![], &[n as i64])))
+}
+
+fn slice(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let rank = im.rank_of(node, x)?;
+    let (starts, ends, axes, steps) = if im.opset < 10 {
+        let starts = node.ints("starts")?.ok_or_else(|| node.err("missing attribute `starts`"))?;
+        let ends = node.ints("ends")?.ok_or_else(|| node.err("missing attribute `ends`"))?;
+        (starts, ends, node.ints("axes")?, None)
+    } else {
+        let starts = im.const_ints(node, 1, "starts")?.ok_or_else(|| node.err("missing input 1 (starts)"))?;
+        let ends = im.const_ints(node, 2, "ends")?.ok_or_else(|| node.err("missing input 2 (ends)"))?;
+        (starts, ends, im.const_ints(node, 3, "axes")?, im.const_ints(node, 4, "steps")?)
+    };
+    let axes: Vec<i64> = match axes {
+        Some(a) => a.iter().map(|&v| norm_axis(node, v, rank).map(|v| v as i64)).collect::<Result<_, _>>()?,
+        None => (0..starts.len() as i64).collect(),
+    };
+    let mut seen = vec![false; rank];
+    for &a in &axes {
+        if std::mem::replace(&mut seen[a as usize], true) {
+            return Err(node.err(format!("axis {a} is sliced twice")));
+        }
+    }
+    if starts.len() != axes.len() || ends.len() != axes.len() || steps.as_ref().is_some_and(|s| s.len() != axes.len()) {
+        return Err(node.err("starts, ends, axes and steps must have the same length"));
+    }
+    if steps.as_ref().is_some_and(|s| s.contains(&0)) {
+        return Err(node.err("a step of 0"));
+    }
+    let mut a =
+        vec![("begin", AttrValue::Ints(starts)), ("end", AttrValue::Ints(ends)), ("axes", AttrValue::Ints(axes))];
+    if let Some(st) = steps {
+        a.push(("strides", AttrValue::Ints(st)));
+    }
+    one(im.call(node, "strided_slice", vec![x], attrs(&a))?)
+}
+
+fn split(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let axis = norm_axis(node, node.int("axis", 0)?, s.len())?;
+    let dim = s[axis];
+    let n_out = node.n.output.len();
+    let sizes: Vec<usize> = match (node.ints("split")?, im.const_ints(node, 1, "the split sizes")?) {
+        (Some(v), _) | (None, Some(v)) => {
+            if v.iter().any(|&d| d < 0) || v.iter().sum::<i64>() != dim as i64 {
+                return Err(node.err(format!("split sizes {v:?} do not add up to the axis size {dim}")));
+            }
+            v.iter().map(|&d| d as usize).collect()
+        }
+        (None, None) => {
+            let parts = match node.opt_int("num_outputs")? {
+                Some(k) if k as usize != n_out => {
+                    return Err(node.err(format!("num_outputs={k} but the node has {n_out} outputs")))
+                }
+                Some(k) => k as usize,
+                None => n_out,
+            };
+            if parts == 0 {
+                return Err(node.err("no outputs"));
+            }
+            if node.opt_int("num_outputs")?.is_none() && dim % parts != 0 {
+                return Err(node.err(format!("axis size {dim} does not split evenly into {parts} outputs")));
+            }
+            // opset 18: chunks of ⌈dim/parts⌉, the last one smaller.
+            let chunk = dim.div_ceil(parts);
+            (0..parts).map(|k| chunk.min(dim.saturating_sub(k * chunk))).collect()
+        }
+    };
+    if sizes.len() != n_out {
+        return Err(node.err(format!("{} split sizes for {n_out} outputs", sizes.len())));
+    }
+    let mut outs = Vec::with_capacity(n_out);
+    let mut begin = 0i64;
+    for &len in &sizes {
+        let a = attrs(&[
+            ("begin", AttrValue::Ints(vec![begin])),
+            ("end", AttrValue::Ints(vec![begin + len as i64])),
+            ("axes", AttrValue::Ints(vec![axis as i64])),
+        ]);
+        outs.push(im.call(node, "strided_slice", vec![x], a)?);
+        begin += len as i64;
+    }
+    Ok(outs)
+}
+
+fn expand(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let target = im.const_ints(node, 1, "the shape")?.ok_or_else(|| node.err("missing input 1 (shape)"))?;
+    if target.iter().any(|&d| d < 0) {
+        return Err(node.err(format!("negative dimension in {target:?}")));
+    }
+    let own = im.shape_of(node, x)?;
+    let target: Vec<usize> = target.iter().map(|&d| d as usize).collect();
+    // ONNX broadcasts both ways: the result has the broadcast of both shapes.
+    let full = kiln_ir::relay::op::broadcast_shapes(&own, &target).map_err(|m| node.err(m))?;
+    let dt = im.dtype_of(node, x)?;
+    let dims: Vec<i64> = full.iter().map(|&d| d as i64).collect();
+    proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
+    if full == own {
+        return one(x);
+    }
+    one(im.call(node, "broadcast_to", vec![x], attrs(&[("shape", AttrValue::Ints(dims))]))?)
+}
+
+/// `Gather`: constant indices are checked against the axis (negative ones
+/// count from the end) and normalized; run-time indices wrap negative values.
+fn gather(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (d, i) = (im.input(node, 0)?, im.input(node, 1)?);
+    let s = im.shape_of(node, d)?;
+    let axis = norm_axis(node, node.int("axis", 0)?, s.len())?;
+    let n = s[axis] as i64;
+    let mode = if let Some(t) = im.constant_value(i).cloned() {
+        let idx = ints_of(&t);
+        if let Some(&bad) = idx.iter().find(|&&v| v < -n || v >= n) {
+            return Err(node.err(format!("index {bad} is out of range for axis {axis} of size {n}")));
+        }
+        let fixed: Vec<f64> = idx.iter().map(|&v| if v < 0 { v + n } else { v } as f64).collect();
+        let t = Tensor::from_f64(t.dtype(), t.shape().to_vec(), &fixed);
+        let c = im.constant(t);
+        return one(im.call(
+            node,
+            "take",
+            vec![d, c],
+            attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str("clip".into()))]),
+        )?);
+    } else {
+        "wrap"
+    };
+    let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str(mode.into()))]);
+    one(im.call(node, "take", vec![d, i], a)?)
+}
+
+fn constant(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let given: Vec<&str> = node.n.attribute.iter().map(|a| a.name.as_str()).collect();
+    if given.len() != 1 {
+        return Err(node.err(format!("needs exactly one value attribute, found {given:?}")));
+    }
+    let t = match given[0] {
+        "value" => {
+            let t = node.attr("value").and_then(|a| a.t.as_ref()).ok_or_else(|| node.err("`value` holds no tensor"))?;
+            proto::tensor(t).map_err(|m| node.err(m))?
+        }
+        "value_float" => Tensor::scalar(DataType::F32, node.float("value_float", 0.0)? as f64),
+        "value_int" => Tensor::from_i64(vec![], &[node.int("value_int", 0)?]),
+        "value_floats" => {
+            let v: Vec<f64> = node.floats("value_floats")?.unwrap_or_default().iter().map(|&f| f as f64).collect();
+            Tensor::from_f64(DataType::F32, vec![v.len()], &v)
+        }
+        "value_ints" => {
+            let v = node.ints("value_ints")?.unwrap_or_default();
+            Tensor::from_i64(vec![v.len()], &v)
+        }
+        other => return Err(node.err(format!("a `{other}` constant is not supported"))),
+    };
+    one(im.constant(t))
+}
+
+fn constant_of_shape(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let dims = im.const_ints(node, 0, "the shape")?.ok_or_else(|| node.err("missing input 0 (shape)"))?;
+    let value = match node.attr("value").and_then(|a| a.t.as_ref()) {
+        Some(t) => proto::tensor(t).map_err(|m| node.err(m))?,
+        None => Tensor::scalar(DataType::F32, 0.0),
+    };
+    if value.numel() != 1 {
+        return Err(node.err("`value` must hold one element"));
+    }
+    let shape = proto::checked_shape(&dims, value.dtype()).map_err(|m| node.err(m))?;
+    let scalar = im.constant(Tensor::scalar(value.dtype(), value.get_f64(0)));
+    if shape.is_empty() {
+        return one(scalar);
+    }
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    one(im.call(node, "broadcast_to", vec![scalar], attrs(&[("shape", AttrValue::Ints(dims))]))?)
+}
+
+/// `Range(start, limit, delta)` of constant scalars.
+fn range(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let get = |im: &Importer, i: usize, what: &str| -> Result<Tensor, OnnxError> {
+        let t = im.const_input(node, i, what)?.ok_or_else(|| node.err(format!("missing {what}")))?;
+        if t.numel() != 1 {
+            return Err(node.err(format!("{what} must be a scalar")));
+        }
+        Ok(t)
+    };
+    let (start, limit, delta) = (get(im, 0, "start")?, get(im, 1, "limit")?, get(im, 2, "delta")?);
+    let (s, l, d) = (start.get_f64(0), limit.get_f64(0), delta.get_f64(0));
+    if d == 0.0 || !d.is_finite() || !s.is_finite() || !l.is_finite() {
+        return Err(node.err("delta must be finite and not zero"));
+    }
+    let n = ((l - s) / d).ceil().max(0.0);
+    let dims = [n as i64];
+    proto::checked_shape(&dims, start.dtype()).map_err(|m| node.err(m))?;
+    let n = n as usize;
+    let values: Vec<f64> = if start.dtype().is_float() {
+        (0..n).map(|k| s + k as f64 * d).collect()
+    } else {
+        (0..n).map(|k| (s as i64 + k as i64 * d as i64) as f64).collect()
+    };
+    one(im.constant(Tensor::from_f64(start.dtype(), vec![n], &values)))
+}
+
+/// `Tile` as reshape → broadcast → reshape: `[a, b]` × `[r, s]` reads
+/// `[1, a, 1, b]` broadcast to `[r, a, s, b]`.
+fn tile(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let reps = im.const_ints(node, 1, "repeats")?.ok_or_else(|| node.err("missing input 1 (repeats)"))?;
+    if reps.len() != s.len() || reps.iter().any(|&r| r < 0) {
+        return Err(node.err(format!("repeats {reps:?} do not fit an input of rank {}", s.len())));
+    }
+    let lifted: Vec<usize> = s.iter().flat_map(|&d| [1, d]).collect();
+    let wide: Vec<i64> = s.iter().zip(&reps).flat_map(|(&d, &r)| [r, d as i64]).collect();
+    let out: Vec<usize> = s.iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+    let dt = im.dtype_of(node, x)?;
+    let dims: Vec<i64> = out.iter().map(|&d| d as i64).collect();
+    proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
+    let y = reshape_to(im, node, x, &lifted)?;
+    let y = im.call(node, "broadcast_to", vec![y], attrs(&[("shape", AttrValue::Ints(wide))]))?;
+    one(reshape_to(im, node, y, &out)?)
+}
+
+/// Upper or lower triangle of the last two axes: a constant mask and `where`.
+fn trilu(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    if s.len() < 2 {
+        return Err(node.err("needs an input of rank 2 or more"));
+    }
+    let k = match im.const_input(node, 1, "k")? {
+        Some(t) if t.numel() == 1 => t.get_f64(0) as i64,
+        Some(_) => return Err(node.err("k must be a scalar")),
+        None => 0,
+    };
+    let upper = node.int("upper", 1)? != 0;
+    let (rows, cols) = (s[s.len() - 2], s[s.len() - 1]);
+    let mask: Vec<f64> = (0..rows * cols)
+        .map(|p| {
+            let (i, j) = ((p / cols) as i64, (p % cols) as i64);
+            (if upper { j - i >= k } else { j - i <= k }) as u8 as f64
+        })
+        .collect();
+    let mask = im.constant(Tensor::from_f64(DataType::Bool, vec![rows, cols], &mask));
+    let dt = im.dtype_of(node, x)?;
+    let zero = im.scalar(dt, 0.0);
+    one(im.op(node, "where", vec![mask, x, zero])?)
+}
+
+fn eye_like(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    if s.len() != 2 {
+        return Err(node.err("needs a 2-D input"));
+    }
+    let dt = match node.opt_int("dtype")? {
+        Some(c) => proto::dtype(c as i32)
+            .ok_or_else(|| node.err(format!("dtype {} is not supported", proto::onnx_type_name(c as i32))))?,
+        None => im.dtype_of(node, x)?,
+    };
+    let k = node.int("k", 0)?;
+    let v: Vec<f64> = (0..s[0] * s[1]).map(|p| ((p % s[1]) as i64 - (p / s[1]) as i64 == k) as u8 as f64).collect();
+    one(im.constant(Tensor::from_f64(dt, s, &v)))
+}
+
+/// DepthToSpace (DCR or CRD) and SpaceToDepth as reshape → transpose → reshape.
+fn depth_space(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let s = im.shape_of(node, x)?;
+    let b = node.opt_int("blocksize")?.ok_or_else(|| node.err("missing attribute `blocksize`"))?;
+    if s.len() != 4 || b < 1 {
+        return Err(node.err("needs a 4-D input and a positive blocksize"));
+    }
+    let b = b as usize;
+    let [n, c, h, w] = [s[0], s[1], s[2], s[3]];
+    let (tmp, perm, out): (Vec<usize>, Vec<i64>, Vec<usize>) = if node.op() == "DepthToSpace" {
+        if c % (b * b) != 0 {
+            return Err(node.err(format!("{c} channels are not a multiple of blocksize² = {}", b * b)));
+        }
+        let c2 = c / (b * b);
+        match node.string("mode")?.as_deref().unwrap_or("DCR") {
+            "DCR" => (vec![n, b, b, c2, h, w], vec![0, 3, 4, 1, 5, 2], vec![n, c2, h * b, w * b]),
+            "CRD" => (vec![n, c2, b, b, h, w], vec![0, 1, 4, 2, 5, 3], vec![n, c2, h * b, w * b]),
+            other => return Err(node.err(format!("mode={other} is not a DepthToSpace mode"))),
+        }
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return Err(node.err(format!("spatial size {h}×{w} is not a multiple of blocksize {b}")));
+        }
+        (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4], vec![n, c * b * b, h / b, w / b])
+    };
+    let y = reshape_to(im, node, x, &tmp)?;
+    let y = im.call(node, "transpose", vec![y], attrs(&[("axes", AttrValue::Ints(perm))]))?;
+    one(reshape_to(im, node, y, &out)?)
+}
