@@ -36,6 +36,8 @@ commands:
       -o DIR                     output directory (default .)
   run FILE        compile in process (JIT, or C) and run on .npy inputs
       --input NAME=PATH.npy      an input of @main (repeatable; every non-weight parameter)
+      --bind NAME=PATH.npy       (ONNX) fix an input at build time: it becomes a constant, so
+                                 shapes, axes or scales fed as inputs are known to the compiler
       --output PATH.npy          where to write each output, in order (repeatable)
       --weights FILE, --target T, --opt-level N as for build
       --threads N                threads for the parallel kernels (default 1)
@@ -189,6 +191,8 @@ struct CompileArgs {
     emit: Vec<String>,
     out: String,
     inputs: Vec<(String, String)>,
+    /// `--bind NAME=PATH.npy`: ONNX inputs fixed at build time.
+    bound: Vec<(String, String)>,
     outputs: Vec<String>,
     threads: usize,
     runs: usize,
@@ -207,6 +211,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         emit: vec!["obj".into()],
         out: ".".into(),
         inputs: Vec::new(),
+        bound: Vec::new(),
         outputs: Vec::new(),
         threads: 1,
         runs: 100,
@@ -229,6 +234,11 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                 let v = value(a)?;
                 let (n, p) = v.split_once('=').ok_or_else(|| format!("--input takes NAME=PATH.npy, not `{v}`"))?;
                 c.inputs.push((n.to_string(), p.to_string()));
+            }
+            "--bind" => {
+                let v = value(a)?;
+                let (n, p) = v.split_once('=').ok_or_else(|| format!("--bind takes NAME=PATH.npy, not `{v}`"))?;
+                c.bound.push((n.to_string(), p.to_string()));
             }
             "--output" => c.outputs.push(value(a)?),
             "--ptx" => c.ptx = Some(value(a)?),
@@ -276,12 +286,31 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
             shapes.push((name.clone(), t.shape().to_vec()));
         }
     }
-    read_module_with_shapes(&c.file, &shapes)?; // file errors with their location first
+    let mut bound = Vec::new();
+    for (name, path) in &c.bound {
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: cannot read: {e}"))?;
+        bound.push((name.clone(), kiln::npy::read_npy(&bytes).map_err(|e| format!("{path}: {e}"))?));
+    }
+    if !bound.is_empty() && !c.file.ends_with(".onnx") {
+        return Err("--bind applies to ONNX models".into());
+    }
+    if c.file.ends_with(".onnx") {
+        // File errors with their location first.
+        let bytes = std::fs::read(&c.file).map_err(|e| format!("{}: cannot read: {e}", c.file))?;
+        let mut m =
+            kiln::frontend::onnx::import_with(&bytes, &shapes, &bound).map_err(|e| format!("{}: {e}", c.file))?;
+        infer_module(&mut m).map_err(|e| format!("{}: {e}", c.file))?;
+    } else {
+        read_module_with_shapes(&c.file, &shapes)?;
+    }
     let mut b = kiln::Build::new("model");
     if c.file.ends_with(".onnx") {
         b.onnx(&c.file);
         for (n, s) in &shapes {
             b.input_shape(n, s);
+        }
+        for (n, t) in bound {
+            b.bind_input(&n, t);
         }
     } else {
         b.relay_file(&c.file);

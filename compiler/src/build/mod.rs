@@ -87,6 +87,7 @@ pub struct Build {
     cargo_metadata: bool,
     runtime_std: bool,
     input_shapes: Vec<(String, Vec<usize>)>,
+    bound_inputs: Vec<(String, Tensor)>,
 }
 
 /// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
@@ -148,6 +149,7 @@ impl Build {
             cargo_metadata: true,
             runtime_std: true,
             input_shapes: Vec::new(),
+            bound_inputs: Vec::new(),
         }
     }
 
@@ -160,6 +162,14 @@ impl Build {
     /// Fix the shape of a model input whose dimensions are dynamic in the file.
     pub fn input_shape(&mut self, name: &str, shape: &[usize]) -> &mut Self {
         self.input_shapes.push((name.to_string(), shape.to_vec()));
+        self
+    }
+
+    /// Bind an ONNX model input to a value known at build time: it becomes a
+    /// constant of the compiled model (no longer an input), so operators that
+    /// need it constant — shapes, axes, scales, split sizes — accept it.
+    pub fn bind_input(&mut self, name: &str, value: Tensor) -> &mut Self {
+        self.bound_inputs.push((name.to_string(), value));
         self
     }
 
@@ -246,7 +256,7 @@ impl Build {
                     path: p.display().to_string(),
                     source: e,
                 })?;
-                crate::frontend::onnx::import(&bytes, &self.input_shapes)
+                crate::frontend::onnx::import_with(&bytes, &self.input_shapes, &self.bound_inputs)
                     .map_err(|e| self.model_err(format!("{}: {e}", p.display())))
             }
         }
@@ -441,7 +451,7 @@ impl Build {
             n.hash(&mut h);
             t.hash(&mut h);
         }
-        (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes).hash(&mut h);
+        (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes, &self.bound_inputs).hash(&mut h);
         // Touching an input file rebuilds, as cargo users expect.
         for w in &self.weights {
             if let WeightSource::File(p) = w {

@@ -159,6 +159,20 @@ impl Emitter<'_> {
                     Intrinsic::Pow => format!("powf({first}, {})", a.get(1).cloned().unwrap_or_default()),
                     Intrinsic::Fabs => format!("fabsf({first})"),
                     Intrinsic::Floor => format!("floorf({first})"),
+                    Intrinsic::Ceil => format!("ceilf({first})"),
+                    Intrinsic::Round => format!("rintf({first})"),
+                    Intrinsic::Fmod => format!("fmodf({first}, {})", a.get(1).cloned().unwrap_or_default()),
+                    Intrinsic::Sin
+                    | Intrinsic::Cos
+                    | Intrinsic::Tan
+                    | Intrinsic::Asin
+                    | Intrinsic::Acos
+                    | Intrinsic::Atan
+                    | Intrinsic::Sinh
+                    | Intrinsic::Cosh
+                    | Intrinsic::Asinh
+                    | Intrinsic::Acosh
+                    | Intrinsic::Atanh => format!("{}f({first})", f.name()),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::Ldexp => format!("ldexpf({first}, (int)({}))", a.get(1).cloned().unwrap_or_default()),
                 }

@@ -360,6 +360,28 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     Intrinsic::Sqrt => self.intrinsic(&format!("llvm.sqrt.{suffix}"), &[x], ft)?,
                     Intrinsic::Fabs => self.intrinsic(&format!("llvm.fabs.{suffix}"), &[x], ft)?,
                     Intrinsic::Floor => self.intrinsic(&format!("llvm.floor.{suffix}"), &[x], ft)?,
+                    Intrinsic::Ceil => self.intrinsic(&format!("llvm.ceil.{suffix}"), &[x], ft)?,
+                    Intrinsic::Round => self.intrinsic(&format!("llvm.rint.{suffix}"), &[x], ft)?,
+                    Intrinsic::Fmod => {
+                        let y = vals.get(1).copied().ok_or_else(|| self.unsupported("fmod with one argument"))?;
+                        self.e(self.b.build_float_rem(x.into_float_value(), y.into_float_value(), "fmod"))?.into()
+                    }
+                    Intrinsic::Sin
+                    | Intrinsic::Cos
+                    | Intrinsic::Tan
+                    | Intrinsic::Asin
+                    | Intrinsic::Acos
+                    | Intrinsic::Atan
+                    | Intrinsic::Sinh
+                    | Intrinsic::Cosh
+                    | Intrinsic::Asinh
+                    | Intrinsic::Acosh
+                    | Intrinsic::Atanh => {
+                        if self.gpu {
+                            return Err(self.unsupported(&format!("`{}` on the GPU", f.name())));
+                        }
+                        self.intrinsic(&libm(&format!("{}f", f.name())), &[x], ft)?
+                    }
                     Intrinsic::Pow => {
                         let y = vals.get(1).copied().ok_or_else(|| self.unsupported("pow with one argument"))?;
                         self.intrinsic(&format!("llvm.pow.{suffix}"), &[x, y], ft)?
@@ -643,6 +665,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     Intrinsic::Fabs => "fabs",
                     Intrinsic::Sqrt => "sqrt",
                     Intrinsic::Floor => "floor",
+                    Intrinsic::Ceil => "ceil",
+                    Intrinsic::Round => "rint",
                     Intrinsic::Exp => "exp",
                     Intrinsic::Log => "log",
                     Intrinsic::Ldexp => return self.ldexp(vals[0], vals[1]),

@@ -79,8 +79,58 @@ fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, Strin
             Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, x, lo), hi)
         }
         "cast" => Expr::cast(t, x),
+        "abs" if dt.is_float() => call(Intrinsic::Fabs, x),
+        "abs" => select(Expr::cmp(CmpOp::Lt, x.clone(), zero(dt)), Expr::bin(BinOp::Sub, zero(dt), x.clone()), x),
+        "sign" => {
+            let one = Expr::constant(1.0, dt);
+            let neg = Expr::constant(-1.0, dt);
+            let s = select(
+                Expr::cmp(CmpOp::Gt, x.clone(), zero(dt)),
+                one,
+                select(Expr::cmp(CmpOp::Lt, x.clone(), zero(dt)), neg, zero(dt)),
+            );
+            // NaN (the only value unequal to itself) stays NaN.
+            if dt.is_float() {
+                select(Expr::cmp(CmpOp::Ne, x.clone(), x.clone()), x, s)
+            } else {
+                s
+            }
+        }
+        "floor" => call(Intrinsic::Floor, x),
+        "ceil" => call(Intrinsic::Ceil, x),
+        "round" => call(Intrinsic::Round, x),
+        "sin" => call(Intrinsic::Sin, x),
+        "cos" => call(Intrinsic::Cos, x),
+        "tan" => call(Intrinsic::Tan, x),
+        "asin" => call(Intrinsic::Asin, x),
+        "acos" => call(Intrinsic::Acos, x),
+        "atan" => call(Intrinsic::Atan, x),
+        "sinh" => call(Intrinsic::Sinh, x),
+        "cosh" => call(Intrinsic::Cosh, x),
+        "asinh" => call(Intrinsic::Asinh, x),
+        "acosh" => call(Intrinsic::Acosh, x),
+        "atanh" => call(Intrinsic::Atanh, x),
+        "isnan" => Expr::cmp(CmpOp::Ne, x.clone(), x),
         _ => return Err(format!("no unary compute for `{name}`")),
     })
+}
+
+/// Integer `a op b` that never traps: a zero divisor gives 0 and `MIN / -1`
+/// wraps (x86 raises SIGFPE for both), by dividing by a safe divisor and selecting.
+fn int_division(op: BinOp, a: Expr, b: Expr, dt: DataType) -> Expr {
+    let is = |v: f64| Expr::cmp(CmpOp::Eq, b.clone(), Expr::constant(v, dt));
+    let unsafe_divisor = if dt == DataType::U8 { is(0.0) } else { Expr::or(is(0.0), is(-1.0)) };
+    let safe_b = select(unsafe_divisor, Expr::constant(1.0, dt), b.clone());
+    let q = Expr::bin(op, a.clone(), safe_b);
+    if dt == DataType::U8 {
+        return select(is(0.0), zero(dt), q);
+    }
+    // b = -1: a / -1 = -a (wrapping), a mod -1 = 0.
+    let by_minus_one = match op {
+        BinOp::Div | BinOp::FloorDiv => Expr::bin(BinOp::Sub, zero(dt), a),
+        _ => zero(dt),
+    };
+    select(is(0.0), zero(dt), select(is(-1.0), by_minus_one, q))
 }
 
 fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
@@ -88,7 +138,28 @@ fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
         "add" => Expr::bin(BinOp::Add, a, b),
         "subtract" => Expr::bin(BinOp::Sub, a, b),
         "multiply" => Expr::bin(BinOp::Mul, a, b),
+        "divide" if dt.is_int() => int_division(BinOp::Div, a, b, dt),
         "divide" => Expr::bin(BinOp::Div, a, b),
+        "mod" if dt.is_float() => Expr::call(Intrinsic::Fmod, vec![a, b], TirType::scalar(dt)),
+        // Truncated remainder: a − (a / b)·b with the truncating division.
+        "mod" => {
+            let q = int_division(BinOp::Div, a.clone(), b.clone(), dt);
+            let r = Expr::bin(BinOp::Sub, a, Expr::bin(BinOp::Mul, q, b.clone()));
+            select(Expr::cmp(CmpOp::Eq, b, zero(dt)), zero(dt), r)
+        }
+        "floor_mod" if dt.is_int() => int_division(BinOp::FloorMod, a, b, dt),
+        "floor_mod" => {
+            // NumPy's mod: fmod, moved into the divisor's sign (exact, and right for infinities).
+            let r = Expr::call(Intrinsic::Fmod, vec![a, b.clone()], TirType::scalar(dt));
+            let z = zero(dt);
+            let differ = Expr::cmp(
+                CmpOp::Ne,
+                Expr::cmp(CmpOp::Lt, r.clone(), z.clone()),
+                Expr::cmp(CmpOp::Lt, b.clone(), z.clone()),
+            );
+            let fix = Expr::and(Expr::cmp(CmpOp::Ne, r.clone(), z), differ);
+            select(fix, Expr::bin(BinOp::Add, r.clone(), b), r)
+        }
         "maximum" => Expr::bin(BinOp::Max, a, b),
         "minimum" => Expr::bin(BinOp::Min, a, b),
         "power" => Expr::call(Intrinsic::Pow, vec![a, b], TirType::scalar(dt)),
@@ -123,6 +194,8 @@ fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Resu
     let raxes: Vec<_> = axes.iter().map(|&a| reduce_axis(x.shape()[a], &format!("r{a}"))).collect();
     let combiner = match name {
         "max" => Combiner::Max,
+        "min" => Combiner::Min,
+        "prod" => Combiner::Prod,
         _ => Combiner::Sum,
     };
     let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
@@ -150,6 +223,54 @@ fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Resu
     Ok(compute("mean", out_shape, |idx| Expr::bin(BinOp::Div, summed.at(idx), Expr::constant(count as f64, dt))))
 }
 
+/// `argmax`/`argmin` in two stages: the extreme value along the axis, then
+/// the first (or, with `select_last_index`, the last) index that holds it.
+fn arg_reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, String> {
+    let ndim = x.ndim();
+    let a = attrs.int("axis")?;
+    let axis = usize::try_from(if a < 0 { a + ndim as i64 } else { a })
+        .ok()
+        .filter(|&a| a < ndim)
+        .ok_or_else(|| format!("axis {a} out of range"))?;
+    let keep = attrs.bool("keepdims")?;
+    let last = attrs.bool("select_last_index")?;
+    let n = x.shape()[axis];
+    // Input indices for output index `idx` with the reduced axis at `r`.
+    let src = move |idx: &[Expr], r: Expr| -> Vec<Expr> {
+        let mut s = Vec::with_capacity(ndim);
+        let mut k = 0;
+        for d in 0..ndim {
+            if d == axis {
+                s.push(r.clone());
+                if keep {
+                    k += 1;
+                }
+            } else {
+                s.push(idx[k].clone());
+                k += 1;
+            }
+        }
+        s
+    };
+    let r1 = reduce_axis(n, "r");
+    let xc = x.clone();
+    let combiner = if name == "argmax" { Combiner::Max } else { Combiner::Min };
+    let s1 = src.clone();
+    let extreme = compute(&format!("{name}_value"), out_shape, |idx| {
+        reduce(combiner, xc.at(&s1(idx, Expr::var(&r1.0))), std::slice::from_ref(&r1))
+    });
+    let r2 = reduce_axis(n, "k");
+    let xc = x.clone();
+    let i64t = TirType::scalar(DataType::I64);
+    Ok(compute(name, out_shape, |idx| {
+        let k = Expr::var(&r2.0);
+        let hit = Expr::cmp(CmpOp::Eq, xc.at(&src(idx, k.clone())), extreme.at(idx));
+        let miss = Expr::constant(if last { -1.0 } else { n as f64 }, DataType::I64);
+        let pick = select(hit, Expr::cast(i64t, k), miss);
+        reduce(if last { Combiner::Max } else { Combiner::Min }, pick, std::slice::from_ref(&r2))
+    }))
+}
+
 /// The TE value of `op(inputs…)` with output type `out`.
 pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
     let tensor = |i: usize| -> Result<&Tensor, String> {
@@ -157,17 +278,23 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
     };
     let t = |x: Tensor| Ok(TeValue::Tensor(x));
     match op {
-        "negative" | "exp" | "log" | "sqrt" | "rsqrt" | "tanh" | "sigmoid" | "erf" | "nn.relu" | "clip" | "cast" => {
+        "negative" | "exp" | "log" | "sqrt" | "rsqrt" | "tanh" | "sigmoid" | "erf" | "nn.relu" | "clip" | "cast"
+        | "abs" | "sign" | "floor" | "ceil" | "round" | "sin" | "cos" | "tan" | "asin" | "acos" | "atan" | "sinh"
+        | "cosh" | "asinh" | "acosh" | "atanh" | "isnan" => {
             let (shape, dt) = out_tensor(out)?;
             let x = tensor(0)?.clone();
             t(try_compute(op, &shape, |i| unary(op, x.at(i), dt, attrs))?)
         }
-        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "power" => {
+        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "power" | "mod" | "floor_mod" => {
             let (shape, dt) = out_tensor(out)?;
             let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
             t(try_compute(op, &shape, |i| binary(op, broadcast_at(&a, i), broadcast_at(&b, i), dt))?)
         }
-        "sum" | "mean" | "max" => {
+        "argmax" | "argmin" => {
+            let (shape, _) = out_tensor(out)?;
+            t(arg_reduction(op, tensor(0)?, attrs, &shape)?)
+        }
+        "sum" | "mean" | "max" | "min" | "prod" => {
             let (shape, _) = out_tensor(out)?;
             t(reduction(op, tensor(0)?, attrs, &shape)?)
         }
@@ -186,11 +313,30 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
                 }
             }
         }
-        "equal" | "less" => {
+        "equal" | "less" | "greater" | "greater_equal" | "less_equal" | "not_equal" => {
             let (shape, _) = out_tensor(out)?;
             let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
-            let cmp = if op == "equal" { CmpOp::Eq } else { CmpOp::Lt };
+            let cmp = match op {
+                "equal" => CmpOp::Eq,
+                "less" => CmpOp::Lt,
+                "greater" => CmpOp::Gt,
+                "greater_equal" => CmpOp::Ge,
+                "less_equal" => CmpOp::Le,
+                _ => CmpOp::Ne,
+            };
             t(compute(op, &shape, |i| Expr::cmp(cmp, broadcast_at(&a, i), broadcast_at(&b, i))))
+        }
+        "logical_and" | "logical_or" | "logical_xor" => {
+            let (shape, _) = out_tensor(out)?;
+            let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
+            t(compute(op, &shape, |i| {
+                let (x, y) = (broadcast_at(&a, i), broadcast_at(&b, i));
+                match op {
+                    "logical_and" => Expr::and(x, y),
+                    "logical_or" => Expr::or(x, y),
+                    _ => Expr::cmp(CmpOp::Ne, x, y),
+                }
+            }))
         }
         "logical_not" => {
             let (shape, _) = out_tensor(out)?;

@@ -206,6 +206,22 @@ pub enum Intrinsic {
     Pow,
     Fabs,
     Floor,
+    Ceil,
+    /// Round to nearest, ties to even (`rint` under the default rounding mode).
+    Round,
+    /// Truncated remainder (C `fmod`).
+    Fmod,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
     /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
     /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
     Ldexp,
@@ -226,6 +242,20 @@ impl Intrinsic {
             Intrinsic::Pow => "pow",
             Intrinsic::Fabs => "fabs",
             Intrinsic::Floor => "floor",
+            Intrinsic::Ceil => "ceil",
+            Intrinsic::Round => "round",
+            Intrinsic::Fmod => "fmod",
+            Intrinsic::Sin => "sin",
+            Intrinsic::Cos => "cos",
+            Intrinsic::Tan => "tan",
+            Intrinsic::Asin => "asin",
+            Intrinsic::Acos => "acos",
+            Intrinsic::Atan => "atan",
+            Intrinsic::Sinh => "sinh",
+            Intrinsic::Cosh => "cosh",
+            Intrinsic::Asinh => "asinh",
+            Intrinsic::Acosh => "acosh",
+            Intrinsic::Atanh => "atanh",
             Intrinsic::Ldexp => "ldexp",
             Intrinsic::Barrier => "tvm_storage_sync",
         }
@@ -268,6 +298,7 @@ pub enum Combiner {
     Sum,
     Max,
     Min,
+    Prod,
 }
 
 impl Combiner {
@@ -276,6 +307,7 @@ impl Combiner {
             Combiner::Sum => "sum",
             Combiner::Max => "max",
             Combiner::Min => "min",
+            Combiner::Prod => "prod",
         }
     }
 
@@ -283,6 +315,7 @@ impl Combiner {
     pub fn identity(self, elem: DataType) -> Expr {
         let v = match self {
             Combiner::Sum => 0.0,
+            Combiner::Prod => 1.0,
             Combiner::Max if elem.is_float() => f64::NEG_INFINITY,
             Combiner::Min if elem.is_float() => f64::INFINITY,
             Combiner::Max => match elem {
@@ -308,6 +341,7 @@ impl Combiner {
             Combiner::Sum => Expr::bin(BinOp::Add, acc, value),
             Combiner::Max => Expr::bin(BinOp::Max, acc, value),
             Combiner::Min => Expr::bin(BinOp::Min, acc, value),
+            Combiner::Prod => Expr::bin(BinOp::Mul, acc, value),
         }
     }
 }
@@ -364,6 +398,10 @@ impl Expr {
 
     pub fn and(a: Expr, b: Expr) -> Expr {
         Expr::And(Box::new(a), Box::new(b))
+    }
+
+    pub fn or(a: Expr, b: Expr) -> Expr {
+        Expr::Or(Box::new(a), Box::new(b))
     }
 
     /// The constant value, if this is an integer constant.

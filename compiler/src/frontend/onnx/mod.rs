@@ -19,6 +19,7 @@ use onnx_protobuf::{Message, ModelProto, ValueInfoProto};
 use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::{IRModule, Type};
 use kiln_ir::span::Span;
+use kiln_ir::Tensor;
 
 mod importer;
 mod ops;
@@ -38,8 +39,8 @@ pub enum OnnxError {
     Input { input: String, message: String },
 }
 
-/// The default-domain opsets kiln imports (ONNX 1.2 to 1.18's operator sets).
-pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=23;
+/// The default-domain opsets kiln imports (ONNX 1.2 to 1.23)
+pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=28;
 
 /// The ONNX operators kiln imports, sorted.
 pub fn supported_operators() -> Vec<&'static str> {
@@ -52,6 +53,18 @@ pub fn supported_operators() -> Vec<&'static str> {
 /// symbolic dimension (`batch`, `sequence`) must be fixed this way, and a
 /// given shape must agree with every fixed dimension the model declares.
 pub fn import(bytes: &[u8], input_shapes: &[(String, Vec<usize>)]) -> Result<IRModule, OnnxError> {
+    import_with(bytes, input_shapes, &[])
+}
+
+/// [`import`], with some graph inputs bound to values known at build time:
+/// each becomes a constant (its dtype and shape checked against the
+/// declaration), so operators that need it constant (a `Reshape` shape,
+/// `Resize` scales, `Slice` starts) accept it, and it is no longer an input.
+pub fn import_with(
+    bytes: &[u8],
+    input_shapes: &[(String, Vec<usize>)],
+    bound: &[(String, Tensor)],
+) -> Result<IRModule, OnnxError> {
     let model = ModelProto::parse_from_bytes(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Corrupt("the model has no graph".into()))?;
     let opset = default_opset(&model)?;
@@ -81,6 +94,18 @@ pub fn import(bytes: &[u8], input_shapes: &[(String, Vec<usize>)]) -> Result<IRM
         if !defined.insert(input.name.as_str()) {
             return Err(OnnxError::Corrupt(format!("graph input `{}` is defined twice", input.name)));
         }
+        if let Some((_, t)) = bound.iter().find(|(n, _)| n == &input.name) {
+            let ty = input_type(input, Some(t.shape()))?;
+            if ty.as_tensor().map(|tt| tt.dtype) != Some(t.dtype()) {
+                return Err(OnnxError::Input {
+                    input: input.name.clone(),
+                    message: format!("is declared {ty}, the bound value is {}", t.dtype()),
+                });
+            }
+            let c = im.constant(t.clone());
+            im.values.insert(input.name.clone(), c);
+            continue;
+        }
         let given = input_shapes.iter().find(|(n, _)| n == &input.name).map(|(_, s)| s.as_slice());
         let ty = input_type(input, given)?;
         let v = im.store.var(input.name.clone(), Some(ty.clone()));
@@ -89,8 +114,12 @@ pub fn import(bytes: &[u8], input_shapes: &[(String, Vec<usize>)]) -> Result<IRM
         im.values.insert(input.name.clone(), v);
         params.push(v);
     }
-    if let Some((name, _)) = input_shapes.iter().find(|(n, _)| !graph.input.iter().any(|i| &i.name == n)) {
-        return Err(OnnxError::Input { input: name.clone(), message: "the model has no input of this name".into() });
+    let given_names = input_shapes.iter().map(|(n, _)| n).chain(bound.iter().map(|(n, _)| n));
+    if let Some(name) = given_names.into_iter().find(|n| !graph.input.iter().any(|i| &i.name == *n)) {
+        return Err(OnnxError::Input {
+            input: name.to_string(),
+            message: "the model has no input of this name".into(),
+        });
     }
     let table = ops::table();
     for (index, n) in graph.node.iter().enumerate() {

@@ -141,6 +141,73 @@ fn eval_cast(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(x.cast(attrs.dtype("dtype")?)))
 }
 
+/// Unary ops whose result is bool (`isnan`).
+fn rel_unary_to_bool(args: &[Type], _: &Attrs) -> Result<Type, String> {
+    let t = tensor_arg(args, 0, "data")?;
+    float_dtype(t, "data")?;
+    Ok(Type::tensor(t.shape.clone(), DataType::Bool))
+}
+
+/// Binary integer-or-float ops whose integer form needs both operands integral.
+fn rel_broadcast_numeric(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let t = rel_broadcast(args, attrs)?;
+    if t.as_tensor().is_some_and(|t| t.dtype == DataType::Bool) {
+        return Err("operands must be numeric, found bool".into());
+    }
+    Ok(t)
+}
+
+macro_rules! unary_evals {
+    ($($name:ident => $f:expr;)*) => {
+        $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, String> {
+            unary(args, $f)
+        })*
+    };
+}
+
+unary_evals! {
+    eval_abs => f64::abs;
+    eval_sign => |x: f64| if x.is_nan() || x == 0.0 { x } else { x.signum() };
+    eval_floor => f64::floor;
+    eval_ceil => f64::ceil;
+    eval_round => f64::round_ties_even;
+    eval_sin => f64::sin;
+    eval_cos => f64::cos;
+    eval_tan => f64::tan;
+    eval_asin => f64::asin;
+    eval_acos => f64::acos;
+    eval_atan => f64::atan;
+    eval_sinh => f64::sinh;
+    eval_cosh => f64::cosh;
+    eval_asinh => f64::asinh;
+    eval_acosh => f64::acosh;
+    eval_atanh => f64::atanh;
+}
+
+fn eval_isnan(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let out: Vec<f64> = x.to_f64_vec().iter().map(|v| v.is_nan() as u8 as f64).collect();
+    Ok(Value::Tensor(Tensor::from_f64(DataType::Bool, x.shape().to_vec(), &out)))
+}
+
+/// Truncated remainder (C `fmod`, the sign of the dividend); integer division by zero is an error.
+fn eval_mod(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    let int = is_int(args);
+    binary(args, move |a, b| if int && b == 0.0 { Err("integer modulo by zero".into()) } else { Ok(a % b) })
+}
+
+/// Floored remainder (Python `%`, the sign of the divisor).
+fn eval_floor_mod(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    let int = is_int(args);
+    binary(args, move |a, b| {
+        if int && b == 0.0 {
+            return Err("integer modulo by zero".into());
+        }
+        let r = a % b;
+        Ok(if r != 0.0 && (r < 0.0) != (b < 0.0) { r + b } else { r })
+    })
+}
+
 pub(super) fn register(defs: &mut Vec<OpDef>) {
     use OpPattern::{Broadcast, ElemWise};
     let binary: [(&'static str, super::EvalFn, &'static str); 7] = [
@@ -155,6 +222,22 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
     for (name, eval, doc) in binary {
         defs.push(OpDef::new(name, &["lhs", "rhs"], Broadcast, rel_broadcast, eval, doc));
     }
+    defs.push(OpDef::new(
+        "mod",
+        &["lhs", "rhs"],
+        Broadcast,
+        rel_broadcast_numeric,
+        eval_mod,
+        "Truncated remainder (the sign of the dividend, C `fmod`); integer modulo by zero gives 0 in compiled code.",
+    ));
+    defs.push(OpDef::new(
+        "floor_mod",
+        &["lhs", "rhs"],
+        Broadcast,
+        rel_broadcast_numeric,
+        eval_floor_mod,
+        "Floored remainder (the sign of the divisor, Python `%`); integer modulo by zero gives 0 in compiled code.",
+    ));
     let unary: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 9] = [
         ("negative", rel_unary, eval_negative, "Elementwise negation."),
         ("exp", rel_unary_float, eval_exp, "Elementwise e^x."),
@@ -167,6 +250,28 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         ("nn.relu", rel_unary, eval_relu, "Elementwise max(x, 0)."),
     ];
     for (name, rel, eval, doc) in unary {
+        defs.push(OpDef::new(name, &["data"], ElemWise, rel, eval, doc));
+    }
+    let more: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 17] = [
+        ("abs", rel_unary, eval_abs, "Elementwise absolute value."),
+        ("sign", rel_unary, eval_sign, "Elementwise sign: -1, 0 or 1 (NaN stays NaN)."),
+        ("floor", rel_unary_float, eval_floor, "Elementwise floor."),
+        ("ceil", rel_unary_float, eval_ceil, "Elementwise ceiling."),
+        ("round", rel_unary_float, eval_round, "Elementwise rounding to nearest, ties to even."),
+        ("sin", rel_unary_float, eval_sin, "Elementwise sine."),
+        ("cos", rel_unary_float, eval_cos, "Elementwise cosine."),
+        ("tan", rel_unary_float, eval_tan, "Elementwise tangent."),
+        ("asin", rel_unary_float, eval_asin, "Elementwise arcsine."),
+        ("acos", rel_unary_float, eval_acos, "Elementwise arccosine."),
+        ("atan", rel_unary_float, eval_atan, "Elementwise arctangent."),
+        ("sinh", rel_unary_float, eval_sinh, "Elementwise hyperbolic sine."),
+        ("cosh", rel_unary_float, eval_cosh, "Elementwise hyperbolic cosine."),
+        ("asinh", rel_unary_float, eval_asinh, "Elementwise inverse hyperbolic sine."),
+        ("acosh", rel_unary_float, eval_acosh, "Elementwise inverse hyperbolic cosine."),
+        ("atanh", rel_unary_float, eval_atanh, "Elementwise inverse hyperbolic tangent."),
+        ("isnan", rel_unary_to_bool, eval_isnan, "Elementwise test for NaN (bool result)."),
+    ];
+    for (name, rel, eval, doc) in more {
         defs.push(OpDef::new(name, &["data"], ElemWise, rel, eval, doc));
     }
     defs.push(

@@ -1,4 +1,4 @@
-//! Reductions: `sum`, `mean`, `max`.
+//! Reductions: `sum`, `mean`, `max`, `min`, `prod`, and `argmax`/`argmin`.
 
 use super::util::{for_each_index, norm_axis, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
@@ -80,8 +80,76 @@ fn eval_max(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     reduce(args, attrs, f64::NEG_INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }, |a, _| a)
 }
 
+fn eval_min(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    reduce(args, attrs, f64::INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }, |a, _| a)
+}
+
+fn eval_prod(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    reduce(args, attrs, 1.0, |a, b| a * b, |a, _| a)
+}
+
+/// `argmax`/`argmin`: one axis, int64 indices.
+fn rel_arg(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let t = tensor_arg(args, 0, "data")?;
+    let axis = norm_axis(attrs.int("axis")?, t.rank().max(1))?;
+    if t.rank() == 0 {
+        return Err("argmax/argmin of a scalar".into());
+    }
+    if t.shape[axis] == 0 {
+        return Err(format!("axis {axis} is empty"));
+    }
+    Ok(Type::tensor(out_shape(&t.shape, &[axis], attrs.bool("keepdims")?), crate::dtype::DataType::I64))
+}
+
+fn arg_reduce(args: &[Value], attrs: &Attrs, better: fn(f64, f64) -> bool) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let ty = rel_arg(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
+    let shape = x.shape().to_vec();
+    let axis = norm_axis(attrs.int("axis")?, shape.len())?;
+    let last = attrs.bool("select_last_index")?;
+    let (outer, n, inner) =
+        (shape[..axis].iter().product::<usize>(), shape[axis], shape[axis + 1..].iter().product::<usize>());
+    let data = x.to_f64_vec();
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut best = 0;
+            for k in 1..n {
+                let (v, b) = (data[(o * n + k) * inner + i], data[(o * n + best) * inner + i]);
+                if better(v, b) || (last && v == b) {
+                    best = k;
+                }
+            }
+            out.push(best as f64);
+        }
+    }
+    let shape = ty.as_tensor().ok_or("not a tensor")?.shape.clone();
+    Ok(Value::Tensor(Tensor::from_f64(crate::dtype::DataType::I64, shape, &out)))
+}
+
+fn eval_argmax(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    arg_reduce(args, attrs, |v, b| v > b)
+}
+
+fn eval_argmin(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    arg_reduce(args, attrs, |v, b| v < b)
+}
+
 pub(super) fn register(defs: &mut Vec<OpDef>) {
-    let ops: [(&'static str, super::EvalFn, &'static str); 3] = [
+    for (name, eval, doc) in [
+        ("argmax", eval_argmax as super::EvalFn, "Index of the largest element along `axis` (int64)."),
+        ("argmin", eval_argmin, "Index of the smallest element along `axis` (int64)."),
+    ] {
+        defs.push(
+            OpDef::new(name, &["data"], OpPattern::CommReduce, rel_arg, eval, doc)
+                .attr(AttrSpec::int("axis", 0))
+                .attr(AttrSpec::bool("keepdims", true))
+                .attr(AttrSpec::bool("select_last_index", false)),
+        );
+    }
+    let ops: [(&'static str, super::EvalFn, &'static str); 5] = [
+        ("min", eval_min, "Minimum over `axis` (all axes when None)."),
+        ("prod", eval_prod, "Product over `axis` (all axes when None)."),
         ("sum", eval_sum, "Sum over `axis` (all axes when None)."),
         ("mean", eval_mean, "Arithmetic mean over `axis` (all axes when None)."),
         ("max", eval_max, "Maximum over `axis` (all axes when None)."),

@@ -36,6 +36,43 @@ fn eval_less(args: &[Value], _: &Attrs) -> Result<Value, String> {
     compare(args, |a, b| a < b)
 }
 
+fn eval_greater(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a > b)
+}
+
+fn eval_greater_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a >= b)
+}
+
+fn eval_less_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a <= b)
+}
+
+fn eval_not_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a != b)
+}
+
+/// Bool operands, broadcast, bool result.
+fn rel_logical(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
+    if a.dtype != DataType::Bool || b.dtype != DataType::Bool {
+        return Err(format!("logical operators need bool operands, found {} and {}", a.dtype, b.dtype));
+    }
+    rel_compare(args, attrs)
+}
+
+fn eval_logical_and(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a != 0.0 && b != 0.0)
+}
+
+fn eval_logical_or(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| a != 0.0 || b != 0.0)
+}
+
+fn eval_logical_xor(args: &[Value], _: &Attrs) -> Result<Value, String> {
+    compare(args, |a, b| (a != 0.0) != (b != 0.0))
+}
+
 fn rel_not(args: &[Type], _: &Attrs) -> Result<Type, String> {
     let t = tensor_arg(args, 0, "data")?;
     if t.dtype != DataType::Bool {
@@ -199,6 +236,18 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         eval_less,
         "Elementwise `lhs < rhs` (bool), broadcasting.",
     ));
+    let more: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 7] = [
+        ("greater", rel_compare, eval_greater, "Elementwise `lhs > rhs` (bool), broadcasting."),
+        ("greater_equal", rel_compare, eval_greater_equal, "Elementwise `lhs >= rhs` (bool), broadcasting."),
+        ("less_equal", rel_compare, eval_less_equal, "Elementwise `lhs <= rhs` (bool), broadcasting."),
+        ("not_equal", rel_compare, eval_not_equal, "Elementwise `lhs != rhs` (bool), broadcasting."),
+        ("logical_and", rel_logical, eval_logical_and, "Elementwise `lhs && rhs` of bool tensors, broadcasting."),
+        ("logical_or", rel_logical, eval_logical_or, "Elementwise `lhs || rhs` of bool tensors, broadcasting."),
+        ("logical_xor", rel_logical, eval_logical_xor, "Elementwise `lhs != rhs` of bool tensors, broadcasting."),
+    ];
+    for (name, rel, eval, doc) in more {
+        defs.push(OpDef::new(name, &["lhs", "rhs"], Broadcast, rel, eval, doc));
+    }
     defs.push(OpDef::new(
         "logical_not",
         &["data"],

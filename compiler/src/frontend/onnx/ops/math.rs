@@ -124,11 +124,7 @@ fn pow(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
 
 fn modulo(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
-    let dt = im.dtype_of(node, a)?;
     let fmod = node.int("fmod", 0)? != 0;
-    if dt.is_float() && !fmod {
-        return Err(node.err("fmod=0 on floating-point inputs is invalid ONNX (set fmod=1)"));
-    }
     one(im.op(node, if fmod { "mod" } else { "floor_mod" }, vec![a, b])?)
 }
 

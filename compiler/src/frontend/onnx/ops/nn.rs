@@ -555,6 +555,8 @@ fn axis_taps(
     let mut taps = Vec::with_capacity(n_out);
     for o in 0..n_out {
         let of = o as f64;
+        // ONNX's reference uses the unrounded resized length `n_in · scale`.
+        let len_resized = n_in as f64 * scale;
         let x = match ctm {
             "half_pixel" => (of + 0.5) / scale - 0.5,
             "half_pixel_symmetric" => {
@@ -563,15 +565,15 @@ fn axis_taps(
                 center * (1.0 - adj) + (of + 0.5) / scale - 0.5
             }
             "pytorch_half_pixel" => {
-                if n_out > 1 {
+                if len_resized > 1.0 {
                     (of + 0.5) / scale - 0.5
                 } else {
                     0.0
                 }
             }
             "align_corners" => {
-                if n_out > 1 {
-                    of * (n_in as f64 - 1.0) / (n_out as f64 - 1.0)
+                if len_resized != 1.0 {
+                    of * (n_in as f64 - 1.0) / (len_resized - 1.0)
                 } else {
                     0.0
                 }

@@ -467,7 +467,15 @@ fn depth_space(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError>
         if h % b != 0 || w % b != 0 {
             return Err(node.err(format!("spatial size {h}×{w} is not a multiple of blocksize {b}")));
         }
-        (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4], vec![n, c * b * b, h / b, w / b])
+        let tmp = vec![n, c, h / b, b, w / b, b];
+        let out = vec![n, c * b * b, h / b, w / b];
+        match node.string("mode")?.as_deref().unwrap_or("DCR") {
+            // Output channel (by·b + bx)·C + c.
+            "DCR" => (tmp, vec![0, 3, 5, 1, 2, 4], out),
+            // Output channel c·b² + by·b + bx.
+            "CRD" => (tmp, vec![0, 1, 3, 5, 2, 4], out),
+            other => return Err(node.err(format!("mode={other} is not a SpaceToDepth mode"))),
+        }
     };
     let y = reshape_to(im, node, x, &tmp)?;
     let y = im.call(node, "transpose", vec![y], attrs(&[("axes", AttrValue::Ints(perm))]))?;
