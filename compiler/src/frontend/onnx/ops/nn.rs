@@ -31,6 +31,8 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["BatchNormalization"], batch_norm, &["epsilon", "momentum", "spatial", "training_mode"]);
     t.add(&["InstanceNormalization"], instance_norm, &["epsilon"]);
     t.add(&["LayerNormalization"], layer_norm, &["axis", "epsilon", "stash_type"]);
+    t.add(&["RMSNormalization"], rms_norm, &["axis", "epsilon", "stash_type"]);
+    t.add(&["LpNormalization"], lp_norm, &["axis", "p"]);
     t.add(&["Softmax", "LogSoftmax", "Hardmax"], softmax, &["axis"]);
     t.add(
         &["Resize"],
@@ -362,40 +364,104 @@ fn instance_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxErro
     one(im.op(node, "add", vec![ys, b])?)
 }
 
-fn layer_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    if node.num_outputs() > 1 {
-        return Err(node.err("the Mean and InvStdDev outputs are not supported"));
-    }
-    let (x, g) = (im.input(node, 0)?, im.input(node, 1)?);
-    let rank = im.rank_of(node, x)? as i64;
-    let axis = node.int("axis", -1)?;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
+/// The normalized axis of a LayerNormalization/RMSNormalization: `axis..rank`.
+fn norm_axes(node: &Node, axis: i64, rank: usize) -> Result<Vec<i64>, OnnxError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if !(0..r).contains(&a) {
         return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
     }
+    Ok((a..r).collect())
+}
+
+/// Where `stash_type=1` asks for float32 statistics of a lower-precision input.
+fn stash(im: &mut Importer, node: &Node, x: ExprId) -> Result<(ExprId, DataType), OnnxError> {
+    let dt = im.dtype_of(node, x)?;
+    match node.int("stash_type", 1)? {
+        1 if dt != DataType::F32 => Ok((crate::frontend::onnx::ops::math::cast_to(im, node, x, DataType::F32)?, dt)),
+        1 | -1 => Ok((x, dt)),
+        other => Err(node.err(format!("stash_type={other} is not supported"))),
+    }
+}
+
+fn layer_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, g) = (im.input(node, 0)?, im.input(node, 1)?);
+    let rank = im.rank_of(node, x)?;
+    let axes = norm_axes(node, node.int("axis", -1)?, rank)?;
     let eps = node.float("epsilon", 1e-5)? as f64;
     let b = im.optional_input(node, 2)?;
-    if axis == rank - 1 {
-        let gs = im.shape_of(node, g)?;
-        if gs.len() == 1 {
-            let b = match b {
-                Some(b) => b,
-                None => {
-                    let dt = im.dtype_of(node, g)?;
-                    im.constant(Tensor::zeros(dt, gs))
-                }
-            };
-            let a = attrs(&[("axis", AttrValue::Int(-1)), ("epsilon", AttrValue::Float(eps))]);
-            return one(im.call(node, "nn.layer_norm", vec![x, g, b], a)?);
-        }
+    let gs = im.shape_of(node, g)?;
+    let dt = im.dtype_of(node, x)?;
+    if axes.len() == 1 && gs.len() == 1 && node.num_outputs() == 1 && dt == DataType::F32 {
+        let b = match b {
+            Some(b) => b,
+            None => im.constant(Tensor::zeros(dt, gs)),
+        };
+        let a = attrs(&[("axis", AttrValue::Int(-1)), ("epsilon", AttrValue::Float(eps))]);
+        return one(im.call(node, "nn.layer_norm", vec![x, g, b], a)?);
     }
-    // Normalization over several trailing axes: the composed form.
-    let y = normalize(im, node, x, (axis..rank).collect(), eps)?;
+    // The composed form: several axes, lower precision, or the Mean/InvStdDev outputs.
+    let (xs, dt) = stash(im, node, x)?;
+    let sdt = im.dtype_of(node, xs)?;
+    let red = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
+    let mean = im.call(node, "mean", vec![xs], red.clone())?;
+    let centered = im.op(node, "subtract", vec![xs, mean])?;
+    let sq = im.op(node, "multiply", vec![centered, centered])?;
+    let var = im.call(node, "mean", vec![sq], red)?;
+    let e = im.scalar(sdt, eps);
+    let ve = im.op(node, "add", vec![var, e])?;
+    let inv = im.op(node, "rsqrt", vec![ve])?;
+    let y = im.op(node, "multiply", vec![centered, inv])?;
+    let y = crate::frontend::onnx::ops::math::cast_to(im, node, y, dt)?;
     let mut y = im.op(node, "multiply", vec![y, g])?;
     if let Some(b) = b {
         y = im.op(node, "add", vec![y, b])?;
     }
-    one(y)
+    Ok(vec![y, mean, inv])
+}
+
+/// `x / √(mean(x²) + ε) · scale` over `axis..rank`.
+fn rms_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, g) = (im.input(node, 0)?, im.input(node, 1)?);
+    let rank = im.rank_of(node, x)?;
+    let axes = norm_axes(node, node.int("axis", -1)?, rank)?;
+    let eps = node.float("epsilon", 1e-5)? as f64;
+    let (xs, dt) = stash(im, node, x)?;
+    let sdt = im.dtype_of(node, xs)?;
+    let sq = im.op(node, "multiply", vec![xs, xs])?;
+    let red = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
+    let ms = im.call(node, "mean", vec![sq], red)?;
+    let e = im.scalar(sdt, eps);
+    let me = im.op(node, "add", vec![ms, e])?;
+    let inv = im.op(node, "rsqrt", vec![me])?;
+    let y = im.op(node, "multiply", vec![xs, inv])?;
+    let y = crate::frontend::onnx::ops::math::cast_to(im, node, y, dt)?;
+    one(im.op(node, "multiply", vec![y, g])?)
+}
+
+/// `x / ‖x‖ₚ` along `axis` (p = 1 or 2).
+fn lp_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let rank = im.rank_of(node, x)?;
+    let axis = node.int("axis", -1)?;
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    if !(0..rank as i64).contains(&a) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let red = attrs(&[("axis", AttrValue::Ints(vec![a])), ("keepdims", AttrValue::Bool(true))]);
+    let norm = match node.int("p", 2)? {
+        1 => {
+            let ab = im.op(node, "abs", vec![x])?;
+            im.call(node, "sum", vec![ab], red)?
+        }
+        2 => {
+            let sq = im.op(node, "multiply", vec![x, x])?;
+            let s = im.call(node, "sum", vec![sq], red)?;
+            im.op(node, "sqrt", vec![s])?
+        }
+        p => return Err(node.err(format!("p={p} is not supported (1 or 2)"))),
+    };
+    one(im.op(node, "divide", vec![x, norm])?)
 }
 
 /// Softmax, LogSoftmax and Hardmax. Before opset 13 the input is coerced to

@@ -44,6 +44,8 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["Trilu"], trilu, &["upper"]);
     t.add(&["EyeLike"], eye_like, &["dtype", "k"]);
     t.add(&["DepthToSpace", "SpaceToDepth"], depth_space, &["blocksize", "mode"]);
+    t.add(&["Pad"], pad, &["mode", "pads", "value"]);
+    t.add(&["GatherElements"], gather_elements, &["axis"]);
 }
 
 pub(crate) fn reshape_to(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
@@ -480,4 +482,149 @@ fn depth_space(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError>
     let y = reshape_to(im, node, x, &tmp)?;
     let y = im.call(node, "transpose", vec![y], attrs(&[("axes", AttrValue::Ints(perm))]))?;
     one(reshape_to(im, node, y, &out)?)
+}
+
+/// `Pad` in every mode, one axis at a time, as a gather with constant
+/// indices (negative pads crop); constant mode then fills the padded rows.
+fn pad(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let shape = im.shape_of(node, x)?;
+    let rank = shape.len();
+    let dt = im.dtype_of(node, x)?;
+    let mode = node.string("mode")?.unwrap_or_else(|| "constant".into());
+    let (pads, value) = if im.opset < 11 {
+        let pads = node.ints("pads")?.ok_or_else(|| node.err("missing attribute `pads`"))?;
+        (pads, node.float("value", 0.0)? as f64)
+    } else {
+        let pads = im.const_ints(node, 1, "the pads")?.ok_or_else(|| node.err("missing input 1 (pads)"))?;
+        let value = match im.const_input(node, 2, "the constant value")? {
+            Some(t) if t.numel() == 1 => t.get_f64(0),
+            Some(_) => return Err(node.err("the constant value must be a scalar")),
+            None => 0.0,
+        };
+        (pads, value)
+    };
+    let axes: Vec<usize> = match im.const_ints(node, 3, "the axes")? {
+        Some(a) => a.iter().map(|&v| norm_axis(node, v, rank)).collect::<Result<_, _>>()?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(node.err(format!("{} pads for {} axes", pads.len(), axes.len())));
+    }
+    let mut y = x;
+    let mut cur = shape.clone();
+    for (k, &axis) in axes.iter().enumerate() {
+        let (b, e) = (pads[k], pads[k + axes.len()]);
+        if b == 0 && e == 0 {
+            continue;
+        }
+        let n = shape[axis] as i64;
+        let len = n.checked_add(b).and_then(|v| v.checked_add(e)).filter(|&v| v >= 0);
+        let len = len.ok_or_else(|| node.err(format!("pads ({b}, {e}) crop axis {axis} of size {n} below zero")))?;
+        let mut dims: Vec<i64> = cur.iter().map(|&d| d as i64).collect();
+        dims[axis] = len;
+        proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
+        if n == 0 && mode != "constant" {
+            return Err(node.err(format!("{mode} padding of an empty axis")));
+        }
+        let src: Vec<i64> = (0..len).map(|o| o - b).collect();
+        let idx: Vec<f64> = src
+            .iter()
+            .map(|&s| {
+                let i = match mode.as_str() {
+                    "reflect" if n > 1 => {
+                        let p = 2 * (n - 1);
+                        let m = s.rem_euclid(p);
+                        if m < n {
+                            m
+                        } else {
+                            p - m
+                        }
+                    }
+                    "wrap" => s.rem_euclid(n.max(1)),
+                    _ => s.clamp(0, (n - 1).max(0)),
+                };
+                i as f64
+            })
+            .collect();
+        if mode != "constant" && !matches!(mode.as_str(), "reflect" | "edge" | "wrap") {
+            return Err(node.err(format!("mode={mode} is not a Pad mode")));
+        }
+        let taken = if n == 0 {
+            let mut d = cur.clone();
+            d[axis] = len as usize;
+            im.constant(Tensor::full(dt, d, value))
+        } else {
+            let idx = im.constant(Tensor::from_f64(DataType::I64, vec![len as usize], &idx));
+            let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str("clip".into()))]);
+            im.call(node, "take", vec![y, idx], a)?
+        };
+        y = if mode == "constant" && n > 0 {
+            let mut mshape = vec![1; rank];
+            mshape[axis] = len as usize;
+            let inside: Vec<f64> = src.iter().map(|&s| (0..n).contains(&s) as u8 as f64).collect();
+            let mask = im.constant(Tensor::from_f64(DataType::Bool, mshape, &inside));
+            let v = im.scalar(dt, value);
+            im.op(node, "where", vec![mask, taken, v])?
+        } else {
+            taken
+        };
+        cur[axis] = len as usize;
+    }
+    one(y)
+}
+
+/// `GatherElements` as a gather from the flattened data at flat indices
+/// `index·stride(axis) + (the other coordinates' offset)`, the offsets a constant.
+fn gather_elements(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (d, i) = (im.input(node, 0)?, im.input(node, 1)?);
+    let ds = im.shape_of(node, d)?;
+    let is = im.shape_of(node, i)?;
+    let rank = ds.len();
+    if is.len() != rank {
+        return Err(node.err(format!("indices of rank {} for data of rank {rank}", is.len())));
+    }
+    let axis = norm_axis(node, node.int("axis", 0)?, rank)?;
+    if is.iter().zip(&ds).enumerate().any(|(k, (&a, &b))| k != axis && a > b) {
+        return Err(node.err(format!("indices {is:?} exceed data {ds:?} off the axis")));
+    }
+    let n = ds[axis] as i64;
+    let strides = kiln_ir::tensor::strides(&ds);
+    let count: usize = is.iter().product();
+    let istrides = kiln_ir::tensor::strides(&is);
+    let offsets: Vec<f64> = (0..count)
+        .map(|p| {
+            (0..rank).filter(|&k| k != axis).map(|k| (p / istrides[k] % is[k].max(1)) * strides[k]).sum::<usize>()
+                as f64
+        })
+        .collect();
+    let total: usize = ds.iter().product();
+    let flat_data = reshape_to(im, node, d, &[total])?;
+    if let Some(t) = im.constant_value(i).cloned() {
+        let idx = ints_of(&t);
+        if let Some(&bad) = idx.iter().find(|&&v| v < -n || v >= n) {
+            return Err(node.err(format!("index {bad} is out of range for axis {axis} of size {n}")));
+        }
+        let flat: Vec<f64> = idx
+            .iter()
+            .zip(&offsets)
+            .map(|(&v, &o)| (if v < 0 { v + n } else { v }) as f64 * strides[axis] as f64 + o)
+            .collect();
+        let flat = im.constant(Tensor::from_f64(DataType::I64, is.clone(), &flat));
+        let a = attrs(&[("mode", AttrValue::Str("clip".into()))]);
+        return one(im.call(node, "take", vec![flat_data, flat], a)?);
+    }
+    // Run-time indices: negative ones count from the end.
+    let i64i = crate::frontend::onnx::ops::math::cast_to(im, node, i, DataType::I64)?;
+    let zero = im.scalar(DataType::I64, 0.0);
+    let nn = im.scalar(DataType::I64, n as f64);
+    let neg = im.op(node, "less", vec![i64i, zero])?;
+    let wrapped = im.op(node, "add", vec![i64i, nn])?;
+    let fixed = im.op(node, "where", vec![neg, wrapped, i64i])?;
+    let st = im.scalar(DataType::I64, strides[axis] as f64);
+    let scaled = im.op(node, "multiply", vec![fixed, st])?;
+    let off = im.constant(Tensor::from_f64(DataType::I64, is.clone(), &offsets));
+    let flat = im.op(node, "add", vec![scaled, off])?;
+    let a = attrs(&[("mode", AttrValue::Str("clip".into()))]);
+    one(im.call(node, "take", vec![flat_data, flat], a)?)
 }
