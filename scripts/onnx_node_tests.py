@@ -266,7 +266,7 @@ def run_case(case, kiln, tmp_root, timeout, keep):
         paths = {}
         for k, (name, arr) in enumerate(zip(names, arrays)):
             p = os.path.join(d, f"input_{k}.npy")
-            np.save(p, arr)
+            np.save(p, np.array(arr, order="C"))
             paths[name] = p
         outs = [os.path.join(d, f"out{k}.npy") for k in range(len(wants))]
         # Inputs that kiln needs at build time (shapes, axes, scales, split
@@ -391,12 +391,13 @@ def export_subset(dir_, cases, results, op_of, subset_ops, max_per_op):
         with open(os.path.join(d, "model.onnx"), "wb") as f:
             f.write(model_bytes)
         for k, (n, a) in enumerate(zip(names, arrays)):
-            np.save(os.path.join(d, f"input_{k}_{safe(n)}.npy"), a)
+            np.save(os.path.join(d, f"input_{k}_{safe(n)}.npy"), np.array(a, order="C"))
         for k, a in enumerate(wants):
-            np.save(os.path.join(d, f"output_{k}.npy"), a)
+            np.save(os.path.join(d, f"output_{k}.npy"), np.array(a, order="C"))
         rtol, atol = effective_tol(case)
         with open(os.path.join(d, "meta.json"), "w") as f:
-            json.dump({"inputs": names, "outputs": len(wants), "rtol": rtol, "atol": atol, "op": op}, f, indent=1)
+            meta = {"inputs": names, "bound": r.get("bound", []), "outputs": len(wants), "rtol": rtol, "atol": atol, "op": op}
+            json.dump(meta, f, indent=1)
             f.write("\n")
         actual = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         if actual >= EXPORT_MAX_BYTES:

@@ -461,7 +461,12 @@ fn lp_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         }
         p => return Err(node.err(format!("p={p} is not supported (1 or 2)"))),
     };
-    one(im.op(node, "divide", vec![x, norm])?)
+    // A zero norm means a zero vector, which stays zero (ONNX's reference), not 0/0.
+    let dt = im.dtype_of(node, x)?;
+    let (zero, one_) = (im.scalar(dt, 0.0), im.scalar(dt, 1.0));
+    let is_zero = im.op(node, "equal", vec![norm, zero])?;
+    let safe = im.op(node, "where", vec![is_zero, one_, norm])?;
+    one(im.op(node, "divide", vec![x, safe])?)
 }
 
 /// Softmax, LogSoftmax and Hardmax. Before opset 13 the input is coerced to
