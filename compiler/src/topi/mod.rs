@@ -255,7 +255,7 @@ fn arg_reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> 
     let r1 = reduce_axis(n, "r");
     let xc = x.clone();
     let combiner = if name == "argmax" { Combiner::Max } else { Combiner::Min };
-    let s1 = src.clone();
+    let s1 = src;
     let extreme = compute(&format!("{name}_value"), out_shape, |idx| {
         reduce(combiner, xc.at(&s1(idx, Expr::var(&r1.0))), std::slice::from_ref(&r1))
     });

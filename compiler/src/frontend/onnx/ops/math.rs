@@ -236,10 +236,7 @@ fn clip(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         if let Some(b) = im.optional_input(node, i)? {
             return Ok(Some(b));
         }
-        Ok(match node.opt_float(attr)? {
-            Some(v) => Some(im.scalar(dt, v as f64)),
-            None => None,
-        })
+        Ok(node.opt_float(attr)?.map(|v| im.scalar(dt, v as f64)))
     };
     let lo = bound(im, 1, "min")?;
     let hi = bound(im, 2, "max")?;

@@ -585,7 +585,7 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             (out, sc)
         }
         (None, Some(sc)) => {
-            if sc.len() != rank || sc.iter().any(|&v| !(v > 0.0) || !v.is_finite()) {
+            if sc.len() != rank || sc.iter().any(|&v| v <= 0.0 || !v.is_finite()) {
                 return Err(node.err(format!("scales {sc:?} do not fit an input of rank {rank}")));
             }
             let out = shape.iter().zip(&sc).map(|(&i, &s)| (i as f64 * s).floor() as usize).collect();
@@ -604,23 +604,31 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         if out_sizes[axis] == shape[axis] && scales[axis] == 1.0 {
             continue;
         }
-        let taps = axis_taps(node, &mode, &ctm, &nearest_mode, cubic_a, shape[axis], out_sizes[axis], scales[axis])?;
+        let how = Interpolation { mode: &mode, ctm: &ctm, nearest_mode: &nearest_mode, cubic_a };
+        let taps = axis_taps(node, &how, shape[axis], out_sizes[axis], scales[axis])?;
         y = gather_axis(im, node, y, axis, rank, &taps, dt)?;
     }
     one(y)
 }
 
 /// For each output position along one axis, the input positions and weights.
+/// How Resize maps output positions to input positions and weights.
+struct Interpolation<'a> {
+    mode: &'a str,
+    /// `coordinate_transformation_mode`.
+    ctm: &'a str,
+    nearest_mode: &'a str,
+    cubic_a: f64,
+}
+
 fn axis_taps(
     node: &Node,
-    mode: &str,
-    ctm: &str,
-    nearest_mode: &str,
-    cubic_a: f64,
+    how: &Interpolation,
     n_in: usize,
     n_out: usize,
     scale: f64,
 ) -> Result<Vec<Vec<(usize, f64)>>, OnnxError> {
+    let Interpolation { mode, ctm, nearest_mode, cubic_a } = *how;
     let last = n_in as i64 - 1;
     let clampi = |v: i64| v.clamp(0, last) as usize;
     let mut taps = Vec::with_capacity(n_out);
