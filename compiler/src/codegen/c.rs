@@ -162,19 +162,13 @@ impl Emitter<'_> {
                     Intrinsic::Ceil => format!("ceilf({first})"),
                     Intrinsic::Round => format!("rintf({first})"),
                     Intrinsic::Fmod => format!("fmodf({first}, {})", a.get(1).cloned().unwrap_or_default()),
-                    Intrinsic::Sin
-                    | Intrinsic::Cos
-                    | Intrinsic::Tan
-                    | Intrinsic::Asin
-                    | Intrinsic::Acos
-                    | Intrinsic::Atan
-                    | Intrinsic::Sinh
-                    | Intrinsic::Cosh
-                    | Intrinsic::Asinh
-                    | Intrinsic::Acosh
-                    | Intrinsic::Atanh => format!("{}f({first})", f.name()),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::Ldexp => format!("ldexpf({first}, (int)({}))", a.get(1).cloned().unwrap_or_default()),
+                    // The rest: the libm unary functions (`Intrinsic::is_libm_unary`).
+                    f => {
+                        debug_assert!(f.is_libm_unary(), "no C spelling for `{}`", f.name());
+                        format!("{}f({first})", f.name())
+                    }
                 }
             }
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),

@@ -366,22 +366,6 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         let y = vals.get(1).copied().ok_or_else(|| self.unsupported("fmod with one argument"))?;
                         self.e(self.b.build_float_rem(x.into_float_value(), y.into_float_value(), "fmod"))?.into()
                     }
-                    Intrinsic::Sin
-                    | Intrinsic::Cos
-                    | Intrinsic::Tan
-                    | Intrinsic::Asin
-                    | Intrinsic::Acos
-                    | Intrinsic::Atan
-                    | Intrinsic::Sinh
-                    | Intrinsic::Cosh
-                    | Intrinsic::Asinh
-                    | Intrinsic::Acosh
-                    | Intrinsic::Atanh => {
-                        if self.gpu {
-                            return Err(self.unsupported(&format!("`{}` on the GPU", f.name())));
-                        }
-                        self.intrinsic(&libm(&format!("{}f", f.name())), &[x], ft)?
-                    }
                     Intrinsic::Pow => {
                         let y = vals.get(1).copied().ok_or_else(|| self.unsupported("pow with one argument"))?;
                         self.intrinsic(&format!("llvm.pow.{suffix}"), &[x, y], ft)?
@@ -404,6 +388,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     }
                     Intrinsic::Tanh => self.intrinsic(&libm("tanhf"), &[x], ft)?,
                     Intrinsic::Erf => self.intrinsic(&libm("erff"), &[x], ft)?,
+                    // The rest: the libm unary functions (`Intrinsic::is_libm_unary`); NVPTX has no libm.
+                    f => {
+                        debug_assert!(f.is_libm_unary(), "no LLVM lowering for `{}`", f.name());
+                        if self.gpu {
+                            return Err(self.unsupported(&format!("`{}` on the GPU", f.name())));
+                        }
+                        self.intrinsic(&libm(&format!("{}f", f.name())), &[x], ft)?
+                    }
                 }
             }
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),

@@ -54,52 +54,21 @@ pub fn operators(m: &IRModule, into: &mut BTreeSet<&'static str>) {
     }
 }
 
-/// Operators added for the ONNX importer that have no Relay corpus program
-/// yet: `onnx_node_cases` compiles and checks each of them on LLVM against
-/// ONNX's expected values, but the corpus sweeps (C backend, GPU schedules,
-/// PTX) do not cover them until their programs are written. The trigonometric
-/// ones have no GPU lowering (NVPTX has no libm) and are refused there.
-pub const NOT_IN_CORPUS_YET: &[&str] = &[
-    "mod",
-    "floor_mod",
-    "abs",
-    "sign",
-    "floor",
-    "ceil",
-    "round",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "isnan",
-    "argmax",
-    "argmin",
-    "min",
-    "prod",
-    "greater",
-    "greater_equal",
-    "less_equal",
-    "not_equal",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-];
+/// Operators that lower to libm calls (`Intrinsic::is_libm_unary`), which
+/// the GPU backend refuses: NVPTX has no libm.
+pub const GPU_REFUSED: [&str; 11] =
+    ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"];
 
-/// Registered operators missing from `covered` (less [`NOT_IN_CORPUS_YET`], printed).
+/// The operators of `m` that the GPU backend refuses (see [`GPU_REFUSED`]).
+pub fn gpu_refused(m: &IRModule) -> Vec<&'static str> {
+    let mut ops = BTreeSet::new();
+    operators(m, &mut ops);
+    ops.into_iter().filter(|o| GPU_REFUSED.contains(o)).collect()
+}
+
+/// Registered operators missing from `covered`.
 pub fn missing_operators(covered: &BTreeSet<&'static str>) -> Vec<&'static str> {
-    println!("not in the corpus yet (checked by onnx_node_cases on LLVM only): {}", NOT_IN_CORPUS_YET.join(", "));
-    kiln::relay::op_registry()
-        .iter()
-        .map(|(_, d)| d.name)
-        .filter(|n| !covered.contains(n) && !NOT_IN_CORPUS_YET.contains(n))
-        .collect()
+    kiln::relay::op_registry().iter().map(|(_, d)| d.name).filter(|n| !covered.contains(n)).collect()
 }
 
 /// `ptxas`, if this machine has one: `$KILN_PTXAS`, PATH, or the

@@ -230,6 +230,13 @@ pub enum Intrinsic {
 }
 
 impl Intrinsic {
+    /// Unary functions every CPU backend calls from libm as `<name>f`
+    /// (no polynomial lowering, no vector form, none on the GPU).
+    pub fn is_libm_unary(self) -> bool {
+        use Intrinsic::*;
+        matches!(self, Sin | Cos | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Intrinsic::Exp => "exp",

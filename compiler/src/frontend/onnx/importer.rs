@@ -198,7 +198,7 @@ impl Importer {
     pub fn call(&mut self, node: &Node, op: &str, args: Vec<ExprId>, a: Attrs) -> Result<ExprId, OnnxError> {
         let span = Span::node(&node.label);
         let e = self.store.call_op_at(op, args, a, span).map_err(|e| node.err(e.message().to_string()))?;
-        self.type_of(node, e)?;
+        self.type_new(node, e)?;
         Ok(self.fold(e))
     }
 
@@ -224,7 +224,7 @@ impl Importer {
     pub fn tuple(&mut self, node: &Node, fields: Vec<ExprId>) -> Result<ExprId, OnnxError> {
         let t = self.store.tuple(fields);
         self.store.set_span(t, Span::node(&node.label));
-        self.type_of(node, t)?;
+        self.type_new(node, t)?;
         Ok(t)
     }
 
@@ -237,8 +237,41 @@ impl Importer {
         }
         let e = self.store.tuple_get_item(t, k);
         self.store.set_span(e, Span::node(&node.label));
-        self.type_of(node, e)?;
+        self.type_new(node, e)?;
         Ok(e)
+    }
+
+    /// Type a node just built here from its operands' checked types. Every
+    /// value the importer makes is typed when made, so this is constant work
+    /// per node; `infer_expr` would walk the whole graph below the node again
+    /// (quadratic import time). Falls back to it for an untyped operand.
+    fn type_new(&mut self, node: &Node, e: ExprId) -> Result<Type, OnnxError> {
+        let typed = |im: &Self, ids: &[ExprId]| -> Option<Vec<Type>> {
+            ids.iter().map(|&a| im.store.checked_type(a).cloned()).collect()
+        };
+        let ty = match self.store.kind(e) {
+            ExprKind::Call(call) => match (call.callee, typed(self, &call.args)) {
+                (Callee::Op(op), Some(args)) => {
+                    let def = op_registry().get(op);
+                    (def.type_rel)(&args, &call.attrs).map_err(|m| {
+                        let arg_types: Vec<String> = args.iter().map(Type::to_string).collect();
+                        node.err(format!("{}: {m}; argument types: ({})", def.name, arg_types.join(", ")))
+                    })?
+                }
+                _ => return self.type_of(node, e),
+            },
+            ExprKind::Tuple(fields) => match typed(self, fields) {
+                Some(types) => Type::Tuple(types),
+                None => return self.type_of(node, e),
+            },
+            &ExprKind::TupleGetItem { tuple, index } => match self.store.checked_type(tuple) {
+                Some(Type::Tuple(fields)) if index < fields.len() => fields[index].clone(),
+                _ => return self.type_of(node, e),
+            },
+            _ => return self.type_of(node, e),
+        };
+        self.store.set_checked_type(e, ty.clone());
+        Ok(ty)
     }
 
     /// The call `e` computed by the reference interpreter when its arguments

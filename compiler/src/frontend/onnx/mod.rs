@@ -70,14 +70,14 @@ pub fn import_with(
     let opset = default_opset(&model)?;
     let mut im = Importer::new(opset);
     let mut defined: HashSet<&str> = HashSet::new();
-    let define = |name: &'_ str, what: &str| -> Result<(), OnnxError> {
-        if name.is_empty() {
-            return Err(OnnxError::Corrupt(format!("{what} has an empty name")));
+    let named = |name: &str, what: &str| -> Result<(), OnnxError> {
+        match name.is_empty() {
+            true => Err(OnnxError::Corrupt(format!("{what} has an empty name"))),
+            false => Ok(()),
         }
-        Ok(())
     };
     for init in &graph.initializer {
-        define(&init.name, "an initializer")?;
+        named(&init.name, "an initializer")?;
         let t = proto::tensor(init).map_err(|m| OnnxError::Corrupt(format!("initializer `{}`: {m}", init.name)))?;
         if !defined.insert(init.name.as_str()) {
             return Err(OnnxError::Corrupt(format!("initializer `{}` is defined twice", init.name)));
@@ -90,7 +90,7 @@ pub fn import_with(
         if im.values.contains_key(&input.name) {
             continue; // an initializer listed as an input (older exporters)
         }
-        define(&input.name, "a graph input")?;
+        named(&input.name, "a graph input")?;
         if !defined.insert(input.name.as_str()) {
             return Err(OnnxError::Corrupt(format!("graph input `{}` is defined twice", input.name)));
         }

@@ -325,34 +325,33 @@ fn prelu(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     one(im.op(node, "where", vec![neg, scaled, x])?)
 }
 
-/// Elu: `x > 0 ? x : α(eˣ − 1)`; Celu: `max(0, x) + min(0, α(e^(x/α) − 1))`.
-fn elu(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let x = im.input(node, 0)?;
+/// `x > 0 ? x : α(e^(x/k) − 1)` (Elu: k = 1; Celu: k = α, which equals
+/// Celu's `max(0, x) + min(0, α(e^(x/α) − 1))`).
+fn elu_of(im: &mut Importer, node: &Node, x: ExprId, alpha: f64, celu: bool) -> Result<ExprId, OnnxError> {
     let dt = float_input(im, node, x)?;
-    let alpha = node.float("alpha", 1.0)? as f64;
-    let zero = im.scalar(dt, 0.0);
-    let a = im.scalar(dt, alpha);
-    let one_ = im.scalar(dt, 1.0);
-    let inner = if node.op() == "Celu" { im.op(node, "divide", vec![x, a])? } else { x };
+    let (zero, a, one_) = (im.scalar(dt, 0.0), im.scalar(dt, alpha), im.scalar(dt, 1.0));
+    let inner = if celu { im.op(node, "divide", vec![x, a])? } else { x };
     let e = im.op(node, "exp", vec![inner])?;
     let em1 = im.op(node, "subtract", vec![e, one_])?;
     let neg = im.op(node, "multiply", vec![em1, a])?;
     let pos = im.op(node, "less", vec![zero, x])?;
-    one(im.op(node, "where", vec![pos, x, neg])?)
+    im.op(node, "where", vec![pos, x, neg])
 }
 
-/// `γ · (x > 0 ? x : α(eˣ − 1))`.
+fn elu(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let alpha = node.float("alpha", 1.0)? as f64;
+    one(elu_of(im, node, x, alpha, node.op() == "Celu")?)
+}
+
+/// `γ · Elu(x; α)`.
 fn selu(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let x = im.input(node, 0)?;
-    let dt = float_input(im, node, x)?;
     let alpha = node.float("alpha", 1.673_263_2)? as f64;
     let gamma = node.float("gamma", 1.050_701)? as f64;
-    let (zero, a, g, one_) = (im.scalar(dt, 0.0), im.scalar(dt, alpha), im.scalar(dt, gamma), im.scalar(dt, 1.0));
-    let e = im.op(node, "exp", vec![x])?;
-    let em1 = im.op(node, "subtract", vec![e, one_])?;
-    let neg = im.op(node, "multiply", vec![em1, a])?;
-    let pos = im.op(node, "less", vec![zero, x])?;
-    let y = im.op(node, "where", vec![pos, x, neg])?;
+    let y = elu_of(im, node, x, alpha, false)?;
+    let dt = im.dtype_of(node, y)?;
+    let g = im.scalar(dt, gamma);
     one(im.op(node, "multiply", vec![y, g])?)
 }
 

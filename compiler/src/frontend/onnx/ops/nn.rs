@@ -5,6 +5,8 @@ use kiln_ir::attrs::{AttrValue, Attrs};
 use kiln_ir::relay::ExprId;
 use kiln_ir::{DataType, Tensor};
 
+use super::math::cast_to;
+use super::shape::reshape_to;
 use super::{one, Table};
 use crate::frontend::onnx::importer::{attrs, Importer, Node};
 use crate::frontend::onnx::OnnxError;
@@ -52,11 +54,6 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["Upsample"], resize, &["mode", "scales"]);
 }
 
-fn reshape(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
-    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-    im.call(node, "reshape", vec![x], attrs(&[("newshape", AttrValue::Ints(s))]))
-}
-
 fn broadcast(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
     if im.shape_of(node, x)? == shape {
         return Ok(x);
@@ -76,11 +73,11 @@ fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (vec_a, vec_b) = (sa.len() == 1, sb.len() == 1);
     if vec_a {
         sa.insert(0, 1);
-        a = reshape(im, node, a, &sa)?;
+        a = reshape_to(im, node, a, &sa)?;
     }
     if vec_b {
         sb.push(1);
-        b = reshape(im, node, b, &sb)?;
+        b = reshape_to(im, node, b, &sb)?;
     }
     let (m, k) = (sa[sa.len() - 2], sa[sa.len() - 1]);
     let (kb, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
@@ -98,9 +95,9 @@ fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         let full_a: Vec<usize> = batch.iter().copied().chain([m, k]).collect();
         let full_b: Vec<usize> = batch.iter().copied().chain([k, n]).collect();
         let a3 = broadcast(im, node, a, &full_a)?;
-        let a3 = reshape(im, node, a3, &[bsz, m, k])?;
+        let a3 = reshape_to(im, node, a3, &[bsz, m, k])?;
         let b3 = broadcast(im, node, b, &full_b)?;
-        let b3 = reshape(im, node, b3, &[bsz, k, n])?;
+        let b3 = reshape_to(im, node, b3, &[bsz, k, n])?;
         out_shape = batch;
         let a = attrs(&[("transpose_a", AttrValue::Bool(false)), ("transpose_b", AttrValue::Bool(false))]);
         im.call(node, "nn.batch_matmul", vec![a3, b3], a)?
@@ -111,10 +108,7 @@ fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     if !vec_b {
         out_shape.push(n);
     }
-    if im.shape_of(node, y)? == out_shape {
-        return one(y);
-    }
-    one(reshape(im, node, y, &out_shape)?)
+    one(reshape_to(im, node, y, &out_shape)?)
 }
 
 fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -218,7 +212,7 @@ impl Window {
 fn lift(im: &mut Importer, node: &Node, x: ExprId) -> Result<ExprId, OnnxError> {
     let s = im.shape_of(node, x)?;
     if s.len() == 3 {
-        return reshape(im, node, x, &[s[0], s[1], 1, s[2]]);
+        return reshape_to(im, node, x, &[s[0], s[1], 1, s[2]]);
     }
     Ok(x)
 }
@@ -228,7 +222,7 @@ fn lower(im: &mut Importer, node: &Node, y: ExprId, rank: usize) -> Result<ExprI
         return Ok(y);
     }
     let s = im.shape_of(node, y)?;
-    reshape(im, node, y, &[s[0], s[1], s[3]])
+    reshape_to(im, node, y, &[s[0], s[1], s[3]])
 }
 
 fn spatial_rank(im: &mut Importer, node: &Node, x: ExprId) -> Result<(usize, Vec<usize>), OnnxError> {
@@ -330,8 +324,15 @@ fn batch_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> 
     one(im.item(node, bn, 0)?)
 }
 
-/// `(x − mean) / √(var + ε) · scale + bias` over the reduced `axes` (kept).
-fn normalize(im: &mut Importer, node: &Node, x: ExprId, axes: Vec<i64>, eps: f64) -> Result<ExprId, OnnxError> {
+/// `(x − mean) / √(var + ε)` over the reduced `axes`, with the mean and
+/// `1/√(var + ε)` (kept dimensions), which LayerNormalization also returns.
+struct Normalized {
+    y: ExprId,
+    mean: ExprId,
+    inv_std: ExprId,
+}
+
+fn normalize(im: &mut Importer, node: &Node, x: ExprId, axes: Vec<i64>, eps: f64) -> Result<Normalized, OnnxError> {
     let dt = im.dtype_of(node, x)?;
     if !dt.is_float() {
         return Err(node.err(format!("needs a floating-point input, found {dt}")));
@@ -343,8 +344,9 @@ fn normalize(im: &mut Importer, node: &Node, x: ExprId, axes: Vec<i64>, eps: f64
     let var = im.call(node, "mean", vec![sq], red)?;
     let e = im.scalar(dt, eps);
     let ve = im.op(node, "add", vec![var, e])?;
-    let r = im.op(node, "rsqrt", vec![ve])?;
-    im.op(node, "multiply", vec![centered, r])
+    let inv_std = im.op(node, "rsqrt", vec![ve])?;
+    let y = im.op(node, "multiply", vec![centered, inv_std])?;
+    Ok(Normalized { y, mean, inv_std })
 }
 
 fn instance_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -354,12 +356,12 @@ fn instance_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxErro
         return Err(node.err("needs an input of rank 3 or more"));
     }
     let axes: Vec<i64> = (2..rank as i64).collect();
-    let y = normalize(im, node, x, axes, node.float("epsilon", 1e-5)? as f64)?;
+    let y = normalize(im, node, x, axes, node.float("epsilon", 1e-5)? as f64)?.y;
     // scale and bias are per channel: [C] → [C, 1, …].
     let c = im.shape_of(node, scale)?;
     let per_channel: Vec<usize> = c.iter().copied().chain(std::iter::repeat_n(1, rank - 2)).collect();
-    let s = reshape(im, node, scale, &per_channel)?;
-    let b = reshape(im, node, bias, &per_channel)?;
+    let s = reshape_to(im, node, scale, &per_channel)?;
+    let b = reshape_to(im, node, bias, &per_channel)?;
     let ys = im.op(node, "multiply", vec![y, s])?;
     one(im.op(node, "add", vec![ys, b])?)
 }
@@ -378,7 +380,7 @@ fn norm_axes(node: &Node, axis: i64, rank: usize) -> Result<Vec<i64>, OnnxError>
 fn stash(im: &mut Importer, node: &Node, x: ExprId) -> Result<(ExprId, DataType), OnnxError> {
     let dt = im.dtype_of(node, x)?;
     match node.int("stash_type", 1)? {
-        1 if dt != DataType::F32 => Ok((crate::frontend::onnx::ops::math::cast_to(im, node, x, DataType::F32)?, dt)),
+        1 if dt != DataType::F32 => Ok((cast_to(im, node, x, DataType::F32)?, dt)),
         1 | -1 => Ok((x, dt)),
         other => Err(node.err(format!("stash_type={other} is not supported"))),
     }
@@ -402,22 +404,13 @@ fn layer_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> 
     }
     // The composed form: several axes, lower precision, or the Mean/InvStdDev outputs.
     let (xs, dt) = stash(im, node, x)?;
-    let sdt = im.dtype_of(node, xs)?;
-    let red = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
-    let mean = im.call(node, "mean", vec![xs], red.clone())?;
-    let centered = im.op(node, "subtract", vec![xs, mean])?;
-    let sq = im.op(node, "multiply", vec![centered, centered])?;
-    let var = im.call(node, "mean", vec![sq], red)?;
-    let e = im.scalar(sdt, eps);
-    let ve = im.op(node, "add", vec![var, e])?;
-    let inv = im.op(node, "rsqrt", vec![ve])?;
-    let y = im.op(node, "multiply", vec![centered, inv])?;
-    let y = crate::frontend::onnx::ops::math::cast_to(im, node, y, dt)?;
+    let Normalized { y, mean, inv_std } = normalize(im, node, xs, axes, eps)?;
+    let y = cast_to(im, node, y, dt)?;
     let mut y = im.op(node, "multiply", vec![y, g])?;
     if let Some(b) = b {
         y = im.op(node, "add", vec![y, b])?;
     }
-    Ok(vec![y, mean, inv])
+    Ok(vec![y, mean, inv_std])
 }
 
 /// `x / √(mean(x²) + ε) · scale` over `axis..rank`.
@@ -435,7 +428,7 @@ fn rms_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let me = im.op(node, "add", vec![ms, e])?;
     let inv = im.op(node, "rsqrt", vec![me])?;
     let y = im.op(node, "multiply", vec![xs, inv])?;
-    let y = crate::frontend::onnx::ops::math::cast_to(im, node, y, dt)?;
+    let y = cast_to(im, node, y, dt)?;
     one(im.op(node, "multiply", vec![y, g])?)
 }
 
@@ -488,7 +481,7 @@ fn softmax(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (xin, ax) = if legacy && rank > 0 {
         let rows: usize = shape[..axis as usize].iter().product();
         let cols: usize = shape[axis as usize..].iter().product();
-        (reshape(im, node, x, &[rows, cols])?, 1)
+        (reshape_to(im, node, x, &[rows, cols])?, 1)
     } else {
         (x, axis)
     };
@@ -515,12 +508,12 @@ fn softmax(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             let pos = Tensor::from_f64(DataType::I64, pos_shape, &(0..n).map(|v| v as f64).collect::<Vec<_>>());
             let pos = im.constant(pos);
             let hit = im.op(node, "equal", vec![idx, pos])?;
-            let hit = crate::frontend::onnx::ops::math::cast_to(im, node, hit, dt)?;
+            let hit = cast_to(im, node, hit, dt)?;
             broadcast(im, node, hit, &xs)?
         }
     };
     if legacy && rank > 0 {
-        return one(reshape(im, node, y, &shape)?);
+        return one(reshape_to(im, node, y, &shape)?);
     }
     one(y)
 }
@@ -573,8 +566,7 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let nearest_mode = node.string("nearest_mode")?.unwrap_or_else(|| "round_prefer_floor".into());
     let nearest_mode = if node.op() == "Upsample" { "floor".to_string() } else { nearest_mode };
     let cubic_a = node.float("cubic_coeff_a", -0.75)? as f64;
-    let extrapolation = node.float("extrapolation_value", 0.0)? as f64;
-    let _ = extrapolation; // only tf_crop_and_resize extrapolates, refused above
+    // `extrapolation_value` only matters to tf_crop_and_resize, refused above.
     let (out_sizes, scales): (Vec<usize>, Vec<f64>) = match (sizes, scales) {
         (Some(s), _) => {
             if s.len() != rank || s.iter().any(|&v| v < 0) {

@@ -93,12 +93,9 @@ fn reduce(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             let e = im.op(node, "exp", vec![c])?;
             let s = red(im, "sum", e)?;
             let l = im.op(node, "log", vec![s])?;
-            let m = if keep {
-                m
-            } else {
-                let ka = attrs(&[("axis", AttrValue::Ints(axes.clone())), ("keepdims", AttrValue::Bool(false))]);
-                im.call(node, "max", vec![x], ka)?
-            };
+            // The kept max has the shape of the result, less the dropped unit axes.
+            let shape = im.shape_of(node, l)?;
+            let m = super::shape::reshape_to(im, node, m, &shape)?;
             im.op(node, "add", vec![l, m])?
         }
     };

@@ -293,23 +293,30 @@ fn gather(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let s = im.shape_of(node, d)?;
     let axis = norm_axis(node, node.int("axis", 0)?, s.len())?;
     let n = s[axis] as i64;
-    let mode = if let Some(t) = im.constant_value(i).cloned() {
-        let idx = ints_of(&t);
-        if let Some(&bad) = idx.iter().find(|&&v| v < -n || v >= n) {
-            return Err(node.err(format!("index {bad} is out of range for axis {axis} of size {n}")));
+    let mode = match im.constant_value(i).cloned() {
+        // Constant indices: checked and made non-negative, so nothing wraps.
+        Some(t) => {
+            let idx = ints_of(&t);
+            if let Some(&bad) = idx.iter().find(|&&v| v < -n || v >= n) {
+                return Err(node.err(format!("index {bad} is out of range for axis {axis} of size {n}")));
+            }
+            let fixed: Vec<f64> = idx.iter().map(|&v| if v < 0 { v + n } else { v } as f64).collect();
+            let c = im.constant(Tensor::from_f64(t.dtype(), t.shape().to_vec(), &fixed));
+            return gather_with(im, node, d, c, axis, "clip");
         }
-        let fixed: Vec<f64> = idx.iter().map(|&v| if v < 0 { v + n } else { v } as f64).collect();
-        let t = Tensor::from_f64(t.dtype(), t.shape().to_vec(), &fixed);
-        let c = im.constant(t);
-        return one(im.call(
-            node,
-            "take",
-            vec![d, c],
-            attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str("clip".into()))]),
-        )?);
-    } else {
-        "wrap"
+        None => "wrap",
     };
+    gather_with(im, node, d, i, axis, mode)
+}
+
+fn gather_with(
+    im: &mut Importer,
+    node: &Node,
+    d: ExprId,
+    i: ExprId,
+    axis: usize,
+    mode: &str,
+) -> Result<Vec<ExprId>, OnnxError> {
     let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str(mode.into()))]);
     one(im.call(node, "take", vec![d, i], a)?)
 }
@@ -511,6 +518,9 @@ fn pad(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     if pads.len() != 2 * axes.len() {
         return Err(node.err(format!("{} pads for {} axes", pads.len(), axes.len())));
     }
+    if !matches!(mode.as_str(), "constant" | "reflect" | "edge" | "wrap") {
+        return Err(node.err(format!("mode={mode} is not a Pad mode")));
+    }
     let mut y = x;
     let mut cur = shape.clone();
     for (k, &axis) in axes.iter().enumerate() {
@@ -547,9 +557,6 @@ fn pad(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
                 i as f64
             })
             .collect();
-        if mode != "constant" && !matches!(mode.as_str(), "reflect" | "edge" | "wrap") {
-            return Err(node.err(format!("mode={mode} is not a Pad mode")));
-        }
         let taken = if n == 0 {
             let mut d = cur.clone();
             d[axis] = len as usize;
