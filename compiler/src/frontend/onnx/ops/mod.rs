@@ -9,6 +9,7 @@ use kiln_ir::relay::ExprId;
 use super::importer::{Importer, Node};
 use super::OnnxError;
 
+mod attention;
 mod math;
 mod nn;
 mod reduce;
@@ -39,6 +40,7 @@ pub(crate) fn table() -> &'static HashMap<&'static str, Converter> {
     static TABLE: OnceLock<HashMap<&'static str, Converter>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = Table(HashMap::new());
+        attention::register(&mut t);
         math::register(&mut t);
         nn::register(&mut t);
         reduce::register(&mut t);

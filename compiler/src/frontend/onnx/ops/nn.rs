@@ -54,7 +54,7 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["Upsample"], resize, &["mode", "scales"]);
 }
 
-fn broadcast(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
+pub(super) fn broadcast(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
     if im.shape_of(node, x)? == shape {
         return Ok(x);
     }
@@ -65,7 +65,12 @@ fn broadcast(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Resu
 /// NumPy `matmul`: 1-D operands gain and lose a unit dimension, batch
 /// dimensions broadcast, a 2-D right operand is one `nn.matmul`.
 fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (mut a, mut b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
+    one(matmul_of(im, node, a, b)?)
+}
+
+/// The NumPy `matmul` of two imported values.
+pub(super) fn matmul_of(im: &mut Importer, node: &Node, mut a: ExprId, mut b: ExprId) -> Result<ExprId, OnnxError> {
     let (mut sa, mut sb) = (im.shape_of(node, a)?, im.shape_of(node, b)?);
     if sa.is_empty() || sb.is_empty() {
         return Err(node.err("MatMul operands must have at least one dimension"));
@@ -108,7 +113,7 @@ fn matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     if !vec_b {
         out_shape.push(n);
     }
-    one(reshape_to(im, node, y, &out_shape)?)
+    reshape_to(im, node, y, &out_shape)
 }
 
 fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
