@@ -10,6 +10,7 @@ use super::importer::{Importer, Node};
 use super::OnnxError;
 
 mod attention;
+mod loss;
 mod math;
 mod nn;
 mod reduce;
@@ -41,6 +42,7 @@ pub(crate) fn table() -> &'static HashMap<&'static str, Converter> {
     TABLE.get_or_init(|| {
         let mut t = Table(HashMap::new());
         attention::register(&mut t);
+        loss::register(&mut t);
         math::register(&mut t);
         nn::register(&mut t);
         reduce::register(&mut t);
