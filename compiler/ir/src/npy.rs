@@ -1,6 +1,6 @@
 //! NumPy `.npy` files (format versions 1–3): read into and write from [`Tensor`].
 //!
-//! Little-endian, C order, the dtypes kiln has (`<f4 <f2 <i8 <i4 |i1 |u1 |b1`).
+//! Little-endian, C order, the dtypes kiln has (`<f8 <f4 <f2 <i8 <i4 <i2 |i1 <u8 <u4 <u2 |u1 |b1`).
 //! A malformed file is an error saying what is wrong, never a panic.
 
 use crate::dtype::DataType;
@@ -12,10 +12,15 @@ fn descr(dt: DataType) -> &'static str {
     match dt {
         DataType::F32 => "<f4",
         DataType::F16 => "<f2",
+        DataType::F64 => "<f8",
         DataType::I64 => "<i8",
         DataType::I32 => "<i4",
+        DataType::I16 => "<i2",
         DataType::I8 => "|i1",
         DataType::U8 => "|u1",
+        DataType::U16 => "<u2",
+        DataType::U32 => "<u4",
+        DataType::U64 => "<u8",
         DataType::Bool => "|b1",
     }
 }
@@ -24,14 +29,19 @@ fn parse_descr(d: &str) -> Result<DataType, String> {
     Ok(match d {
         "<f4" | "=f4" => DataType::F32,
         "<f2" | "=f2" => DataType::F16,
+        "<f8" | "=f8" => DataType::F64,
         "<i8" | "=i8" => DataType::I64,
         "<i4" | "=i4" => DataType::I32,
+        "<i2" | "=i2" => DataType::I16,
         "|i1" | "<i1" | "=i1" => DataType::I8,
         "|u1" | "<u1" | "=u1" => DataType::U8,
+        "<u2" | "=u2" => DataType::U16,
+        "<u4" | "=u4" => DataType::U32,
+        "<u8" | "=u8" => DataType::U64,
         "|b1" | "<b1" | "=b1" => DataType::Bool,
-        other => {
-            return Err(format!("unsupported dtype '{other}' (kiln reads little-endian f4, f2, i8, i4, i1, u1 and b1)"))
-        }
+        other => return Err(format!(
+            "unsupported dtype '{other}' (kiln reads little-endian f8, f4, f2, i8, i4, i2, i1, u8, u4, u2, u1 and b1)"
+        )),
     })
 }
 

@@ -145,10 +145,17 @@ fn encode(dtype: DataType, v: f64, out: &mut Vec<u8>) {
     match dtype {
         DataType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
         DataType::F16 => out.extend_from_slice(&f16::from_f64(v).to_le_bytes()),
+        DataType::F64 => out.extend_from_slice(&v.to_le_bytes()),
         DataType::I64 => out.extend_from_slice(&as_int(v).to_le_bytes()),
         DataType::I32 => out.extend_from_slice(&(as_int(v) as i32).to_le_bytes()),
+        DataType::I16 => out.extend_from_slice(&(as_int(v) as i16).to_le_bytes()),
         DataType::I8 => out.push(as_int(v) as i8 as u8),
         DataType::U8 => out.push(as_int(v) as u8),
+        DataType::U16 => out.extend_from_slice(&(as_int(v) as u16).to_le_bytes()),
+        DataType::U32 => out.extend_from_slice(&(as_int(v) as u32).to_le_bytes()),
+        // Values past i64::MAX do not fit the signed path; `as u64` saturates them.
+        DataType::U64 if v >= i64::MAX as f64 => out.extend_from_slice(&(v as u64).to_le_bytes()),
+        DataType::U64 => out.extend_from_slice(&(as_int(v) as u64).to_le_bytes()),
         DataType::Bool => out.push((v != 0.0) as u8),
     }
 }
@@ -157,10 +164,15 @@ fn decode(dtype: DataType, b: &[u8]) -> f64 {
     match dtype {
         DataType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
         DataType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f64(),
+        DataType::F64 => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
         DataType::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
         DataType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        DataType::I16 => i16::from_le_bytes([b[0], b[1]]) as f64,
         DataType::I8 => b[0] as i8 as f64,
         DataType::U8 => b[0] as f64,
+        DataType::U16 => u16::from_le_bytes([b[0], b[1]]) as f64,
+        DataType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        DataType::U64 => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f64,
         DataType::Bool => (b[0] != 0) as u8 as f64,
     }
 }

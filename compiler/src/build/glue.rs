@@ -17,11 +17,15 @@ use crate::tir::{ForKind, PrimFunc, Stmt};
 pub fn rust_type(t: DataType) -> &'static str {
     match t {
         DataType::F32 => "f32",
-        DataType::F16 => "u16",
+        DataType::F16 | DataType::U16 => "u16",
+        DataType::F64 => "f64",
         DataType::I64 => "i64",
         DataType::I32 => "i32",
+        DataType::I16 => "i16",
         DataType::I8 => "i8",
         DataType::U8 | DataType::Bool => "u8",
+        DataType::U32 => "u32",
+        DataType::U64 => "u64",
     }
 }
 

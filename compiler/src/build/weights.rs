@@ -14,10 +14,15 @@ pub(crate) fn read_safetensors(bytes: &[u8]) -> Result<Vec<(String, Tensor)>, St
         let dtype = match view.dtype() {
             Dtype::F32 => DataType::F32,
             Dtype::F16 => DataType::F16,
+            Dtype::F64 => DataType::F64,
             Dtype::I64 => DataType::I64,
             Dtype::I32 => DataType::I32,
+            Dtype::I16 => DataType::I16,
             Dtype::I8 => DataType::I8,
             Dtype::U8 => DataType::U8,
+            Dtype::U16 => DataType::U16,
+            Dtype::U32 => DataType::U32,
+            Dtype::U64 => DataType::U64,
             Dtype::BOOL => DataType::Bool,
             other => return Err(format!("`{name}` has dtype {other:?}, which kiln does not support")),
         };

@@ -21,6 +21,15 @@ static inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; r
 static inline int64_t kiln_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 ";
 
+/// The C math library suffix: `f` for float, none for double.
+fn libm_suffix(t: DataType) -> &'static str {
+    if t == DataType::F64 {
+        ""
+    } else {
+        "f"
+    }
+}
+
 struct Emitter<'a> {
     kernel: &'a str,
     out: String,
@@ -33,10 +42,15 @@ struct Emitter<'a> {
 fn c_type(kernel: &str, t: DataType) -> Result<&'static str, CodegenError> {
     Ok(match t {
         DataType::F32 => "float",
+        DataType::F64 => "double",
         DataType::I64 => "int64_t",
         DataType::I32 => "int32_t",
+        DataType::I16 => "int16_t",
         DataType::I8 => "int8_t",
         DataType::U8 | DataType::Bool => "uint8_t",
+        DataType::U16 => "uint16_t",
+        DataType::U32 => "uint32_t",
+        DataType::U64 => "uint64_t",
         DataType::F16 => {
             return Err(CodegenError::Unsupported { kernel: kernel.into(), backend: "C", what: "float16".into() })
         }
@@ -81,9 +95,10 @@ impl Emitter<'_> {
         Ok(match e {
             Expr::Int(v, t) => match t.elem {
                 DataType::I64 => format!("INT64_C({v})"),
+                DataType::U64 => format!("UINT64_C({})", *v as u64),
                 _ => format!("(({}){v})", c_type(self.kernel, t.elem)?),
             },
-            Expr::Float(v, _) => {
+            Expr::Float(v, t) => {
                 if v.is_nan() {
                     "NAN".into()
                 } else if v.is_infinite() {
@@ -92,6 +107,8 @@ impl Emitter<'_> {
                     } else {
                         "(-INFINITY)".into()
                     }
+                } else if t.elem == DataType::F64 {
+                    format!("{v:?}")
                 } else {
                     format!("{:?}f", *v as f32)
                 }
@@ -100,16 +117,20 @@ impl Emitter<'_> {
             Expr::Bin(op, a, b) => {
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
                 let float = ty.elem.is_float();
+                let f = libm_suffix(ty.elem);
                 match op {
                     BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => format!("({x} {} {y})", op.symbol()),
-                    BinOp::FloorDiv if float => format!("floorf({x} / {y})"),
-                    BinOp::FloorMod if float => format!("({x} - floorf({x} / {y}) * {y})"),
+                    BinOp::FloorDiv if float => format!("floor{f}({x} / {y})"),
+                    BinOp::FloorMod if float => format!("({x} - floor{f}({x} / {y}) * {y})"),
+                    // Unsigned: truncation is flooring.
+                    BinOp::FloorDiv if ty.elem.is_unsigned() => format!("({x} / {y})"),
+                    BinOp::FloorMod if ty.elem.is_unsigned() => format!("({x} % {y})"),
                     BinOp::FloorDiv => format!("kiln_floordiv({x}, {y})"),
                     BinOp::FloorMod => format!("kiln_floormod({x}, {y})"),
                     // NaN-propagating like the reference interpreter would be costly; C's
                     // fmaxf/fminf ignore NaN, as TVM's LLVM backend does.
-                    BinOp::Min if float => format!("fminf({x}, {y})"),
-                    BinOp::Max if float => format!("fmaxf({x}, {y})"),
+                    BinOp::Min if float => format!("fmin{f}({x}, {y})"),
+                    BinOp::Max if float => format!("fmax{f}({x}, {y})"),
                     BinOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
                     BinOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
                 }
@@ -145,30 +166,24 @@ impl Emitter<'_> {
                 let (name, i) = (self.buffer(b), self.expr(&idx[0])?);
                 format!("{name}[{i}]")
             }
-            Expr::Call(f, args, _) => {
+            Expr::Call(intrinsic, args, t) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect::<Result<_, _>>()?;
                 let first = a.first().cloned().unwrap_or_default();
-                match f {
-                    Intrinsic::Exp => format!("expf({first})"),
-                    Intrinsic::Log => format!("logf({first})"),
-                    Intrinsic::Sqrt => format!("sqrtf({first})"),
-                    Intrinsic::Rsqrt => format!("(1.0f / sqrtf({first}))"),
-                    Intrinsic::Tanh => format!("tanhf({first})"),
-                    Intrinsic::Sigmoid => format!("(1.0f / (1.0f + expf(-({first}))))"),
-                    Intrinsic::Erf => format!("erff({first})"),
-                    Intrinsic::Pow => format!("powf({first}, {})", a.get(1).cloned().unwrap_or_default()),
-                    Intrinsic::Fabs => format!("fabsf({first})"),
-                    Intrinsic::Floor => format!("floorf({first})"),
-                    Intrinsic::Ceil => format!("ceilf({first})"),
-                    Intrinsic::Round => format!("rintf({first})"),
-                    Intrinsic::Fmod => format!("fmodf({first}, {})", a.get(1).cloned().unwrap_or_default()),
+                let second = a.get(1).cloned().unwrap_or_default();
+                // `expf` for float, `exp` for double.
+                let f = libm_suffix(t.elem);
+                let one = if t.elem == DataType::F64 { "1.0" } else { "1.0f" };
+                match intrinsic {
+                    Intrinsic::Rsqrt => format!("({one} / sqrt{f}({first}))"),
+                    Intrinsic::Sigmoid => format!("({one} / ({one} + exp{f}(-({first}))))"),
+                    Intrinsic::Pow => format!("pow{f}({first}, {second})"),
+                    Intrinsic::Round => format!("rint{f}({first})"),
+                    Intrinsic::Fmod => format!("fmod{f}({first}, {second})"),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
-                    Intrinsic::Ldexp => format!("ldexpf({first}, (int)({}))", a.get(1).cloned().unwrap_or_default()),
-                    // The rest: the libm unary functions (`Intrinsic::is_libm_unary`).
-                    f => {
-                        debug_assert!(f.is_libm_unary(), "no C spelling for `{}`", f.name());
-                        format!("{}f({first})", f.name())
-                    }
+                    Intrinsic::Ldexp => format!("ldexp{f}({first}, (int)({second}))"),
+                    // The rest are unary and spelled as their name: exp, log,
+                    // sqrt, tanh, erf, fabs, floor, ceil and the libm functions.
+                    other => format!("{}{f}({first})", other.name()),
                 }
             }
             Expr::Ramp { .. } | Expr::Broadcast(..) => return Err(self.unsupported("a vector expression")),

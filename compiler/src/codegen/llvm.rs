@@ -137,12 +137,23 @@ fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
     CodegenError::Llvm { kernel: kernel.to_string(), message: e.to_string() }
 }
 
+/// The LLVM intrinsic suffix of a float type (`llvm.floor.f32`).
+fn float_suffix(t: DataType) -> &'static str {
+    match t {
+        DataType::F16 => "f16",
+        DataType::F64 => "f64",
+        _ => "f32",
+    }
+}
+
 fn elem_type<'ctx>(ctx: &'ctx Context, t: DataType) -> BasicTypeEnum<'ctx> {
     match t {
         DataType::F32 => ctx.f32_type().into(),
         DataType::F16 => ctx.f16_type().into(),
-        DataType::I64 => ctx.i64_type().into(),
-        DataType::I32 => ctx.i32_type().into(),
+        DataType::F64 => ctx.f64_type().into(),
+        DataType::I64 | DataType::U64 => ctx.i64_type().into(),
+        DataType::I32 | DataType::U32 => ctx.i32_type().into(),
+        DataType::I16 | DataType::U16 => ctx.i16_type().into(),
         DataType::I8 | DataType::U8 | DataType::Bool => ctx.i8_type().into(),
     }
 }
@@ -198,9 +209,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let dt = ty.elem;
         Ok(match e {
             Expr::Int(v, t) => match self.value_type(t.elem) {
-                BasicTypeEnum::IntType(it) => {
-                    it.const_int(*v as u64, t.elem != DataType::U8 && t.elem != DataType::Bool).into()
-                }
+                BasicTypeEnum::IntType(it) => it.const_int(*v as u64, !t.elem.is_unsigned()).into(),
                 BasicTypeEnum::FloatType(ft) => ft.const_float(*v as f64).into(),
                 _ => return Err(self.unsupported("this constant")),
             },
@@ -224,12 +233,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         BinOp::Div => self.e(self.b.build_float_div(x, y, "div"))?.into(),
                         BinOp::Min | BinOp::Max => {
                             let name = if *op == BinOp::Min { "llvm.minnum" } else { "llvm.maxnum" };
-                            let name = format!("{name}.{}", if dt == DataType::F16 { "f16" } else { "f32" });
+                            let name = format!("{name}.{}", float_suffix(dt));
                             self.intrinsic(&name, &[x.into(), y.into()], x.get_type().into())?
                         }
                         BinOp::FloorDiv | BinOp::FloorMod => {
                             let q = self.e(self.b.build_float_div(x, y, "q"))?;
-                            let name = format!("llvm.floor.{}", if dt == DataType::F16 { "f16" } else { "f32" });
+                            let name = format!("llvm.floor.{}", float_suffix(dt));
                             let fq = self.intrinsic(&name, &[q.into()], x.get_type().into())?.into_float_value();
                             if *op == BinOp::FloorDiv {
                                 fq.into()
@@ -241,7 +250,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     }
                 } else {
                     let (x, y) = (x.into_int_value(), y.into_int_value());
-                    let unsigned = matches!(dt, DataType::U8 | DataType::Bool);
+                    let unsigned = dt.is_unsigned();
                     match op {
                         BinOp::Add => self.e(self.b.build_int_add(x, y, "add"))?.into(),
                         BinOp::Sub => self.e(self.b.build_int_sub(x, y, "sub"))?.into(),
@@ -258,6 +267,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                             let c = self.e(self.b.build_int_compare(pred, x, y, "cmp"))?;
                             self.e(self.b.build_select(c, x, y, "minmax"))?
                         }
+                        // Unsigned: truncation is flooring.
+                        BinOp::FloorDiv if unsigned => self.e(self.b.build_int_unsigned_div(x, y, "div"))?.into(),
+                        BinOp::FloorMod if unsigned => self.e(self.b.build_int_unsigned_rem(x, y, "rem"))?.into(),
                         BinOp::FloorDiv | BinOp::FloorMod => {
                             // Truncating division, corrected toward negative infinity.
                             let q = self.e(self.b.build_int_signed_div(x, y, "q"))?;
@@ -293,7 +305,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     };
                     self.e(self.b.build_float_compare(pred, x.into_float_value(), y.into_float_value(), "fcmp"))?.into()
                 } else {
-                    let unsigned = matches!(at, DataType::U8 | DataType::Bool);
+                    let unsigned = at.is_unsigned();
                     let pred = match (op, unsigned) {
                         (CmpOp::Eq, _) => IntPredicate::EQ,
                         (CmpOp::Ne, _) => IntPredicate::NE,
@@ -344,9 +356,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
             Expr::Call(f, args, t) => {
                 let vals: Vec<BasicValueEnum> = args.iter().map(|a| self.expr(a)).collect::<Result<_, _>>()?;
                 let ft = self.value_type(t.elem);
-                let suffix = if t.elem == DataType::F16 { "f16" } else { "f32" };
+                let suffix = float_suffix(t.elem);
+                // `sinf` for f32; the double functions (`sin`) otherwise.
                 let libm =
-                    |n: &str| if t.elem == DataType::F16 { n.trim_end_matches('f').to_string() } else { n.to_string() };
+                    |n: &str| if t.elem == DataType::F32 { n.to_string() } else { n.trim_end_matches('f').to_string() };
                 let x = vals.first().copied().ok_or_else(|| self.unsupported("an intrinsic without arguments"))?;
                 if self.gpu {
                     if let Some(v) = self.gpu_math(*f, &vals)? {
@@ -727,6 +740,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Ok(v);
         }
         Ok(match (from.is_float(), to.is_float()) {
+            // x86 has no double → half instruction and LLVM 14's libcall
+            // (`__truncdfhf2`) disagrees with libgcc's on the return register:
+            // go through f32 (F16C converts that).
+            (true, true) if from == DataType::F64 && to == DataType::F16 => {
+                let f = self.cast(v, from, DataType::F32)?;
+                self.cast(f, DataType::F32, to)?
+            }
             (true, true) => {
                 self.e(self.b.build_float_cast(v.into_float_value(), target.into_float_type(), "fcast"))?.into()
             }
@@ -734,13 +754,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let zero = v.into_float_value().get_type().const_zero();
                 self.e(self.b.build_float_compare(FloatPredicate::UNE, v.into_float_value(), zero, "tobool"))?.into()
             }
-            (true, false) if to == DataType::U8 => self
+            (true, false) if to.is_unsigned_int() => self
                 .e(self.b.build_float_to_unsigned_int(v.into_float_value(), target.into_int_type(), "fptoui"))?
                 .into(),
             (true, false) => {
                 self.e(self.b.build_float_to_signed_int(v.into_float_value(), target.into_int_type(), "fptosi"))?.into()
             }
-            (false, true) if matches!(from, DataType::U8 | DataType::Bool) => self
+            (false, true) if from.is_unsigned() => self
                 .e(self.b.build_unsigned_int_to_float(v.into_int_value(), target.into_float_type(), "uitofp"))?
                 .into(),
             (false, true) => {
@@ -751,7 +771,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_int_compare(IntPredicate::NE, v.into_int_value(), zero, "tobool"))?.into()
             }
             (false, false) => {
-                let signed = !matches!(from, DataType::U8 | DataType::Bool);
+                let signed = !from.is_unsigned();
                 self.e(self.b.build_int_cast_sign_flag(v.into_int_value(), target.into_int_type(), signed, "icast"))?
                     .into()
             }

@@ -119,10 +119,10 @@ fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, Strin
 /// wraps (x86 raises SIGFPE for both), by dividing by a safe divisor and selecting.
 fn int_division(op: BinOp, a: Expr, b: Expr, dt: DataType) -> Expr {
     let is = |v: f64| Expr::cmp(CmpOp::Eq, b.clone(), Expr::constant(v, dt));
-    let unsafe_divisor = if dt == DataType::U8 { is(0.0) } else { Expr::or(is(0.0), is(-1.0)) };
+    let unsafe_divisor = if dt.is_unsigned() { is(0.0) } else { Expr::or(is(0.0), is(-1.0)) };
     let safe_b = select(unsafe_divisor, Expr::constant(1.0, dt), b.clone());
     let q = Expr::bin(op, a.clone(), safe_b);
-    if dt == DataType::U8 {
+    if dt.is_unsigned() {
         return select(is(0.0), zero(dt), q);
     }
     // b = -1: a / -1 = -a (wrapping), a mod -1 = 0.

@@ -75,8 +75,10 @@ impl Linear {
     }
 }
 
+/// Integer types whose values are their `i64` values (uint64's upper half
+/// is stored as negative bit patterns, so interval reasoning skips it).
 fn is_index_type(t: TirType) -> bool {
-    t.lanes == 1 && t.elem.is_int()
+    t.lanes == 1 && t.elem.is_int() && t.elem != DataType::U64
 }
 
 fn bool_const(v: bool) -> Expr {
@@ -225,7 +227,9 @@ pub fn simplify(e: &Expr, bounds: &Bounds) -> Expr {
             None => Expr::Select(c, a, b),
         },
         Expr::Cast(t, a) => match *a {
-            Expr::Int(v, _) if t.lanes == 1 && t.elem.is_float() => Expr::Float(v as f64, t),
+            Expr::Int(v, src) if t.lanes == 1 && t.elem.is_float() => {
+                Expr::Float(if src.elem == DataType::U64 { v as u64 as f64 } else { v as f64 }, t)
+            }
             Expr::Int(v, _) if t.lanes == 1 && t.elem == DataType::Bool => bool_const(v != 0),
             Expr::Int(v, _) if t.lanes == 1 => Expr::Int(wrap_int(v, t.elem), t),
             ref inner if inner.ty() == t => (*a).clone(),
@@ -249,8 +253,11 @@ fn decide(yes: Option<bool>, no: Option<bool>) -> Option<bool> {
 fn wrap_int(v: i64, elem: DataType) -> i64 {
     match elem {
         DataType::I32 => v as i32 as i64,
+        DataType::I16 => v as i16 as i64,
         DataType::I8 => v as i8 as i64,
         DataType::U8 => v as u8 as i64,
+        DataType::U16 => v as u16 as i64,
+        DataType::U32 => v as u32 as i64,
         _ => v,
     }
 }

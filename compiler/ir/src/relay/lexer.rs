@@ -174,13 +174,13 @@ pub fn lex(src: &str) -> Result<Vec<Token>> {
             let n = k - i;
             let tok = if is_float || suffix.starts_with('f') {
                 let v: f64 = number.parse().map_err(|_| err(format!("malformed number `{number}`")))?;
-                if !matches!(suffix.as_str(), "" | "f" | "f32" | "f16") {
+                if !matches!(suffix.as_str(), "" | "f" | "f32" | "f16" | "f64") {
                     return Err(err(format!("unknown float suffix `{suffix}`")));
                 }
                 Tok::Float(v, suffix)
             } else {
                 let v: i64 = number.parse().map_err(|_| err(format!("integer `{number}` is too large")))?;
-                if !matches!(suffix.as_str(), "" | "i64" | "i32" | "i8" | "u8") {
+                if !matches!(suffix.as_str(), "" | "i64" | "i32" | "i16" | "i8" | "u8" | "u16" | "u32" | "u64") {
                     return Err(err(format!("unknown integer suffix `{suffix}`")));
                 }
                 Tok::Int(v, suffix)

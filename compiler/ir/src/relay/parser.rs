@@ -469,14 +469,19 @@ impl Parser {
         let t = match self.next().tok {
             Tok::Int(v, s) => {
                 let dtype = match s.as_str() {
-                    "i64" => DataType::I64,
-                    "i8" => DataType::I8,
-                    "u8" => DataType::U8,
-                    _ => DataType::I32,
+                    "" => DataType::I32,
+                    suffix => DataType::from_name(suffix).unwrap_or(DataType::I32),
                 };
                 Tensor::scalar(dtype, sign * v as f64)
             }
-            Tok::Float(v, s) => Tensor::scalar(if s == "f16" { DataType::F16 } else { DataType::F32 }, sign * v),
+            Tok::Float(v, s) => {
+                let dtype = match s.as_str() {
+                    "f16" => DataType::F16,
+                    "f64" => DataType::F64,
+                    _ => DataType::F32,
+                };
+                Tensor::scalar(dtype, sign * v)
+            }
             _ => return Err(Error::parse(span, "expected a number")),
         };
         let c = self.store.intern_const(t);

@@ -33,24 +33,42 @@ pub fn scalar_literal(t: &Tensor) -> Option<String> {
     }
     let v = t.get_f64(0);
     Some(match t.dtype() {
-        DataType::F32 | DataType::F16 => {
+        DataType::F32 | DataType::F16 | DataType::F64 => {
             if !v.is_finite() {
                 return None;
             }
-            let text = if t.dtype() == DataType::F32 { format!("{:?}", v as f32) } else { format_float(v) };
+            let text = match t.dtype() {
+                DataType::F32 => format!("{:?}", v as f32),
+                DataType::F64 => format!("{v:?}"),
+                _ => format_float(v),
+            };
             let text = text.strip_suffix(".0").unwrap_or(&text).to_string();
-            if t.dtype() == DataType::F32 {
-                format!("{text}f")
-            } else {
-                format!("{text}f16")
+            match t.dtype() {
+                DataType::F32 => format!("{text}f"),
+                DataType::F64 => format!("{text}f64"),
+                _ => format!("{text}f16"),
             }
         }
         DataType::I32 => format!("{}", v as i64),
-        DataType::I64 => format!("{}i64", v as i64),
-        DataType::I8 => format!("{}i8", v as i64),
-        DataType::U8 => format!("{}u8", v as i64),
+        // The lexer reads literals as i64: larger u64 values print as tensors.
+        DataType::U64 if v > i64::MAX as f64 => return None,
         DataType::Bool => (if v != 0.0 { "True" } else { "False" }).to_string(),
+        dt => format!("{}{}", v as i64, short_name(dt)),
     })
+}
+
+/// The Rust-style suffix of an integer literal (`i64`, `u8`, …).
+fn short_name(dt: DataType) -> &'static str {
+    match dt {
+        DataType::I64 => "i64",
+        DataType::I16 => "i16",
+        DataType::I8 => "i8",
+        DataType::U8 => "u8",
+        DataType::U16 => "u16",
+        DataType::U32 => "u32",
+        DataType::U64 => "u64",
+        _ => "",
+    }
 }
 
 struct Scopes {

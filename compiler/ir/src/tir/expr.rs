@@ -325,19 +325,8 @@ impl Combiner {
             Combiner::Prod => 1.0,
             Combiner::Max if elem.is_float() => f64::NEG_INFINITY,
             Combiner::Min if elem.is_float() => f64::INFINITY,
-            Combiner::Max => match elem {
-                DataType::I64 => i64::MIN as f64,
-                DataType::I32 => i32::MIN as f64,
-                DataType::I8 => i8::MIN as f64,
-                _ => 0.0,
-            },
-            Combiner::Min => match elem {
-                DataType::I64 => i64::MAX as f64,
-                DataType::I32 => i32::MAX as f64,
-                DataType::I8 => i8::MAX as f64,
-                DataType::U8 => u8::MAX as f64,
-                _ => 1.0,
-            },
+            Combiner::Max => elem.value_range().0,
+            Combiner::Min => elem.value_range().1,
         };
         Expr::constant(v, elem)
     }
@@ -370,10 +359,13 @@ impl Expr {
         Expr::Float(v, TirType::scalar(elem))
     }
 
-    /// A constant of element type `elem` (integers and bools become `Int`).
+    /// A constant of element type `elem` (integers and bools become `Int`;
+    /// a `uint64` past `i64::MAX` keeps its bit pattern).
     pub fn constant(v: f64, elem: DataType) -> Expr {
         if elem.is_float() {
             Expr::Float(v, TirType::scalar(elem))
+        } else if elem == DataType::U64 && v >= i64::MAX as f64 {
+            Expr::Int(v as u64 as i64, TirType::scalar(elem))
         } else {
             Expr::Int(v as i64, TirType::scalar(elem))
         }

@@ -11,10 +11,15 @@ pub(crate) fn dtype(t: i32) -> Option<DataType> {
     Some(match OnnxType::from_i32(t)? {
         OnnxType::FLOAT => DataType::F32,
         OnnxType::FLOAT16 => DataType::F16,
+        OnnxType::DOUBLE => DataType::F64,
         OnnxType::INT64 => DataType::I64,
         OnnxType::INT32 => DataType::I32,
+        OnnxType::INT16 => DataType::I16,
         OnnxType::INT8 => DataType::I8,
         OnnxType::UINT8 => DataType::U8,
+        OnnxType::UINT16 => DataType::U16,
+        OnnxType::UINT32 => DataType::U32,
+        OnnxType::UINT64 => DataType::U64,
         OnnxType::BOOL => DataType::Bool,
         _ => return None,
     })
@@ -69,9 +74,13 @@ pub(crate) fn tensor(t: &TensorProto) -> Result<Tensor, String> {
         let bytes = t.int32_data.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect();
         return Tensor::from_bytes(dt, shape, bytes).ok_or_else(|| format!("tensor `{}`: bad float16 data", t.name));
     }
+    // The typed fields: int32_data holds every type of 32 bits or fewer,
+    // uint64_data the unsigned 32- and 64-bit ones.
     let vals: Vec<f64> = match dt {
         DataType::F32 => t.float_data.iter().map(|&v| v as f64).collect(),
+        DataType::F64 => t.double_data.clone(),
         DataType::I64 => t.int64_data.iter().map(|&v| v as f64).collect(),
+        DataType::U32 | DataType::U64 => t.uint64_data.iter().map(|&v| v as f64).collect(),
         _ => t.int32_data.iter().map(|&v| v as f64).collect(),
     };
     if vals.len() != n {

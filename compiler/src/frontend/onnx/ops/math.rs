@@ -215,18 +215,6 @@ fn dropout(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     one(x)
 }
 
-/// The smallest and largest value of a dtype (for absent bounds).
-fn dtype_range(dt: DataType) -> (f64, f64) {
-    match dt {
-        DataType::I8 => (i8::MIN as f64, i8::MAX as f64),
-        DataType::U8 => (0.0, u8::MAX as f64),
-        DataType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        DataType::I64 => (i64::MIN as f64, i64::MAX as f64),
-        DataType::Bool => (0.0, 1.0),
-        DataType::F32 | DataType::F16 => (f64::NEG_INFINITY, f64::INFINITY),
-    }
-}
-
 /// `min(max(x, lo), hi)` as NumPy's clip: bounds from inputs (opset 11+) or
 /// attributes; an absent bound does not apply.
 fn clip(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -245,7 +233,7 @@ fn clip(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         b.and_then(|b| im.constant_value(b)).filter(|t| t.numel() == 1).map(|t| t.get_f64(0))
     };
     let (clo, chi) = (konst(im, lo), konst(im, hi));
-    let (dmin, dmax) = dtype_range(dt);
+    let (dmin, dmax) = DataType::value_range(dt);
     if let (Some(l), Some(h)) = (clo, chi) {
         if l <= h && dt.is_float() && l.is_finite() && h.is_finite() {
             let a = attrs(&[("a_min", AttrValue::Float(l)), ("a_max", AttrValue::Float(h))]);
