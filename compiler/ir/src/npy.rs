@@ -39,9 +39,11 @@ fn parse_descr(d: &str) -> Result<DataType, String> {
         "<u4" | "=u4" => DataType::U32,
         "<u8" | "=u8" => DataType::U64,
         "|b1" | "<b1" | "=b1" => DataType::Bool,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "unsupported dtype '{other}' (kiln reads little-endian f8, f4, f2, i8, i4, i2, i1, u8, u4, u2, u1 and b1)"
-        )),
+        ))
+        }
     })
 }
 

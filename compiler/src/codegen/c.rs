@@ -180,6 +180,13 @@ impl Emitter<'_> {
                     Intrinsic::Round => format!("rint{f}({first})"),
                     Intrinsic::Fmod => format!("fmod{f}({first}, {second})"),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
+                    // Cast back: C promotes narrow operands to int.
+                    Intrinsic::BitAnd => format!("(({})({first} & {second}))", c_type(self.kernel, t.elem)?),
+                    Intrinsic::BitOr => format!("(({})({first} | {second}))", c_type(self.kernel, t.elem)?),
+                    Intrinsic::BitXor => format!("(({})({first} ^ {second}))", c_type(self.kernel, t.elem)?),
+                    Intrinsic::BitNot => format!("(({})(~{first}))", c_type(self.kernel, t.elem)?),
+                    Intrinsic::ShiftLeft => format!("(({})({first} << {second}))", c_type(self.kernel, t.elem)?),
+                    Intrinsic::ShiftRight => format!("(({})({first} >> {second}))", c_type(self.kernel, t.elem)?),
                     Intrinsic::Ldexp => format!("ldexp{f}({first}, (int)({second}))"),
                     // The rest are unary and spelled as their name: exp, log,
                     // sqrt, tanh, erf, fabs, floor, ceil and the libm functions.

@@ -366,8 +366,34 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         return Ok(v);
                     }
                 }
+                let int_pair = || -> Result<(IntValue<'ctx>, IntValue<'ctx>), CodegenError> {
+                    let y =
+                        vals.get(1).copied().ok_or_else(|| self.unsupported("a bit operation with one argument"))?;
+                    Ok((x.into_int_value(), y.into_int_value()))
+                };
                 match f {
                     Intrinsic::Barrier => return Err(self.unsupported("a barrier used as a value")),
+                    Intrinsic::BitAnd => {
+                        let (a, b) = int_pair()?;
+                        self.e(self.b.build_and(a, b, "and"))?.into()
+                    }
+                    Intrinsic::BitOr => {
+                        let (a, b) = int_pair()?;
+                        self.e(self.b.build_or(a, b, "or"))?.into()
+                    }
+                    Intrinsic::BitXor => {
+                        let (a, b) = int_pair()?;
+                        self.e(self.b.build_xor(a, b, "xor"))?.into()
+                    }
+                    Intrinsic::BitNot => self.e(self.b.build_not(x.into_int_value(), "not"))?.into(),
+                    Intrinsic::ShiftLeft => {
+                        let (a, b) = int_pair()?;
+                        self.e(self.b.build_left_shift(a, b, "shl"))?.into()
+                    }
+                    Intrinsic::ShiftRight => {
+                        let (a, b) = int_pair()?;
+                        self.e(self.b.build_right_shift(a, b, !t.elem.is_unsigned(), "shr"))?.into()
+                    }
                     Intrinsic::Exp => self.intrinsic(&format!("llvm.exp.{suffix}"), &[x], ft)?,
                     Intrinsic::Log => self.intrinsic(&format!("llvm.log.{suffix}"), &[x], ft)?,
                     Intrinsic::Sqrt => self.intrinsic(&format!("llvm.sqrt.{suffix}"), &[x], ft)?,

@@ -111,8 +111,30 @@ fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, Strin
         "acosh" => call(Intrinsic::Acosh, x),
         "atanh" => call(Intrinsic::Atanh, x),
         "isnan" => Expr::cmp(CmpOp::Ne, x.clone(), x),
+        "bitwise_not" => call(Intrinsic::BitNot, x),
         _ => return Err(format!("no unary compute for `{name}`")),
     })
+}
+
+/// `a << b` or `a >> b` defined for every amount (the machine shifts are
+/// undefined outside `[0, bits)`): such amounts shift every bit out.
+fn shift(left: bool, a: Expr, b: Expr, dt: DataType) -> Expr {
+    let bits = Expr::constant(dt.size_bytes() as f64 * 8.0, dt);
+    let mut out_of_range = Expr::cmp(CmpOp::Ge, b.clone(), bits);
+    if dt.is_signed_int() {
+        out_of_range = Expr::or(out_of_range, Expr::cmp(CmpOp::Lt, b.clone(), zero(dt)));
+    }
+    let (op, all_out) = if left {
+        (Intrinsic::ShiftLeft, zero(dt))
+    } else if dt.is_signed_int() {
+        // The sign fills every bit: −1 for negative values, 0 otherwise.
+        let neg = Expr::cmp(CmpOp::Lt, a.clone(), zero(dt));
+        (Intrinsic::ShiftRight, select(neg, Expr::constant(-1.0, dt), zero(dt)))
+    } else {
+        (Intrinsic::ShiftRight, zero(dt))
+    };
+    let safe_b = select(out_of_range.clone(), zero(dt), b);
+    select(out_of_range, all_out, Expr::call(op, vec![a, safe_b], TirType::scalar(dt)))
 }
 
 /// Integer `a op b` that never traps: a zero divisor gives 0 and `MIN / -1`
@@ -163,6 +185,10 @@ fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
         "maximum" => Expr::bin(BinOp::Max, a, b),
         "minimum" => Expr::bin(BinOp::Min, a, b),
         "power" => Expr::call(Intrinsic::Pow, vec![a, b], TirType::scalar(dt)),
+        "bitwise_and" => Expr::call(Intrinsic::BitAnd, vec![a, b], TirType::scalar(dt)),
+        "bitwise_or" => Expr::call(Intrinsic::BitOr, vec![a, b], TirType::scalar(dt)),
+        "bitwise_xor" => Expr::call(Intrinsic::BitXor, vec![a, b], TirType::scalar(dt)),
+        "left_shift" | "right_shift" => shift(name == "left_shift", a, b, dt),
         _ => return Err(format!("no binary compute for `{name}`")),
     })
 }
@@ -280,12 +306,13 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
     match op {
         "negative" | "exp" | "log" | "sqrt" | "rsqrt" | "tanh" | "sigmoid" | "erf" | "nn.relu" | "clip" | "cast"
         | "abs" | "sign" | "floor" | "ceil" | "round" | "sin" | "cos" | "tan" | "asin" | "acos" | "atan" | "sinh"
-        | "cosh" | "asinh" | "acosh" | "atanh" | "isnan" => {
+        | "cosh" | "asinh" | "acosh" | "atanh" | "isnan" | "bitwise_not" => {
             let (shape, dt) = out_tensor(out)?;
             let x = tensor(0)?.clone();
             t(try_compute(op, &shape, |i| unary(op, x.at(i), dt, attrs))?)
         }
-        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "power" | "mod" | "floor_mod" => {
+        "add" | "subtract" | "multiply" | "divide" | "maximum" | "minimum" | "power" | "mod" | "floor_mod"
+        | "bitwise_and" | "bitwise_or" | "bitwise_xor" | "left_shift" | "right_shift" => {
             let (shape, dt) = out_tensor(out)?;
             let (a, b) = (tensor(0)?.clone(), tensor(1)?.clone());
             t(try_compute(op, &shape, |i| binary(op, broadcast_at(&a, i), broadcast_at(&b, i), dt))?)

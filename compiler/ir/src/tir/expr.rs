@@ -225,6 +225,15 @@ pub enum Intrinsic {
     /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
     /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
     Ldexp,
+    /// Integer bit operations (`&`, `|`, `^`, `~`). The shifts take amounts
+    /// in `[0, bits)` (lowering guards the rest); `ShiftRight` is arithmetic
+    /// for signed types and logical for unsigned ones.
+    BitAnd,
+    BitOr,
+    BitXor,
+    BitNot,
+    ShiftLeft,
+    ShiftRight,
     /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
     Barrier,
 }
@@ -264,6 +273,12 @@ impl Intrinsic {
             Intrinsic::Acosh => "acosh",
             Intrinsic::Atanh => "atanh",
             Intrinsic::Ldexp => "ldexp",
+            Intrinsic::BitAnd => "bitwise_and",
+            Intrinsic::BitOr => "bitwise_or",
+            Intrinsic::BitXor => "bitwise_xor",
+            Intrinsic::BitNot => "bitwise_not",
+            Intrinsic::ShiftLeft => "shift_left",
+            Intrinsic::ShiftRight => "shift_right",
             Intrinsic::Barrier => "tvm_storage_sync",
         }
     }

@@ -13,6 +13,7 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 
+mod bitwise;
 mod elemwise;
 mod nn;
 mod reduce;
@@ -135,6 +136,7 @@ pub struct OpRegistry {
 impl OpRegistry {
     fn build() -> Self {
         let mut defs = Vec::new();
+        bitwise::register(&mut defs);
         elemwise::register(&mut defs);
         nn::register(&mut defs);
         reduce::register(&mut defs);

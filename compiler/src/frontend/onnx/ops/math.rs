@@ -13,6 +13,7 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"], binary, &[]);
     t.add(&["And", "Or", "Xor"], binary, &[]);
     t.add(&["BitwiseAnd", "BitwiseOr", "BitwiseXor"], binary, &[]);
+    t.add(&["BitShift"], bit_shift, &["direction"]);
     t.add(&["Pow"], pow, &[]);
     t.add(&["Mod"], modulo, &["fmod"]);
     t.add(
@@ -99,6 +100,23 @@ fn binary(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         "BitwiseAnd" => "bitwise_and",
         "BitwiseOr" => "bitwise_or",
         _ => "bitwise_xor",
+    };
+    one(im.op(node, op, vec![a, b])?)
+}
+
+/// `x << y` or `x >> y` (arithmetic on signed types, which recent opsets
+/// allow); amounts outside `[0, bits)` shift every bit out.
+fn bit_shift(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let dt = im.dtype_of(node, a)?;
+    if !dt.is_int() {
+        return Err(node.err(format!("needs integer inputs, found {dt}")));
+    }
+    let op = match node.string("direction")?.as_deref() {
+        Some("LEFT") => "left_shift",
+        Some("RIGHT") => "right_shift",
+        Some(d) => return Err(node.err(format!("direction `{d}` is not LEFT or RIGHT"))),
+        None => return Err(node.err("missing attribute `direction`")),
     };
     one(im.op(node, op, vec![a, b])?)
 }

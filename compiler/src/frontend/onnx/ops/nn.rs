@@ -590,6 +590,8 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         }
         (None, None) => return Err(node.err("needs scales or sizes")),
     };
+    let dims: Vec<i64> = out_sizes.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect();
+    crate::frontend::onnx::proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
     if out_sizes.iter().zip(&shape).any(|(&o, &i)| o > 0 && i == 0) {
         return Err(node.err("cannot resize an empty axis"));
     }

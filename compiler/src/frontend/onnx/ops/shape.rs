@@ -226,7 +226,8 @@ fn split(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let n_out = node.n.output.len();
     let sizes: Vec<usize> = match (node.ints("split")?, im.const_ints(node, 1, "the split sizes")?) {
         (Some(v), _) | (None, Some(v)) => {
-            if v.iter().any(|&d| d < 0) || v.iter().sum::<i64>() != dim as i64 {
+            let sum = v.iter().try_fold(0i64, |a, &d| a.checked_add(d));
+            if v.iter().any(|&d| d < 0) || sum != Some(dim as i64) {
                 return Err(node.err(format!("split sizes {v:?} do not add up to the axis size {dim}")));
             }
             v.iter().map(|&d| d as usize).collect()
@@ -374,6 +375,9 @@ fn range(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         Ok(t)
     };
     let (start, limit, delta) = (get(im, 0, "start")?, get(im, 1, "limit")?, get(im, 2, "delta")?);
+    if limit.dtype() != start.dtype() || delta.dtype() != start.dtype() {
+        return Err(node.err("start, limit and delta must have one element type"));
+    }
     let (s, l, d) = (start.get_f64(0), limit.get_f64(0), delta.get_f64(0));
     if d == 0.0 || !d.is_finite() || !s.is_finite() || !l.is_finite() {
         return Err(node.err("delta must be finite and not zero"));
@@ -385,7 +389,8 @@ fn range(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let values: Vec<f64> = if start.dtype().is_float() {
         (0..n).map(|k| s + k as f64 * d).collect()
     } else {
-        (0..n).map(|k| (s as i64 + k as i64 * d as i64) as f64).collect()
+        let at = |k: usize| (k as i64).checked_mul(d as i64).and_then(|v| v.checked_add(s as i64));
+        (0..n).map(|k| at(k).map(|v| v as f64)).collect::<Option<_>>().ok_or_else(|| node.err("the range overflows"))?
     };
     one(im.constant(Tensor::from_f64(start.dtype(), vec![n], &values)))
 }
@@ -401,9 +406,13 @@ fn tile(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     }
     let lifted: Vec<usize> = s.iter().flat_map(|&d| [1, d]).collect();
     let wide: Vec<i64> = s.iter().zip(&reps).flat_map(|(&d, &r)| [r, d as i64]).collect();
-    let out: Vec<usize> = s.iter().zip(&reps).map(|(&d, &r)| d * r as usize).collect();
+    let out: Vec<usize> = s
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &r)| d.checked_mul(r as usize).ok_or_else(|| node.err(format!("repeats {reps:?} overflow"))))
+        .collect::<Result<_, _>>()?;
     let dt = im.dtype_of(node, x)?;
-    let dims: Vec<i64> = out.iter().map(|&d| d as i64).collect();
+    let dims: Vec<i64> = out.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect();
     proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
     let y = reshape_to(im, node, x, &lifted)?;
     let y = im.call(node, "broadcast_to", vec![y], attrs(&[("shape", AttrValue::Ints(wide))]))?;
