@@ -71,6 +71,40 @@ fn main() {
         }
         println!("cargo:rustc-cfg=kiln_reference_models");
     }
+    // Model 7: the GPT-style decoder (int64 token ids in, logits out).
+    println!("cargo:rustc-check-cfg=cfg(kiln_gpt_tiny)");
+    let gpt = models.join("gpt_tiny.onnx");
+    if gpt.exists() {
+        println!("cargo:rerun-if-changed={}", gpt.display());
+        kiln::Build::new("onnx_gpt_tiny").onnx(&gpt).compile_or_exit();
+        println!("cargo:rustc-cfg=kiln_gpt_tiny");
+    } else {
+        println!("cargo:warning=skipped gpt_tiny: {} is not present", gpt.display());
+    }
+    // Models 8 and 9: real exporters' models, fetched by
+    // ../shared/models/fetch_real_models.py into KILN_REAL_MODELS
+    // (default ../shared/models/real). Their batch and image sizes are
+    // symbolic in the files: fixed here by name.
+    println!("cargo:rustc-check-cfg=cfg(kiln_real_models)");
+    println!("cargo:rerun-if-env-changed=KILN_REAL_MODELS");
+    let real =
+        std::env::var_os("KILN_REAL_MODELS").map(std::path::PathBuf::from).unwrap_or_else(|| models.join("real"));
+    let (yolo, ppl) = (real.join("yolov8n.onnx"), real.join("pplcnet.onnx"));
+    if yolo.exists() && ppl.exists() {
+        for p in [&yolo, &ppl] {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        kiln::Build::new("onnx_yolov8n").onnx(&yolo).input_shape("images", &[1, 3, 320, 320]).compile_or_exit();
+        kiln::Build::new("onnx_pplcnet").onnx(&ppl).input_shape("x", &[1, 3, 224, 224]).compile_or_exit();
+        println!("cargo:rustc-cfg=kiln_real_models");
+        println!("cargo:rustc-env=KILN_REAL_MODELS_DIR={}", real.display());
+    } else {
+        println!(
+            "cargo:warning=skipped yolov8n and pplcnet: not in {} (run ../shared/models/fetch_real_models.py {})",
+            real.display(),
+            real.display()
+        );
+    }
     // The models themselves, for the tests' reference interpreter runs.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     std::fs::write(out.join("convnet.relay"), kiln::relay::print_module(&convnet())).expect("write");

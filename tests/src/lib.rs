@@ -11,6 +11,12 @@ kiln_runtime::include_model!("onnx_lenet");
 kiln_runtime::include_model!("onnx_resnet18");
 #[cfg(kiln_reference_models)]
 kiln_runtime::include_model!("onnx_mobilenetv2");
+#[cfg(kiln_gpt_tiny)]
+kiln_runtime::include_model!("onnx_gpt_tiny");
+#[cfg(kiln_real_models)]
+kiln_runtime::include_model!("onnx_yolov8n");
+#[cfg(kiln_real_models)]
+kiln_runtime::include_model!("onnx_pplcnet");
 
 /// The conv net's Relay text, as `build.rs` saw it (for reference runs).
 pub const CONVNET_RELAY: &str = include_str!(concat!(env!("OUT_DIR"), "/convnet.relay"));

@@ -141,3 +141,57 @@ fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
 fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
     println!("skipped: the reference models (../shared/models) are not present");
 }
+
+/// The GPT-style decoder compiled by build.rs: int64 token ids in, logits
+/// out, against ONNX Runtime's output.
+#[cfg(kiln_gpt_tiny)]
+#[test]
+fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models");
+    let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
+    let (ids, want) = (read("gpt_tiny.input.npy"), read("gpt_tiny.output.npy"));
+    let ids: Vec<i64> = ids.to_f64_vec().iter().map(|&v| v as i64).collect();
+    let ids: Box<[i64; 64]> = ids.into_boxed_slice().try_into().expect("input size");
+    let mut model = kiln_user_tests::onnx_gpt_tiny::OwnedModel::with_threads(2);
+    let mut logits: Box<[f32; 64_000]> = vec![0f32; 64_000].into_boxed_slice().try_into().expect("output size");
+    model.run(&ids, &mut logits);
+    close(&logits[..], &want.to_f64_vec());
+}
+
+#[cfg(not(kiln_gpt_tiny))]
+#[test]
+fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
+    println!("skipped: ../shared/models/gpt_tiny.onnx is not present");
+}
+
+/// Models real exporters wrote (ultralytics YOLOv8n, PaddlePaddle PP-LCNet),
+/// compiled by build.rs with their symbolic dimensions fixed, against ONNX
+/// Runtime's outputs.
+#[cfg(kiln_real_models)]
+#[test]
+fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
+    let dir = env!("KILN_REAL_MODELS_DIR");
+    let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
+    macro_rules! check {
+        ($m:ident, $name:literal, $input:literal, $n_in:literal, $n_out:literal) => {{
+            let x = read(concat!($name, ".input.", $input, ".npy"));
+            let want = read(concat!($name, ".output.npy"));
+            let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
+            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
+            let mut out: Box<[f32; $n_out]> = vec![0f32; $n_out].into_boxed_slice().try_into().expect("output size");
+            model.run(&x, &mut out);
+            close(&out[..], &want.to_f64_vec());
+        }};
+    }
+    check!(onnx_yolov8n, "yolov8n", "images", 307_200, 46_200);
+    check!(onnx_pplcnet, "pplcnet", "x", 150_528, 4);
+}
+
+#[cfg(not(kiln_real_models))]
+#[test]
+fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
+    println!(
+        "skipped: yolov8n/pplcnet are not present (run ../shared/models/fetch_real_models.py ../shared/models/real, \
+         or set KILN_REAL_MODELS)"
+    );
+}
