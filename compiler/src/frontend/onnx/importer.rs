@@ -292,11 +292,11 @@ impl Importer {
                 None => return e,
             }
         }
+        // A checked count: a type's shape may multiply past usize.
+        let small = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_some_and(|n| n <= FOLD_LIMIT);
         let fits = |t: &Type| match t {
-            Type::Tensor(t) => t.shape.iter().product::<usize>() <= FOLD_LIMIT,
-            Type::Tuple(f) => {
-                f.iter().all(|t| t.as_tensor().is_some_and(|t| t.shape.iter().product::<usize>() <= FOLD_LIMIT))
-            }
+            Type::Tensor(t) => small(&t.shape),
+            Type::Tuple(f) => f.iter().all(|t| t.as_tensor().is_some_and(|t| small(&t.shape))),
             Type::Func(_) => false,
         };
         if !self.store.checked_type(e).is_some_and(fits) {

@@ -10,6 +10,7 @@ use super::importer::{Importer, Node};
 use super::OnnxError;
 
 mod attention;
+mod conv_transpose;
 mod loss;
 mod math;
 mod nn;
@@ -42,6 +43,7 @@ pub(crate) fn table() -> &'static HashMap<&'static str, Converter> {
     TABLE.get_or_init(|| {
         let mut t = Table(HashMap::new());
         attention::register(&mut t);
+        conv_transpose::register(&mut t);
         loss::register(&mut t);
         math::register(&mut t);
         nn::register(&mut t);

@@ -214,7 +214,7 @@ impl Window {
 
 /// `x` as 4-D `[N, C, H, W]`: a 3-D `[N, C, L]` gains a unit height. 2-D and
 /// 3-D spatial inputs other than these are refused by the caller.
-fn lift(im: &mut Importer, node: &Node, x: ExprId) -> Result<ExprId, OnnxError> {
+pub(super) fn lift(im: &mut Importer, node: &Node, x: ExprId) -> Result<ExprId, OnnxError> {
     let s = im.shape_of(node, x)?;
     if s.len() == 3 {
         return reshape_to(im, node, x, &[s[0], s[1], 1, s[2]]);
@@ -222,7 +222,7 @@ fn lift(im: &mut Importer, node: &Node, x: ExprId) -> Result<ExprId, OnnxError> 
     Ok(x)
 }
 
-fn lower(im: &mut Importer, node: &Node, y: ExprId, rank: usize) -> Result<ExprId, OnnxError> {
+pub(super) fn lower(im: &mut Importer, node: &Node, y: ExprId, rank: usize) -> Result<ExprId, OnnxError> {
     if rank == 4 {
         return Ok(y);
     }
@@ -230,7 +230,7 @@ fn lower(im: &mut Importer, node: &Node, y: ExprId, rank: usize) -> Result<ExprI
     reshape_to(im, node, y, &[s[0], s[1], s[3]])
 }
 
-fn spatial_rank(im: &mut Importer, node: &Node, x: ExprId) -> Result<(usize, Vec<usize>), OnnxError> {
+pub(super) fn spatial_rank(im: &mut Importer, node: &Node, x: ExprId) -> Result<(usize, Vec<usize>), OnnxError> {
     let s = im.shape_of(node, x)?;
     match s.len() {
         3 | 4 => Ok((s.len(), s[2..].to_vec())),

@@ -194,10 +194,9 @@ fn slice(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         let ends = im.const_ints(node, 2, "ends")?.ok_or_else(|| node.err("missing input 2 (ends)"))?;
         (starts, ends, im.const_ints(node, 3, "axes")?, im.const_ints(node, 4, "steps")?)
     };
-    let axes: Vec<i64> = match axes {
-        Some(a) => a.iter().map(|&v| norm_axis(node, v, rank).map(|v| v as i64)).collect::<Result<_, _>>()?,
-        None => (0..starts.len() as i64).collect(),
-    };
+    // Without axes, `starts` covers the leading axes, which must exist.
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let axes: Vec<i64> = axes.iter().map(|&v| norm_axis(node, v, rank).map(|v| v as i64)).collect::<Result<_, _>>()?;
     let mut seen = vec![false; rank];
     for &a in &axes {
         if std::mem::replace(&mut seen[a as usize], true) {
@@ -471,11 +470,13 @@ fn depth_space(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError>
     }
     let b = b as usize;
     let [n, c, h, w] = [s[0], s[1], s[2], s[3]];
+    let bb = b.checked_mul(b).filter(|&bb| c.checked_mul(bb).is_some());
+    let bb = bb.ok_or_else(|| node.err(format!("blocksize {b} is too large")))?;
     let (tmp, perm, out): (Vec<usize>, Vec<i64>, Vec<usize>) = if node.op() == "DepthToSpace" {
-        if c % (b * b) != 0 {
-            return Err(node.err(format!("{c} channels are not a multiple of blocksize² = {}", b * b)));
+        if c % bb != 0 {
+            return Err(node.err(format!("{c} channels are not a multiple of blocksize² = {bb}")));
         }
-        let c2 = c / (b * b);
+        let c2 = c / bb;
         match node.string("mode")?.as_deref().unwrap_or("DCR") {
             "DCR" => (vec![n, b, b, c2, h, w], vec![0, 3, 4, 1, 5, 2], vec![n, c2, h * b, w * b]),
             "CRD" => (vec![n, c2, b, b, h, w], vec![0, 1, 4, 2, 5, 3], vec![n, c2, h * b, w * b]),
@@ -486,7 +487,7 @@ fn depth_space(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError>
             return Err(node.err(format!("spatial size {h}×{w} is not a multiple of blocksize {b}")));
         }
         let tmp = vec![n, c, h / b, b, w / b, b];
-        let out = vec![n, c * b * b, h / b, w / b];
+        let out = vec![n, c * bb, h / b, w / b];
         match node.string("mode")?.as_deref().unwrap_or("DCR") {
             // Output channel (by·b + bx)·C + c.
             "DCR" => (tmp, vec![0, 3, 5, 1, 2, 4], out),
