@@ -19,6 +19,11 @@ pub const PRELUDE: &str = "\
 #include <math.h>
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t kiln_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* NumPy minimum/maximum: a NaN operand gives NaN (fminf/fmaxf would drop it). */
+static inline float kiln_fmaxf(float a, float b) { return (a > b || a != a) ? a : b; }
+static inline float kiln_fminf(float a, float b) { return (a < b || a != a) ? a : b; }
+static inline double kiln_fmax(double a, double b) { return (a > b || a != a) ? a : b; }
+static inline double kiln_fmin(double a, double b) { return (a < b || a != a) ? a : b; }
 ";
 
 /// The C math library suffix: `f` for float, none for double.
@@ -127,10 +132,8 @@ impl Emitter<'_> {
                     BinOp::FloorMod if ty.elem.is_unsigned() => format!("({x} % {y})"),
                     BinOp::FloorDiv => format!("kiln_floordiv({x}, {y})"),
                     BinOp::FloorMod => format!("kiln_floormod({x}, {y})"),
-                    // NaN-propagating like the reference interpreter would be costly; C's
-                    // fmaxf/fminf ignore NaN, as TVM's LLVM backend does.
-                    BinOp::Min if float => format!("fmin{f}({x}, {y})"),
-                    BinOp::Max if float => format!("fmax{f}({x}, {y})"),
+                    BinOp::Min if float => format!("kiln_fmin{f}({x}, {y})"),
+                    BinOp::Max if float => format!("kiln_fmax{f}({x}, {y})"),
                     BinOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
                     BinOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
                 }

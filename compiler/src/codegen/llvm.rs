@@ -167,6 +167,50 @@ impl<'ctx> FnGen<'_, 'ctx> {
         r.map_err(|e| llvm_err(&self.kernel, e))
     }
 
+    /// NumPy's `minimum`/`maximum`: a NaN operand gives NaN (LLVM's
+    /// `minnum`/`maxnum` would return the other operand). `x ⋗ y or x ≠ x ?
+    /// x : y`; one compare, `c ⋗ x ? c : x`, when an operand is a constant
+    /// number. Scalars or vectors; each operand with its TIR expression.
+    fn nan_minmax(
+        &self,
+        is_min: bool,
+        (ea, a): (&Expr, BasicValueEnum<'ctx>),
+        (eb, b): (&Expr, BasicValueEnum<'ctx>),
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        fn number(e: &Expr) -> bool {
+            match e {
+                Expr::Float(v, _) => !v.is_nan(),
+                Expr::Broadcast(x, _) => number(x),
+                _ => false,
+            }
+        }
+        let pred = if is_min { FloatPredicate::OLT } else { FloatPredicate::OGT };
+        let (x, y, one_compare) = if number(eb) {
+            (b, a, true)
+        } else if number(ea) {
+            (a, b, true)
+        } else {
+            (a, b, false)
+        };
+        macro_rules! pick {
+            ($x:expr, $y:expr) => {{
+                let keep_x = self.e(self.b.build_float_compare(pred, $x, $y, "ord"))?;
+                if one_compare {
+                    // `x` is the constant: kept only when it wins; a NaN `y` stays.
+                    return self.e(self.b.build_select(keep_x, x, y, "minmax"));
+                }
+                let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, $x, $x, "nan"))?;
+                let keep_x = self.e(self.b.build_or(keep_x, nan, "keep"))?;
+                self.e(self.b.build_select(keep_x, x, y, "minmax"))
+            }};
+        }
+        match (x, y) {
+            (BasicValueEnum::FloatValue(fx), BasicValueEnum::FloatValue(fy)) => pick!(fx, fy),
+            (BasicValueEnum::VectorValue(vx), BasicValueEnum::VectorValue(vy)) => pick!(vx, vy),
+            _ => Err(self.unsupported("min/max of mismatched float operands")),
+        }
+    }
+
     fn i64c(&self, v: i64) -> IntValue<'ctx> {
         self.ctx.i64_type().const_int(v as u64, true)
     }
@@ -231,11 +275,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         BinOp::Sub => self.e(self.b.build_float_sub(x, y, "sub"))?.into(),
                         BinOp::Mul => self.e(self.b.build_float_mul(x, y, "mul"))?.into(),
                         BinOp::Div => self.e(self.b.build_float_div(x, y, "div"))?.into(),
-                        BinOp::Min | BinOp::Max => {
-                            let name = if *op == BinOp::Min { "llvm.minnum" } else { "llvm.maxnum" };
-                            let name = format!("{name}.{}", float_suffix(dt));
-                            self.intrinsic(&name, &[x.into(), y.into()], x.get_type().into())?
-                        }
+                        BinOp::Min | BinOp::Max => self.nan_minmax(*op == BinOp::Min, (a, x.into()), (b, y.into()))?,
                         BinOp::FloorDiv | BinOp::FloorMod => {
                             let q = self.e(self.b.build_float_div(x, y, "q"))?;
                             let name = format!("llvm.floor.{}", float_suffix(dt));
@@ -641,10 +681,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     BinOp::Sub => self.e(self.b.build_float_sub(x, y, "vsub"))?.into(),
                     BinOp::Mul => self.e(self.b.build_float_mul(x, y, "vmul"))?.into(),
                     BinOp::Div => self.e(self.b.build_float_div(x, y, "vdiv"))?.into(),
-                    BinOp::Min | BinOp::Max => {
-                        let name = if *op == BinOp::Min { "llvm.minnum" } else { "llvm.maxnum" };
-                        self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[x.into(), y.into()])?
-                    }
+                    BinOp::Min | BinOp::Max => self.nan_minmax(*op == BinOp::Min, (a, x.into()), (b, y.into()))?,
                     BinOp::FloorDiv | BinOp::FloorMod => return self.scalarize(e),
                 }
             }

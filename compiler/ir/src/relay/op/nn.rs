@@ -422,7 +422,14 @@ fn pool(args: &[Value], attrs: &Attrs, is_max: bool) -> Result<Value, String> {
                             continue;
                         }
                         let v = xv[(plane * h + iy as usize) * w + ix as usize];
-                        acc = if is_max { acc.max(v) } else { acc + v };
+                        // NaN propagates through max as through the sum.
+                        acc = if !is_max {
+                            acc + v
+                        } else if acc.is_nan() || v.is_nan() {
+                            f64::NAN
+                        } else {
+                            acc.max(v)
+                        };
                         count += 1;
                     }
                 }

@@ -1,0 +1,73 @@
+//! Reproducers of the hostile-input report, as regression tests: each is a
+//! clean error or the value NumPy / ONNX Runtime computes, on both CPU
+//! backends — never a signal, an abort or a silently different number.
+
+use std::process::Command;
+
+use kiln::Tensor;
+
+fn kiln(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("run kiln");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, bytes).expect("write");
+    p.to_string_lossy().into_owned()
+}
+
+/// Runs `text` on `x` for `target`; the outputs, read back.
+fn run(dir: &tempfile::TempDir, text: &str, x: &Tensor, target: &str) -> Vec<Vec<f32>> {
+    let model = write(dir, "m.relay", text.as_bytes());
+    let input = write(dir, "x.npy", &kiln::npy::write_npy(x));
+    let outs: Vec<String> = (0..8).map(|k| dir.path().join(format!("{target}{k}.npy")).display().to_string()).collect();
+    let mut args = vec!["run", &model, "--target", target, "--input"];
+    let bind = format!("x={input}");
+    args.push(&bind);
+    for o in &outs {
+        args.extend(["--output", o]);
+    }
+    let (code, _, err) = kiln(&args);
+    assert_eq!(code, 0, "{target}: {err}");
+    outs.iter()
+        .take_while(|o| std::path::Path::new(o).exists())
+        .map(|o| kiln::npy::read_npy(&std::fs::read(o).expect("read")).expect("npy").to_f32_vec())
+        .collect()
+}
+
+/// relu, maximum, minimum, clip, max/min reductions and max pooling keep a
+/// NaN, as NumPy and ONNX Runtime do (LLVM's maxnum and C's fmaxf drop it).
+#[test]
+fn nan_propagates_through_max_min_relu_clip_and_pooling() {
+    let dir = tempfile::tempdir().expect("dir");
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 1, 2, 4), float32]) {
+  %0 = reshape(%x, newshape=[8]);
+  %1 = subtract(0f, %0);
+  (nn.relu(%0), maximum(%0, %1), minimum(%0, %1), clip(%0, a_min=-1f, a_max=1f),
+   max(%0), min(%0), nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]))
+}
+"#;
+    let v = [1.0, f32::NAN, -3.0, 2.0, 0.5, -0.5, 4.0, -2.0];
+    let x = Tensor::from_f32(vec![1, 1, 2, 4], &v);
+    for target in ["llvm", "c"] {
+        let out = run(&dir, text, &x, target);
+        assert_eq!(out.len(), 7, "{target}");
+        let nan_at = |o: &[f32]| o.iter().map(|v| v.is_nan()).collect::<Vec<_>>();
+        let one_nan = [false, true, false, false, false, false, false, false];
+        assert_eq!(nan_at(&out[0]), one_nan, "{target} relu: {:?}", out[0]);
+        assert_eq!(nan_at(&out[3]), one_nan, "{target} clip: {:?}", out[3]);
+        assert_eq!(nan_at(&out[1]), one_nan, "{target} maximum: {:?}", out[1]);
+        assert_eq!(nan_at(&out[2]), one_nan, "{target} minimum: {:?}", out[2]);
+        assert_eq!((out[1][2], out[2][2]), (3.0, -3.0), "{target}");
+        assert!(out[4][0].is_nan() && out[5][0].is_nan(), "{target} reductions: {:?} {:?}", out[4], out[5]);
+        assert!(out[6][0].is_nan() && out[6][1] == 4.0, "{target} max pool: {:?}", out[6]);
+        assert_eq!(out[0][0], 1.0);
+        assert_eq!(out[0][2], 0.0);
+    }
+}
