@@ -30,9 +30,10 @@ impl fmt::Debug for Tensor {
     }
 }
 
-/// Number of elements of a shape (1 for a scalar).
+/// Number of elements of a shape (1 for a scalar); `usize::MAX` when the
+/// product overflows, so that a size check after it fails instead of wrapping.
 pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX)
 }
 
 /// Row-major strides of a shape, in elements.

@@ -192,6 +192,7 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
                 Type::Func(FuncType { params, ret: Box::new(ret) })
             }
         };
+        crate::relay::ty::check_size(&ty).map_err(|m| Error::ty(span, m))?;
         store.set_checked_type(id, ty.clone());
         done.insert(id, ty);
         on_stack.remove(&id);

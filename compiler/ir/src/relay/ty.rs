@@ -31,13 +31,38 @@ impl TensorType {
         self.shape.len()
     }
 
+    /// Elements (saturating at `usize::MAX`; types larger than
+    /// [`MAX_TENSOR_BYTES`] are refused by type inference).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::tensor::numel(&self.shape)
     }
 
-    /// Bytes of one tensor of this type.
+    /// Bytes of one tensor of this type (saturating).
     pub fn size_bytes(&self) -> usize {
-        self.numel() * self.dtype.size_bytes()
+        self.numel().saturating_mul(self.dtype.size_bytes())
+    }
+}
+
+/// The largest tensor a program may describe, in bytes (16 GiB): far below
+/// the address space, so that no size computation after type inference can
+/// overflow, and larger than any model kiln compiles for a CPU.
+pub const MAX_TENSOR_BYTES: usize = 1 << 34;
+
+/// An error when `ty` holds a tensor over [`MAX_TENSOR_BYTES`].
+pub fn check_size(ty: &Type) -> Result<(), String> {
+    match ty {
+        Type::Tensor(t) => {
+            let bytes = t.shape.iter().try_fold(t.dtype.size_bytes(), |a, &d| a.checked_mul(d));
+            match bytes {
+                Some(b) if b <= MAX_TENSOR_BYTES => Ok(()),
+                _ => Err(format!(
+                    "a tensor of type {ty} would take more than the {} GiB kiln allows for one tensor",
+                    MAX_TENSOR_BYTES >> 30
+                )),
+            }
+        }
+        Type::Tuple(fields) => fields.iter().try_for_each(check_size),
+        Type::Func(f) => f.params.iter().chain([&*f.ret]).try_for_each(check_size),
     }
 }
 

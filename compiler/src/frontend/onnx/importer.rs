@@ -270,6 +270,7 @@ impl Importer {
             },
             _ => return self.type_of(node, e),
         };
+        kiln_ir::relay::ty::check_size(&ty).map_err(|m| node.err(m))?;
         self.store.set_checked_type(e, ty.clone());
         Ok(ty)
     }

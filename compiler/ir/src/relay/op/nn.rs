@@ -240,7 +240,7 @@ fn window_out(
     dilation: i64,
     ceil: bool,
 ) -> Result<usize, String> {
-    let pad = pads.0 + pads.1;
+    let pad = pads.0.saturating_add(pads.1);
     if stride < 1 || dilation < 1 || pads.0 < 0 || pads.1 < 0 {
         return Err(format!("strides and dilations must be positive and pads not negative, found stride {stride}, dilation {dilation}, pads {pads:?}"));
     }
@@ -249,8 +249,10 @@ fn window_out(
     if room < 0 {
         return Err(format!("a window of {span} does not fit an input of {size} with padding {pad}"));
     }
-    let mut n = if ceil { (room + stride - 1) / stride + 1 } else { room / stride + 1 };
-    if ceil && (n - 1) * stride >= size as i64 + pads.0 {
+    // ceil(room / stride) without overflow (room ≥ 0, stride ≥ 1).
+    let room_ceil = if room == 0 { 0 } else { (room - 1) / stride + 1 };
+    let mut n = if ceil { room_ceil + 1 } else { room / stride + 1 };
+    if ceil && (n - 1).saturating_mul(stride) >= (size as i64).saturating_add(pads.0) {
         n -= 1;
     }
     Ok(n as usize)
@@ -303,7 +305,7 @@ fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     }
     let g = groups as usize;
     let (c, o) = (x.shape[1], w.shape[0]);
-    if c % g != 0 || o % g != 0 || w.shape[1] * g != c {
+    if c % g != 0 || o % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
         return Err(format!("mismatched channels: data has {c} channels, weight expects {} × groups {g}", w.shape[1]));
     }
     if let Some(ch) = attrs.opt_int("channels")? {

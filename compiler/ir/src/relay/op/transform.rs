@@ -312,11 +312,13 @@ pub(crate) fn slice_plan(shape: &[usize], attrs: &Attrs) -> Result<Vec<(i64, i64
         let (b, e, len) = if step > 0 {
             let b = norm(begin[k]).clamp(0, d);
             let e = norm(end[k]).clamp(0, d);
-            (b, e, if e > b { (e - b + step - 1) / step } else { 0 })
+            // ceil((e − b) / step) without overflow for steps near i64::MAX.
+            (b, e, if e > b { (e - b - 1) / step + 1 } else { 0 })
         } else {
             let b = norm(begin[k]).clamp(-1, d - 1);
             let e = norm(end[k]).clamp(-1, d - 1);
-            (b, e, if b > e { (b - e + (-step) - 1) / (-step) } else { 0 })
+            // The same for a negative step (i64::MIN has no negation: divide as i128).
+            (b, e, if b > e { ((b - e - 1) as i128 / -(step as i128) + 1) as i64 } else { 0 })
         };
         let _ = e;
         plan[ax] = (b, step, len as usize);

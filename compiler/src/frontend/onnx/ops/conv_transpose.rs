@@ -81,7 +81,13 @@ fn conv_transpose(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxErr
         None => None,
     };
     let mode = node.string("auto_pad")?.unwrap_or_default();
-    let full = |i: usize| strides[i] * (spatial[i] as i64 - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1;
+    // The full transposed length; None when the attributes overflow it.
+    let full = |i: usize| -> Option<i64> {
+        let spread = strides[i].checked_mul(spatial[i] as i64 - 1)?;
+        let reach = (kernel[i] - 1).checked_mul(dilations[i])?;
+        spread.checked_add(out_pad[i])?.checked_add(reach)?.checked_add(1)
+    };
+    let too_big = || node.err("strides, dilations, pads and output_padding give sizes beyond any tensor");
     let mut axes = Vec::with_capacity(dims);
     for i in 0..dims {
         if !matches!(mode.as_str(), "" | "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER") {
@@ -99,13 +105,14 @@ fn conv_transpose(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxErr
         let (begin, out) = match target {
             Some(out) => {
                 // A longer output than the full result is padded at the end only.
-                let total = (full(i) - out).max(0);
+                let total = full(i).ok_or_else(too_big)?.checked_sub(out).ok_or_else(too_big)?.max(0);
                 let half = total / 2;
                 (if mode == "SAME_UPPER" { half } else { total - half }, out)
             }
             None => {
                 let pads = if mode == "VALID" { vec![0; 2 * dims] } else { get("pads", 0, 2 * dims)? };
-                (pads[i], full(i) - pads[i] - pads[i + dims])
+                let out = full(i).and_then(|f| f.checked_sub(pads[i])?.checked_sub(pads[i + dims]));
+                (pads[i], out.ok_or_else(too_big)?)
             }
         };
         if out < 1 {
@@ -114,10 +121,17 @@ fn conv_transpose(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxErr
         axes.push(Axis { n: spatial[i] as i64, s: strides[i], k: kernel[i], d: dilations[i], begin, out });
     }
     let dt = im.dtype_of(node, x)?;
-    let m = ws[1] as i64 * group;
+    let m = (ws[1] as i64).checked_mul(group).ok_or_else(too_big)?;
     let mut out_dims = vec![xs[0] as i64, m];
     out_dims.extend(axes.iter().map(|a| a.out));
     proto::checked_shape(&out_dims, dt).map_err(|e| node.err(e))?;
+    // The spread input the convolution reads: out + (k − 1)·d per axis.
+    let mut spread_dims = vec![xs[0] as i64, c];
+    for a in &axes {
+        let len = (a.k - 1).checked_mul(a.d).and_then(|r| r.checked_add(a.out)).ok_or_else(too_big)?;
+        spread_dims.push(len);
+    }
+    proto::checked_shape(&spread_dims, dt).map_err(|e| node.err(e))?;
 
     // Work in 4-D: a 1-D transposed convolution is a 2-D one of height 1.
     let mut y = lift(im, node, x)?;
