@@ -5,10 +5,16 @@
 //! materialized in dependency order, each as a loop nest over its axes: an
 //! output into its parameter buffer, an intermediate into a kernel-local buffer.
 //! A reduction becomes `init; for k…: acc = acc ⊕ source`.
+//!
+//! Inlining substitutes trees, so a graph whose values each feed several
+//! later ones (`%i = add(%{i-1}, %{i-2})`) would expand exponentially. A body
+//! whose full expansion exceeds [`SHARE_ABOVE_NODES`] therefore computes each
+//! inlined value it reads more than once at the same index once, `let`-bound
+//! before the store; ordinary fused kernels stay below and are unchanged.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::tir::{Buffer, Expr, ForKind, PrimFunc, Scope, Stmt};
+use crate::tir::{Buffer, Expr, ForKind, PrimFunc, Scope, Stmt, TirType, Var};
 
 use super::{Operation, Tensor};
 
@@ -62,8 +68,64 @@ fn inline(e: &Expr, inlined: &HashMap<u32, Tensor>) -> Expr {
     }
 }
 
+/// Above this many expression nodes, a fully inlined body shares repeated
+/// values (see the module comment).
+const SHARE_ABOVE_NODES: u64 = 4096;
+
+/// Nodes of `e` with every inlined tensor substituted, from the expanded
+/// sizes of the tensors already seen (saturating: the point is to notice
+/// when it is huge).
+fn expanded_size(e: &Expr, sizes: &HashMap<u32, u64>) -> u64 {
+    let mut n: u64 = 1;
+    if let Expr::Load(b, _) = e {
+        n = n.saturating_add(sizes.get(&b.id()).copied().unwrap_or(0));
+    }
+    e.for_each_child(|c| n = n.saturating_add(expanded_size(c, sizes)));
+    n
+}
+
+/// Inlining that binds each inlined value read at an index it was read at
+/// before to one `let` variable (computed once). Values under a `select`
+/// branch are inlined as usual: hoisting them could read out of bounds
+/// where the branch guards the index.
+struct SharedInline<'a> {
+    inlined: &'a HashMap<u32, Tensor>,
+    memo: HashMap<(u32, String), Var>,
+    lets: Vec<(Var, Expr)>,
+}
+
+impl SharedInline<'_> {
+    fn expr(&mut self, e: &Expr, guarded: bool) -> Expr {
+        match e {
+            Expr::Load(b, idx) => {
+                let idx: Vec<Expr> = idx.iter().map(|i| self.expr(i, guarded)).collect();
+                let Some(t) = self.inlined.get(&b.id()) else { return Expr::Load(b.clone(), idx) };
+                let Operation::Compute { axes, body } = &t.0.op else { return Expr::Load(b.clone(), idx) };
+                let key = (b.id(), format!("{idx:?}"));
+                if let Some(v) = self.memo.get(&key).filter(|_| !guarded) {
+                    return Expr::var(v);
+                }
+                let substituted = body.substitute(&|v| axes.iter().position(|a| a == v).map(|k| idx[k].clone()));
+                let value = self.expr(&substituted, guarded);
+                if guarded || matches!(value, Expr::Load(..) | Expr::Var(_) | Expr::Int(..) | Expr::Float(..)) {
+                    return value;
+                }
+                let v = Var::new(t.name(), TirType::scalar(t.dtype()));
+                self.lets.push((v.clone(), value));
+                self.memo.insert(key, v.clone());
+                Expr::var(&v)
+            }
+            Expr::Select(c, a, b) => {
+                let c = self.expr(c, guarded);
+                Expr::select(c, self.expr(a, true), self.expr(b, true))
+            }
+            _ => e.map_children(|c| self.expr(c, guarded)),
+        }
+    }
+}
+
 /// The loop nest computing `t` into `target`.
-fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> Stmt {
+fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>, sizes: &HashMap<u32, u64>) -> Stmt {
     let Operation::Compute { axes, body } = &t.0.op else { return Stmt::nop() };
     let idx: Vec<Expr> = axes.iter().map(Expr::var).collect();
     let loop_over = |vars: &[(crate::tir::Var, usize)], mut s: Stmt| {
@@ -85,6 +147,15 @@ fn materialize(t: &Tensor, target: &Buffer, inlined: &HashMap<u32, Tensor>) -> S
             let update =
                 Stmt::Store { buffer: target.clone(), indices: idx.clone(), value: r.combiner.combine(acc, source) };
             loop_over(&spatial, Stmt::seq(vec![init, loop_over(&r.axes, update)]))
+        }
+        _ if expanded_size(body, sizes) > SHARE_ABOVE_NODES => {
+            let mut sharing = SharedInline { inlined, memo: HashMap::new(), lets: Vec::new() };
+            let value = sharing.expr(body, false);
+            let mut s = Stmt::Store { buffer: target.clone(), indices: idx, value };
+            for (var, value) in sharing.lets.into_iter().rev() {
+                s = Stmt::Let { var, value, body: Box::new(s) };
+            }
+            loop_over(&spatial, s)
         }
         _ => loop_over(&spatial, Stmt::Store { buffer: target.clone(), indices: idx, value: inline(body, inlined) }),
     }
@@ -109,7 +180,15 @@ pub fn lower_with(
     let is_output = |t: &Tensor| outputs.contains(t);
     let mut inlined: HashMap<u32, Tensor> = HashMap::new();
     let mut stages: Vec<(Tensor, Buffer)> = Vec::new();
+    // Each inlined tensor's expanded size, producers first.
+    let mut sizes: HashMap<u32, u64> = HashMap::new();
     for t in &order {
+        if let Operation::Compute { body, .. } = &t.0.op {
+            if !is_output(t) && !t.is_reduction() && !keep(t) {
+                let n = expanded_size(body, &sizes);
+                sizes.insert(t.buffer().id(), n);
+            }
+        }
         match &t.0.op {
             Operation::Placeholder => {
                 if !inputs.contains(t) {
@@ -155,7 +234,7 @@ pub fn lower_with(
     let mut body_stmts = Vec::new();
     let mut locals = Vec::new();
     for (t, target) in &stages {
-        let s = materialize(t, target, &inlined);
+        let s = materialize(t, target, &inlined, &sizes);
         let s = s.map_exprs(&mut |e| retarget(e, &remap));
         body_stmts.push(s);
         if target.scope() == Scope::Local {
