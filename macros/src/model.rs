@@ -30,7 +30,10 @@ struct TypeAst {
 fn parse_dtype(input: ParseStream) -> syn::Result<DataType> {
     let id: Ident = input.parse()?;
     DataType::from_name(&id.to_string()).ok_or_else(|| {
-        syn::Error::new(id.span(), format!("unknown dtype `{id}`; expected one of f32, f16, i64, i32, i8, u8, bool"))
+        syn::Error::new(
+            id.span(),
+            format!("unknown dtype `{id}`; expected one of f32, f16, f64, i64, i32, i16, i8, u8, u16, u32, u64, bool"),
+        )
     })
 }
 

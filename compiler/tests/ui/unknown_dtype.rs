@@ -1,5 +1,5 @@
 kiln::relay_model! {
-    fn model(x: Tensor<[2, 3], f64>) -> Tensor<[2, 3], f32> {
+    fn model(x: Tensor<[2, 3], f128>) -> Tensor<[2, 3], f32> {
         x
     }
 }
