@@ -30,6 +30,7 @@ pub(super) fn register(t: &mut Table) {
         ],
     );
     t.add(&["GlobalAveragePool", "GlobalMaxPool"], global_pool, &[]);
+    t.add(&["LpPool"], lp_pool, &["auto_pad", "ceil_mode", "dilations", "kernel_shape", "p", "pads", "strides"]);
     t.add(&["BatchNormalization"], batch_norm, &["epsilon", "momentum", "spatial", "training_mode"]);
     t.add(&["InstanceNormalization"], instance_norm, &["epsilon"]);
     t.add(&["LayerNormalization"], layer_norm, &["axis", "epsilon", "stash_type"]);
@@ -298,6 +299,58 @@ fn pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     }
     let x4 = lift(im, node, x)?;
     let y = im.call(node, if is_max { "nn.max_pool2d" } else { "nn.avg_pool2d" }, vec![x4], attrs(&a))?;
+    one(lower(im, node, y, rank)?)
+}
+
+/// `(Σ |x|ᵖ)^(1/p)` over each window (padding adds nothing): the average
+/// of `|x|ᵖ` over the whole window, padding included, times its area.
+fn lp_pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let (rank, spatial) = spatial_rank(im, node, x)?;
+    let dt = im.dtype_of(node, x)?;
+    if !dt.is_float() {
+        return Err(node.err(format!("needs a floating-point input, found {dt}")));
+    }
+    let kernel = node.ints("kernel_shape")?.ok_or_else(|| node.err("missing attribute `kernel_shape`"))?;
+    let win = window(node, &spatial, kernel)?;
+    if win.dilations.iter().any(|&d| d != 1) || node.int("ceil_mode", 0)? != 0 {
+        return Err(node.err("dilations and ceil_mode are not supported for LpPool"));
+    }
+    let p = node.int("p", 2)?;
+    if p < 1 {
+        return Err(node.err(format!("p={p} must be positive")));
+    }
+    let area: i64 = win.kernel.iter().product();
+    let (k, s, d, pads) = win.as_2d();
+    let a = attrs(&[
+        ("pool_size", AttrValue::Ints(k)),
+        ("strides", AttrValue::Ints(s)),
+        ("padding", AttrValue::Ints(pads)),
+        ("dilation", AttrValue::Ints(d)),
+        ("ceil_mode", AttrValue::Bool(false)),
+        ("count_include_pad", AttrValue::Bool(true)),
+    ]);
+    let x4 = lift(im, node, x)?;
+    let powered = match p {
+        1 => im.op(node, "abs", vec![x4])?,
+        2 => im.op(node, "multiply", vec![x4, x4])?,
+        _ => {
+            let ax = im.op(node, "abs", vec![x4])?;
+            let e = im.scalar(dt, p as f64);
+            im.op(node, "power", vec![ax, e])?
+        }
+    };
+    let mean = im.call(node, "nn.avg_pool2d", vec![powered], a)?;
+    let n = im.scalar(dt, area as f64);
+    let sum = im.op(node, "multiply", vec![mean, n])?;
+    let y = match p {
+        1 => sum,
+        2 => im.op(node, "sqrt", vec![sum])?,
+        _ => {
+            let e = im.scalar(dt, 1.0 / p as f64);
+            im.op(node, "power", vec![sum, e])?
+        }
+    };
     one(lower(im, node, y, rank)?)
 }
 

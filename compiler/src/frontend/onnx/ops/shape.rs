@@ -46,6 +46,7 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["DepthToSpace", "SpaceToDepth"], depth_space, &["blocksize", "mode"]);
     t.add(&["Pad"], pad, &["mode", "pads", "value"]);
     t.add(&["GatherElements"], gather_elements, &["axis"]);
+    t.add(&["OneHot"], one_hot, &["axis"]);
 }
 
 pub(crate) fn reshape_to(im: &mut Importer, node: &Node, x: ExprId, shape: &[usize]) -> Result<ExprId, OnnxError> {
@@ -644,4 +645,60 @@ fn gather_elements(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxEr
     let flat = im.op(node, "add", vec![scaled, off])?;
     let a = attrs(&[("mode", AttrValue::Str("clip".into()))]);
     one(im.call(node, "take", vec![flat_data, flat], a)?)
+}
+
+/// `OneHot(indices, depth, values)`: `values[1]` where the position along the
+/// new axis equals the index (negative indices count from the end), else
+/// `values[0]`; an index outside `[-depth, depth)` matches nothing.
+fn one_hot(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (indices, values) = (im.input(node, 0)?, im.input(node, 2)?);
+    let depth = im.const_input(node, 1, "the depth")?.ok_or_else(|| node.err("missing input 1 (depth)"))?;
+    if depth.numel() != 1 {
+        return Err(node.err("the depth must be a single value"));
+    }
+    let depth = depth.get_f64(0);
+    if !(1.0..=(1u64 << 31) as f64).contains(&depth) {
+        return Err(node.err(format!("depth {depth} is not a positive size")));
+    }
+    let depth = depth as usize;
+    if im.shape_of(node, values)?.iter().product::<usize>() != 2 {
+        return Err(node.err("values must hold two elements: [off, on]"));
+    }
+    let mut out_shape = im.shape_of(node, indices)?;
+    let axis = node.int("axis", -1)?;
+    let rank = out_shape.len() as i64 + 1;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let axis = axis as usize;
+    out_shape.insert(axis, depth);
+    let dt = im.dtype_of(node, values)?;
+    let dims: Vec<i64> = out_shape.iter().map(|&d| d as i64).collect();
+    proto::checked_shape(&dims, dt).map_err(|m| node.err(m))?;
+    // Indices may be of any numeric type: integral values, as int64.
+    let idx = crate::frontend::onnx::ops::math::cast_to(im, node, indices, DataType::I64)?;
+    let zero = im.scalar(DataType::I64, 0.0);
+    let d = im.scalar(DataType::I64, depth as f64);
+    let neg = im.op(node, "less", vec![idx, zero])?;
+    let wrapped = im.op(node, "add", vec![idx, d])?;
+    let idx = im.op(node, "where", vec![neg, wrapped, idx])?;
+    let mut with_axis = out_shape.clone();
+    with_axis[axis] = 1;
+    let idx = reshape_to(im, node, idx, &with_axis)?;
+    let mut pos_shape = vec![1; out_shape.len()];
+    pos_shape[axis] = depth;
+    let positions: Vec<f64> = (0..depth).map(|v| v as f64).collect();
+    let positions = im.constant(Tensor::from_f64(DataType::I64, pos_shape, &positions));
+    let hit = im.op(node, "equal", vec![idx, positions])?;
+    let flat = reshape_to(im, node, values, &[2])?;
+    let pick = |im: &mut Importer, k: f64| -> Result<ExprId, OnnxError> {
+        let i = im.constant(Tensor::scalar(DataType::I64, k));
+        let a = attrs(&[("axis", AttrValue::Int(0)), ("mode", AttrValue::Str("clip".into()))]);
+        im.call(node, "take", vec![flat, i], a)
+    };
+    let (off, on) = (pick(im, 0.0)?, pick(im, 1.0)?);
+    let y = im.op(node, "where", vec![hit, on, off])?;
+    let s: Vec<i64> = out_shape.iter().map(|&d| d as i64).collect();
+    one(im.call(node, "broadcast_to", vec![y], attrs(&[("shape", AttrValue::Ints(s))]))?)
 }
