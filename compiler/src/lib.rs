@@ -84,6 +84,7 @@ pub mod codegen;
 pub mod frontend;
 pub mod relay;
 pub mod schedule;
+pub mod target;
 pub mod te;
 
 pub mod topi;

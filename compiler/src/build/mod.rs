@@ -338,6 +338,8 @@ impl Build {
         let m = self.prepare()?;
         let mut ctx = PassContext::new().with_opt_level(self.opt_level);
         ctx.disabled = self.disabled.clone();
+        // Tiles and packed layouts sized for the CPU the target names.
+        crate::target::VectorUnit::of_target(&self.target).configure(&mut ctx);
         let timing = Arc::new(crate::transform::instrument::PassTimingInstrument::new());
         let mut instruments: Vec<Arc<dyn PassInstrument>> = vec![timing.clone()];
         if let Some(dir) = dump_ir {

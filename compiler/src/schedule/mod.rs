@@ -3,10 +3,11 @@
 //! kernel's anchor operator:
 //!
 //! - `nn.conv2d`: output channels × output columns register tiles (8 × up to
-//!   16 lanes) accumulated in a kernel-local tile, reduction loops outside the
-//!   tile, columns vectorized, channels unrolled — or, over a packed
-//!   `OIHW16o` weight, 16 channels vectorized × up to 14 columns unrolled; the
-//!   padded input computed per output row (`compute_at`); rows in parallel.
+//!   two vectors of lanes) accumulated in a kernel-local tile, reduction
+//!   loops outside the tile, columns vectorized, channels unrolled — or, over
+//!   a packed `OIHW<lanes>o` weight, one vector of channels × up to 14
+//!   columns unrolled; the padded input computed per output row
+//!   (`compute_at`); rows in parallel.
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
 //!   tiles the same way, the column tile vectorized; tiles in parallel.
 //! - other reductions: the reduction loops moved outside the last output
@@ -15,20 +16,20 @@
 //!   vectorized; the outer loop of a single-nest kernel parallel when the
 //!   work pays for the threads (`tir.ParallelizeOuter`).
 //!
+//! Tiles are sized from the target's vector unit ([`VectorUnit`]: lanes and
+//! registers), so that the accumulators of a tile stay in registers.
 //! A strategy that does not apply to a kernel's shape leaves it as lowered;
 //! every primitive preserves the kernel's meaning.
 
 pub mod gpu;
 pub mod primitives;
 
+use crate::target::VectorUnit;
 use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};
 pub use primitives::{ReductionTile, Schedule, ScheduleError};
 
 /// Below this many innermost iterations a kernel stays on one thread.
 pub const MIN_PARALLEL_WORK: u64 = 16 * 1024;
-
-/// Vector lanes of f32 on the CPUs kiln targets (AVX-512; LLVM splits for AVX2).
-pub const VECTOR_LANES: usize = 16;
 
 fn work(s: &Stmt) -> u64 {
     match s {
@@ -187,24 +188,30 @@ pub(crate) fn materialized(f: &PrimFunc) -> Vec<Buffer> {
 /// contiguous in the weight, with an input value broadcast to all of them —
 /// whole vectors even on the 7- and 14-column maps of late stages; otherwise
 /// the lanes are output columns.
-fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
     let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
     let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
     let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
     let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
     let block = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok());
+    let lanes = unit.f32_lanes as i64;
     let (ocb, owb) = match block {
-        Some(k) => (k, divisor_at_most(owe, 14)),
+        // One vector of channels per column; the columns' accumulators, the
+        // broadcast input and the weight vector fill the registers.
+        Some(k) => (k, divisor_at_most(owe, (unit.registers as i64 - 2).clamp(1, 14))),
         None => {
             // Whole vector registers where the row allows it (a 14-lane vector
-            // costs split loads); any divisor up to 16 otherwise.
+            // costs split loads); any divisor up to 16 otherwise; as many
+            // channel rows as keep the accumulators in half the registers.
             let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
-            let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, VECTOR_LANES as i64));
-            if owb < 4 && owe > VECTOR_LANES as i64 {
-                owb = VECTOR_LANES as i64;
+            let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, 16));
+            if owb < 4 && owe > 16 {
+                owb = 16;
             }
-            (divisor_at_most(oce, 8), owb)
+            let vectors_per_row = (owb + lanes - 1) / lanes;
+            let rows = (unit.registers as i64 / 2 / vectors_per_row).clamp(1, 8);
+            (divisor_at_most(oce, rows), owb)
         }
     };
     let (oc_o, oc_i) = s.split(oc, ocb as usize)?;
@@ -230,7 +237,7 @@ fn schedule_conv2d(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
 }
 
 /// matmul, dense, batch_matmul: see the module docs.
-fn schedule_matmul(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
     let spatial = reduction_nest(s.func())
         .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no reduction nest".into() })?;
@@ -239,10 +246,12 @@ fn schedule_matmul(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     };
     let (ie, je) = (extent(&s, i).unwrap_or(1), extent(&s, j).unwrap_or(1));
     let mi = divisor_at_most(ie, 4);
-    let lanes = VECTOR_LANES as i64;
+    let lanes = unit.f32_lanes as i64;
+    // Accumulators: half the registers (the rest hold A's broadcasts and B's rows).
+    let accumulators = (unit.registers as i64 / 2).max(1);
     let jb = [8 * lanes, 4 * lanes, 2 * lanes, lanes]
         .into_iter()
-        .find(|&b| je % b == 0 && mi * b <= 16 * lanes)
+        .find(|&b| je % b == 0 && mi * b <= accumulators * lanes)
         .unwrap_or_else(|| divisor_at_most(je, lanes));
     let (i_o, i_i) = s.split(i, mi as usize)?;
     let (j_o, j_i) = s.split(j, jb as usize)?;
@@ -305,7 +314,7 @@ fn schedule_reduction(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
 
 /// Split every innermost loop that stores one element per iteration by the
 /// vector width and vectorize the inner part (where the width divides it).
-fn vectorize_inner(f: PrimFunc) -> PrimFunc {
+fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     let mut s = Schedule::new(f);
     let mut candidates = Vec::new();
     s.func().body.visit(&mut |st| {
@@ -316,7 +325,8 @@ fn vectorize_inner(f: PrimFunc) -> PrimFunc {
         }
     });
     for (v, n) in candidates {
-        let lanes = VECTOR_LANES as i64;
+        // Two registers' worth where it divides (LLVM interleaves them), one otherwise.
+        let lanes = 2 * unit.f32_lanes as i64;
         let width = [lanes, lanes / 2].into_iter().find(|&w| n % w == 0 && n >= w);
         let done = match width {
             Some(w) if w == n => s.vectorize(&v),
@@ -329,20 +339,20 @@ fn vectorize_inner(f: PrimFunc) -> PrimFunc {
 }
 
 /// The default CPU schedule of a lowered kernel (before flattening).
-pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32) -> PrimFunc {
+pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> PrimFunc {
     let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
     let scheduled = if opt_level == 0 {
         Err(ScheduleError { kernel: f.name.clone(), message: "opt level 0".into() })
     } else {
         match anchor.as_str() {
-            "nn.conv2d" => schedule_conv2d(f.clone()).or_else(|_| schedule_reduction(f.clone())),
+            "nn.conv2d" => schedule_conv2d(f.clone(), unit).or_else(|_| schedule_reduction(f.clone())),
             // A weight read along its rows (dense, transpose_b) is not contiguous
             // in the output columns: LLVM's vectorizer does better on the plain reduction.
             "nn.matmul" | "nn.batch_matmul" if !f.attrs.contains_key("transpose_b") => {
-                schedule_matmul(f.clone()).or_else(|_| schedule_reduction(f.clone()))
+                schedule_matmul(f.clone(), unit).or_else(|_| schedule_reduction(f.clone()))
             }
             _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone()),
-            _ => Ok(vectorize_inner(f.clone())),
+            _ => Ok(vectorize_inner(f.clone(), unit)),
         }
     };
     // The kernel says which strategy shaped it, or why none did (printed with the TIR).

@@ -78,6 +78,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
         };
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");
+        add(
+            "tir.vector_lanes",
+            ConfigKind::Int,
+            "f32 lanes of the target's vector registers (default: from the target)",
+        );
+        add("tir.vector_registers", ConfigKind::Int, "vector registers of the target CPU (default: from the target)");
         add("kiln.threads", ConfigKind::Int, "threads for the parallel kernels of `kiln run`");
         RwLock::new(m)
     })

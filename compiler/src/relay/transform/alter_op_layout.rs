@@ -7,14 +7,17 @@
 use kiln_ir::attrs::{AttrValue, Attrs};
 use kiln_ir::relay::{mutate, ExprId, ExprKind, ExprMutator, Store};
 
-struct Alter;
+struct Alter {
+    /// Output channels per packed convolution weight block.
+    conv_block: usize,
+}
 
 impl ExprMutator for Alter {
     fn rewrite_call(&mut self, store: &mut Store, _pre: ExprId, post: ExprId) -> ExprId {
         let Some(name) = store.op_name(post) else { return post };
         let Some(call) = store.as_call(post).cloned() else { return post };
         if name == "nn.conv2d" {
-            return pack_conv2d_weight(store, post, &call).unwrap_or(post);
+            return pack_conv2d_weight(store, post, &call, self.conv_block).unwrap_or(post);
         }
         let transposed_weight = match name {
             "nn.dense" => true,
@@ -44,10 +47,9 @@ impl ExprMutator for Alter {
     }
 }
 
-/// Output channels per weight block of a packed convolution.
-const CONV_BLOCK: usize = 16;
-
-fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Call) -> Option<ExprId> {
+/// Packs a constant OIHW weight into `OIHW<block>o`: `block` output channels
+/// (one vector of the target) contiguous.
+fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Call, block: usize) -> Option<ExprId> {
     let [x, w] = call.args[..] else { return None };
     let ExprKind::Constant(c) = store.kind(w) else { return None };
     let shape = store.constant_data(*c).shape().to_vec();
@@ -57,13 +59,13 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Ca
     if layout != "OIHW"
         || call.attrs.int("groups").ok()? != 1
         || shape.len() != 4
-        || shape[0] % CONV_BLOCK != 0
-        || shape[1] < CONV_BLOCK
+        || shape[0] % block != 0
+        || shape[1] < block
     {
         return None;
     }
     let span = store.span(post).clone();
-    let k = CONV_BLOCK as i64;
+    let k = block as i64;
     let split: Vec<i64> = vec![shape[0] as i64 / k, k, shape[1] as i64, shape[2] as i64, shape[3] as i64];
     let r = store
         .call_op_at("reshape", vec![w], Attrs::from_pairs([("newshape", AttrValue::Ints(split))]), span.clone())
@@ -71,11 +73,11 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Ca
     let axes = AttrValue::Ints(vec![0, 2, 3, 4, 1]);
     let packed = store.call_op_at("transpose", vec![r], Attrs::from_pairs([("axes", axes)]), span.clone()).ok()?;
     let mut attrs = call.attrs.clone();
-    attrs.set("kernel_layout", AttrValue::Str(format!("OIHW{CONV_BLOCK}o")));
+    attrs.set("kernel_layout", AttrValue::Str(format!("OIHW{block}o")));
     store.call_op_at("nn.conv2d", vec![x, packed], attrs, span).ok()
 }
 
 /// Rewrite one function; returns the new function handle.
-pub fn alter_op_layout(store: &mut Store, func: ExprId) -> ExprId {
-    mutate(store, func, &mut Alter)
+pub fn alter_op_layout(store: &mut Store, func: ExprId, conv_block: usize) -> ExprId {
+    mutate(store, func, &mut Alter { conv_block })
 }

@@ -51,7 +51,15 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))
         }),
         function_pass("SimplifyExpr", 0, &["InferType"], |m, f| Ok(simplify_expr::simplify_expr(&mut m.store, f))),
-        function_pass("AlterOpLayout", 3, &["InferType"], |m, f| Ok(alter_op_layout::alter_op_layout(&mut m.store, f))),
+        FunctionPass::new(
+            PassInfo::new("AlterOpLayout", 3, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                // Packed convolution weights hold one vector of output channels.
+                let block = crate::target::VectorUnit::of_context(ctx).f32_lanes;
+                Ok(alter_op_layout::alter_op_layout(&mut m.store, f, block))
+            },
+        )
+        .arc(),
         function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| {
             Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))
         }),
@@ -84,7 +92,8 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     );
     v.push(
         PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
-            let mut f = crate::schedule::default_cpu_schedule(f, ctx.opt_level);
+            let unit = crate::target::VectorUnit::of_context(ctx);
+            let mut f = crate::schedule::default_cpu_schedule(f, ctx.opt_level, unit);
             if ctx.config_bool("tir.fast_math") == Some(true) {
                 f.attrs.insert("fast_math".into(), "true".into());
             }

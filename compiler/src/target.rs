@@ -1,0 +1,131 @@
+//! What the CPU schedules size their work by: the vector unit of the target
+//! CPU — f32 lanes per vector register and the number of registers.
+//!
+//! Resolved once per build from the target string (`llvm -mcpu=native`,
+//! `llvm -mcpu=<cpu> [-mattr=…]`, or `c`, which compiles for this machine)
+//! and handed to the passes as the configuration keys `tir.vector_lanes` and
+//! `tir.vector_registers`; a pass run without them sizes for this machine.
+
+use crate::transform::{ConfigValue, PassContext};
+
+/// A CPU vector unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VectorUnit {
+    /// f32 lanes of one vector register.
+    pub f32_lanes: usize,
+    /// Architectural vector registers.
+    pub registers: usize,
+}
+
+/// x86 CPUs (LLVM 14 names) with AVX-512.
+const AVX512_CPUS: &[&str] = &[
+    "skylake-avx512",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "knl",
+    "knm",
+    "x86-64-v4",
+];
+
+impl VectorUnit {
+    pub const AVX512: VectorUnit = VectorUnit { f32_lanes: 16, registers: 32 };
+    pub const AVX2: VectorUnit = VectorUnit { f32_lanes: 8, registers: 16 };
+    pub const NEON: VectorUnit = VectorUnit { f32_lanes: 4, registers: 32 };
+    pub const SSE: VectorUnit = VectorUnit { f32_lanes: 4, registers: 16 };
+
+    /// The vector unit of the CPU this process runs on.
+    pub fn host() -> VectorUnit {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                VectorUnit::AVX512
+            } else if std::arch::is_x86_feature_detected!("avx2") {
+                VectorUnit::AVX2
+            } else {
+                VectorUnit::SSE
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            VectorUnit::NEON
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            VectorUnit::SSE
+        }
+    }
+
+    /// The vector unit a target string compiles for: `-mcpu=native` and `c`
+    /// mean this machine; a named CPU and `-mattr=±avx512f` decide otherwise.
+    pub fn of_target(target: &str) -> VectorUnit {
+        let words: Vec<&str> = target.split_whitespace().collect();
+        let option = |name: &str| words.iter().find_map(|w| w.strip_prefix(name));
+        let cpu = option("-mcpu=").unwrap_or("native");
+        let triple = option("-mtriple=").unwrap_or("");
+        let attrs = option("-mattr=").unwrap_or("");
+        let mut unit = if triple.starts_with("aarch64") || triple.starts_with("arm64") {
+            VectorUnit::NEON
+        } else if cpu == "native" {
+            VectorUnit::host()
+        } else if AVX512_CPUS.contains(&cpu) {
+            VectorUnit::AVX512
+        } else if matches!(cpu, "x86-64" | "x86-64-v2" | "core2" | "nehalem" | "westmere") {
+            VectorUnit::SSE
+        } else {
+            VectorUnit::AVX2
+        };
+        for a in attrs.split(',') {
+            match a {
+                "+avx512f" => unit = VectorUnit::AVX512,
+                "-avx512f" if unit == VectorUnit::AVX512 => unit = VectorUnit::AVX2,
+                _ => {}
+            }
+        }
+        unit
+    }
+
+    /// The unit a pass context asks for (set by [`VectorUnit::configure`]), or this machine's.
+    pub fn of_context(ctx: &PassContext) -> VectorUnit {
+        let host = VectorUnit::host();
+        let get = |key: &str, default: usize| {
+            ctx.config_int(key).filter(|&v| (1..=64).contains(&v)).map_or(default, |v| v as usize)
+        };
+        VectorUnit {
+            f32_lanes: get("tir.vector_lanes", host.f32_lanes),
+            registers: get("tir.vector_registers", host.registers),
+        }
+    }
+
+    /// Records this unit in `ctx`, unless the user set the keys already.
+    pub fn configure(self, ctx: &mut PassContext) {
+        for (key, v) in [("tir.vector_lanes", self.f32_lanes), ("tir.vector_registers", self.registers)] {
+            if ctx.config(key).is_none() {
+                // Both keys are registered as integers; setting them cannot fail.
+                let _ = ctx.set_config(key, ConfigValue::Int(v as i64));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_cpus_and_attributes_decide_the_width() {
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=haswell"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=skylake-avx512"), VectorUnit::AVX512);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=icelake-server -mattr=-avx512f"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3 -mattr=+avx512f"), VectorUnit::AVX512);
+        assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
+        assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
+    }
+}
