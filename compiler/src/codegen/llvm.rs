@@ -131,6 +131,8 @@ struct FnGen<'a, 'ctx> {
     /// NVPTX kernels: thread-bound loops read the thread/block index, shared
     /// buffers live in address space 3, `log`/`pow` use the PTX approximations.
     gpu: bool,
+    /// The buffer the store being emitted writes (see `nan_minmax`).
+    accumulator: Option<u32>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -168,45 +170,47 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// NumPy's `minimum`/`maximum`: a NaN operand gives NaN (LLVM's
-    /// `minnum`/`maxnum` would return the other operand). `x ⋗ y or x ≠ x ?
-    /// x : y`; one compare, `c ⋗ x ? c : x`, when an operand is a constant
-    /// number. Scalars or vectors; each operand with its TIR expression.
+    /// `minnum`/`maxnum` alone would return the other operand):
+    /// `uno(x, y) ? x + y : maxnum(x, y)`. Scalars or vectors.
+    ///
+    /// Except in a reduction's update (`acc = max(acc, v)`, an operand read
+    /// from the buffer being stored): LLVM 14's loop vectorizer miscompiles
+    /// that select form there (an argmax over a middle axis came out wrong),
+    /// so accumulations keep plain `maxnum`, and a max reduction or max
+    /// pooling skips NaN.
     fn nan_minmax(
         &self,
         is_min: bool,
         (ea, a): (&Expr, BasicValueEnum<'ctx>),
         (eb, b): (&Expr, BasicValueEnum<'ctx>),
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
-        fn number(e: &Expr) -> bool {
-            match e {
-                Expr::Float(v, _) => !v.is_nan(),
-                Expr::Broadcast(x, _) => number(x),
-                _ => false,
-            }
-        }
-        let pred = if is_min { FloatPredicate::OLT } else { FloatPredicate::OGT };
-        let (x, y, one_compare) = if number(eb) {
-            (b, a, true)
-        } else if number(ea) {
-            (a, b, true)
-        } else {
-            (a, b, false)
-        };
+        let name = if is_min { "llvm.minnum" } else { "llvm.maxnum" };
+        let accumulates = |e: &Expr| matches!(e, Expr::Load(buf, _) if Some(buf.id()) == self.accumulator);
+        let plain = accumulates(ea) || accumulates(eb);
         macro_rules! pick {
-            ($x:expr, $y:expr) => {{
-                let keep_x = self.e(self.b.build_float_compare(pred, $x, $y, "ord"))?;
-                if one_compare {
-                    // `x` is the constant: kept only when it wins; a NaN `y` stays.
-                    return self.e(self.b.build_select(keep_x, x, y, "minmax"));
+            ($x:expr, $y:expr, $m:expr) => {{
+                let m = $m;
+                if plain {
+                    return Ok(m);
                 }
-                let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, $x, $x, "nan"))?;
-                let keep_x = self.e(self.b.build_or(keep_x, nan, "keep"))?;
-                self.e(self.b.build_select(keep_x, x, y, "minmax"))
+                let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, $x, $y, "nan"))?;
+                let sum: BasicValueEnum<'ctx> = self.e(self.b.build_float_add($x, $y, "nan_sum"))?.into();
+                self.e(self.b.build_select(nan, sum, m, "minmax"))
             }};
         }
-        match (x, y) {
-            (BasicValueEnum::FloatValue(fx), BasicValueEnum::FloatValue(fy)) => pick!(fx, fy),
-            (BasicValueEnum::VectorValue(vx), BasicValueEnum::VectorValue(vy)) => pick!(vx, vy),
+        match (a, b) {
+            (BasicValueEnum::FloatValue(fx), BasicValueEnum::FloatValue(fy)) => {
+                let suffix = match fx.get_type().get_bit_width() {
+                    16 => "f16",
+                    64 => "f64",
+                    _ => "f32",
+                };
+                pick!(fx, fy, self.intrinsic(&format!("{name}.{suffix}"), &[a, b], a.get_type())?)
+            }
+            (BasicValueEnum::VectorValue(vx), BasicValueEnum::VectorValue(vy)) => {
+                let lanes = vx.get_type().get_size();
+                pick!(vx, vy, self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[a, b])?)
+            }
             _ => Err(self.unsupported("min/max of mismatched float operands")),
         }
     }
@@ -780,7 +784,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
     fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
         let lanes = idx.ty().lanes.max(value.ty().lanes);
         if let (Some(ptr), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
-            let v = self.vexpr_or_splat(value, lanes as u32)?;
+            self.accumulator = Some(buf.id());
+            let v = self.vexpr_or_splat(value, lanes as u32);
+            self.accumulator = None;
+            let v = v?;
             let st = self.e(self.b.build_store(ptr, v))?;
             st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
             return Ok(());
@@ -863,7 +870,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.vector_store(buffer, &indices[0], value)
             }
             Stmt::Store { buffer, indices, value } => {
-                let mut v = self.expr(value)?;
+                self.accumulator = Some(buffer.id());
+                let v = self.expr(value);
+                self.accumulator = None;
+                let mut v = v?;
                 if buffer.elem() == DataType::Bool {
                     v = self.e(self.b.build_int_z_extend(v.into_int_value(), self.ctx.i8_type(), "frombool"))?.into();
                 }
@@ -1119,6 +1129,7 @@ fn start_kernel<'a, 'ctx>(
         sliced: gpu,
         entry,
         gpu,
+        accumulator: None,
     })
 }
 

@@ -48,9 +48,15 @@ impl TensorType {
 /// overflow, and larger than any model kiln compiles for a CPU.
 pub const MAX_TENSOR_BYTES: usize = 1 << 34;
 
-/// An error when `ty` holds a tensor over [`MAX_TENSOR_BYTES`].
+/// The highest tensor rank a program may use (NumPy allows 64 too).
+pub const MAX_RANK: usize = 64;
+
+/// An error when `ty` holds a tensor over [`MAX_TENSOR_BYTES`] or [`MAX_RANK`].
 pub fn check_size(ty: &Type) -> Result<(), String> {
     match ty {
+        Type::Tensor(t) if t.shape.len() > MAX_RANK => {
+            Err(format!("a tensor of rank {} is more than the {MAX_RANK} kiln allows", t.shape.len()))
+        }
         Type::Tensor(t) => {
             let bytes = t.shape.iter().try_fold(t.dtype.size_bytes(), |a, &d| a.checked_mul(d));
             match bytes {

@@ -264,11 +264,16 @@ fn rel_expand_dims(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     if axis < -rank - 1 || axis > rank {
         return Err(format!("axis {axis} is out of range [{}, {rank}] for a tensor of rank {rank}", -rank - 1));
     }
+    if n > crate::relay::ty::MAX_RANK as i64 - rank {
+        return Err(format!(
+            "num_newaxis={n} would make a tensor of rank {}, more than the {} kiln allows",
+            rank.saturating_add(n),
+            crate::relay::ty::MAX_RANK
+        ));
+    }
     let axis = if axis < 0 { axis + rank + 1 } else { axis } as usize;
     let mut shape = t.shape.clone();
-    for _ in 0..n {
-        shape.insert(axis, 1);
-    }
+    shape.splice(axis..axis, std::iter::repeat_n(1, n as usize));
     Ok(Type::tensor(shape, t.dtype))
 }
 
