@@ -170,12 +170,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// NumPy's `minimum`/`maximum`: a NaN operand gives NaN (LLVM's
-    /// `minnum`/`maxnum` alone would return the other operand):
-    /// `uno(x, y) ? x + y : maxnum(x, y)`. Scalars or vectors.
+    /// `minnum`/`maxnum` alone would return the other operand). Against a
+    /// constant number (relu, clip, the clamps of the polynomial exp): `c ⋗ x
+    /// ? c : x`, one compare, where a NaN `x` stays; otherwise `uno(x, y) ?
+    /// x + y : maxnum(x, y)`. Scalars or vectors.
     ///
     /// Except in a reduction's update (`acc = max(acc, v)`, an operand read
     /// from the buffer being stored): LLVM 14's loop vectorizer miscompiles
-    /// that select form there (an argmax over a middle axis came out wrong),
+    /// the select forms there (an argmax over a middle axis came out wrong),
     /// so accumulations keep plain `maxnum`, and a max reduction or max
     /// pooling skips NaN.
     fn nan_minmax(
@@ -184,32 +186,50 @@ impl<'ctx> FnGen<'_, 'ctx> {
         (ea, a): (&Expr, BasicValueEnum<'ctx>),
         (eb, b): (&Expr, BasicValueEnum<'ctx>),
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        fn number(e: &Expr) -> bool {
+            match e {
+                Expr::Float(v, _) => !v.is_nan(),
+                Expr::Broadcast(x, _) => number(x),
+                _ => false,
+            }
+        }
         let name = if is_min { "llvm.minnum" } else { "llvm.maxnum" };
+        let pred = if is_min { FloatPredicate::OLT } else { FloatPredicate::OGT };
         let accumulates = |e: &Expr| matches!(e, Expr::Load(buf, _) if Some(buf.id()) == self.accumulator);
         let plain = accumulates(ea) || accumulates(eb);
+        // (constant, other) when one operand is a constant number.
+        let constant = match (number(ea), number(eb)) {
+            (_, true) => Some((b, a)),
+            (true, false) => Some((a, b)),
+            _ => None,
+        };
         macro_rules! pick {
-            ($x:expr, $y:expr, $m:expr) => {{
-                let m = $m;
+            ($as:ident, $minmax:expr) => {{
+                if let (Some((c, x)), false) = (constant, plain) {
+                    let wins = self.e(self.b.build_float_compare(pred, c.$as(), x.$as(), "wins"))?;
+                    return self.e(self.b.build_select(wins, c, x, "minmax"));
+                }
+                let m = $minmax;
                 if plain {
                     return Ok(m);
                 }
-                let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, $x, $y, "nan"))?;
-                let sum: BasicValueEnum<'ctx> = self.e(self.b.build_float_add($x, $y, "nan_sum"))?.into();
+                let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, a.$as(), b.$as(), "nan"))?;
+                let sum: BasicValueEnum<'ctx> = self.e(self.b.build_float_add(a.$as(), b.$as(), "nan_sum"))?.into();
                 self.e(self.b.build_select(nan, sum, m, "minmax"))
             }};
         }
         match (a, b) {
-            (BasicValueEnum::FloatValue(fx), BasicValueEnum::FloatValue(fy)) => {
-                let suffix = match fx.get_type().get_bit_width() {
+            (BasicValueEnum::FloatValue(x), BasicValueEnum::FloatValue(_)) => {
+                let suffix = match x.get_type().get_bit_width() {
                     16 => "f16",
                     64 => "f64",
                     _ => "f32",
                 };
-                pick!(fx, fy, self.intrinsic(&format!("{name}.{suffix}"), &[a, b], a.get_type())?)
+                pick!(into_float_value, self.intrinsic(&format!("{name}.{suffix}"), &[a, b], a.get_type())?)
             }
-            (BasicValueEnum::VectorValue(vx), BasicValueEnum::VectorValue(vy)) => {
-                let lanes = vx.get_type().get_size();
-                pick!(vx, vy, self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[a, b])?)
+            (BasicValueEnum::VectorValue(x), BasicValueEnum::VectorValue(_)) => {
+                let lanes = x.get_type().get_size();
+                pick!(into_vector_value, self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[a, b])?)
             }
             _ => Err(self.unsupported("min/max of mismatched float operands")),
         }
