@@ -129,3 +129,191 @@ mod tests {
         assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
     }
 }
+
+/// The CPU names LLVM 14 knows for x86 (`llc -mtriple=x86_64 -mcpu=help`).
+/// A name outside them makes LLVM abort the process later, so targets are
+/// checked against this list first.
+pub const LLVM14_X86_CPUS: &[&str] = &[
+    "alderlake",
+    "amdfam10",
+    "athlon",
+    "athlon-4",
+    "athlon-fx",
+    "athlon-mp",
+    "athlon-tbird",
+    "athlon-xp",
+    "athlon64",
+    "athlon64-sse3",
+    "atom",
+    "barcelona",
+    "bdver1",
+    "bdver2",
+    "bdver3",
+    "bdver4",
+    "bonnell",
+    "broadwell",
+    "btver1",
+    "btver2",
+    "c3",
+    "c3-2",
+    "cannonlake",
+    "cascadelake",
+    "cooperlake",
+    "core-avx-i",
+    "core-avx2",
+    "core2",
+    "corei7",
+    "corei7-avx",
+    "generic",
+    "geode",
+    "goldmont",
+    "goldmont-plus",
+    "haswell",
+    "i386",
+    "i486",
+    "i586",
+    "i686",
+    "icelake-client",
+    "icelake-server",
+    "ivybridge",
+    "k6",
+    "k6-2",
+    "k6-3",
+    "k8",
+    "k8-sse3",
+    "knl",
+    "knm",
+    "lakemont",
+    "nehalem",
+    "nocona",
+    "opteron",
+    "opteron-sse3",
+    "penryn",
+    "pentium",
+    "pentium-m",
+    "pentium-mmx",
+    "pentium2",
+    "pentium3",
+    "pentium3m",
+    "pentium4",
+    "pentium4m",
+    "pentiumpro",
+    "prescott",
+    "rocketlake",
+    "sandybridge",
+    "sapphirerapids",
+    "silvermont",
+    "skx",
+    "skylake",
+    "skylake-avx512",
+    "slm",
+    "tigerlake",
+    "tremont",
+    "westmere",
+    "winchip-c6",
+    "winchip2",
+    "x86-64",
+    "x86-64-v2",
+    "x86-64-v3",
+    "x86-64-v4",
+    "yonah",
+    "znver1",
+    "znver2",
+    "znver3",
+];
+
+/// The CPU names LLVM 14 knows for AArch64.
+pub const LLVM14_AARCH64_CPUS: &[&str] = &[
+    "a64fx",
+    "ampere1",
+    "apple-a10",
+    "apple-a11",
+    "apple-a12",
+    "apple-a13",
+    "apple-a14",
+    "apple-a7",
+    "apple-a8",
+    "apple-a9",
+    "apple-latest",
+    "apple-m1",
+    "apple-s4",
+    "apple-s5",
+    "carmel",
+    "cortex-a34",
+    "cortex-a35",
+    "cortex-a510",
+    "cortex-a53",
+    "cortex-a55",
+    "cortex-a57",
+    "cortex-a65",
+    "cortex-a65ae",
+    "cortex-a710",
+    "cortex-a72",
+    "cortex-a73",
+    "cortex-a75",
+    "cortex-a76",
+    "cortex-a76ae",
+    "cortex-a77",
+    "cortex-a78",
+    "cortex-a78c",
+    "cortex-r82",
+    "cortex-x1",
+    "cortex-x1c",
+    "cortex-x2",
+    "cyclone",
+    "exynos-m3",
+    "exynos-m4",
+    "exynos-m5",
+    "falkor",
+    "generic",
+    "kryo",
+    "neoverse-512tvb",
+    "neoverse-e1",
+    "neoverse-n1",
+    "neoverse-n2",
+    "neoverse-v1",
+    "saphira",
+    "thunderx",
+    "thunderx2t99",
+    "thunderx3t110",
+    "thunderxt81",
+    "thunderxt83",
+    "thunderxt88",
+    "tsv110",
+];
+
+/// Newer CPUs than LLVM 14 knows, and the name to use instead.
+const NEWER_CPUS: &[(&str, &str)] = &[
+    ("znver4", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
+    ("znver5", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
+    ("graniterapids", "sapphirerapids"),
+    ("emeraldrapids", "sapphirerapids"),
+    ("raptorlake", "alderlake"),
+    ("meteorlake", "alderlake"),
+    ("arrowlake", "alderlake"),
+    ("lunarlake", "alderlake"),
+    ("neoverse-v2", "neoverse-v1"),
+    ("neoverse-n3", "neoverse-n2"),
+];
+
+/// An error when LLVM 14 does not know `cpu` for `triple` (x86 and AArch64
+/// are checked; other architectures are left to LLVM).
+pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), String> {
+    let known = if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
+        LLVM14_X86_CPUS
+    } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
+        LLVM14_AARCH64_CPUS
+    } else {
+        return Ok(());
+    };
+    if cpu.is_empty() || known.contains(&cpu) {
+        return Ok(());
+    }
+    let arch = triple.split('-').next().unwrap_or(triple);
+    match NEWER_CPUS.iter().find(|(n, _)| *n == cpu) {
+        Some((_, instead)) => Err(format!(
+            "LLVM 14, which kiln links, predates the CPU `{cpu}`; use `-mcpu={instead}` (or `-mcpu=native` on that machine)"
+        )),
+        None => Err(format!("LLVM 14 does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", "))),
+    }
+}

@@ -145,3 +145,19 @@ fn absurd_sizes_are_errors_with_a_location() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("huge.npy") && err.contains("too large"), "{err}");
 }
+
+/// A CPU name LLVM 14 does not know made LLVM abort the process ("64-bit
+/// code requested on a subtarget that doesn't support it"); it is now an
+/// error naming the CPU, with the name to use for CPUs newer than LLVM 14.
+#[test]
+fn unknown_cpus_are_errors_not_aborts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = write(&dir, "id.relay", b"#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2), float32]) {\n  %x\n}\n");
+    let out = dir.path().display().to_string();
+    for (cpu, says) in [("foobar", "does not know the x86_64 CPU `foobar`"), ("znver4", "use `-mcpu=znver3")] {
+        let target = format!("llvm -mcpu={cpu}");
+        let (code, _, err) = kiln(&["build", &model, "--target", &target, "-o", &out]);
+        assert_eq!(code, 1, "{cpu}: {err}");
+        assert!(err.contains(says), "{cpu}: {err}");
+    }
+}

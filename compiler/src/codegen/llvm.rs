@@ -87,6 +87,8 @@ impl LlvmTarget {
                 return Err(bad(format!("unknown option `{w}`; expected -mcpu=, -mattr=, -mtriple= or -fast-math")));
             }
         }
+        // An unknown CPU would make LLVM abort the whole process later.
+        crate::target::check_llvm_cpu(&t.triple, &t.cpu).map_err(bad)?;
         Ok(t)
     }
 
