@@ -113,23 +113,6 @@ impl VectorUnit {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn named_cpus_and_attributes_decide_the_width() {
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3"), VectorUnit::AVX2);
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=haswell"), VectorUnit::AVX2);
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=skylake-avx512"), VectorUnit::AVX512);
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=icelake-server -mattr=-avx512f"), VectorUnit::AVX2);
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3 -mattr=+avx512f"), VectorUnit::AVX512);
-        assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
-        assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
-        assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
-    }
-}
-
 /// The CPU names LLVM 14 knows for x86 (`llc -mtriple=x86_64 -mcpu=help`).
 /// A name outside them makes LLVM abort the process later, so targets are
 /// checked against this list first.
@@ -315,5 +298,22 @@ pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), String> {
             "LLVM 14, which kiln links, predates the CPU `{cpu}`; use `-mcpu={instead}` (or `-mcpu=native` on that machine)"
         )),
         None => Err(format!("LLVM 14 does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_cpus_and_attributes_decide_the_width() {
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=haswell"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=skylake-avx512"), VectorUnit::AVX512);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=icelake-server -mattr=-avx512f"), VectorUnit::AVX2);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3 -mattr=+avx512f"), VectorUnit::AVX512);
+        assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
+        assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
     }
 }
