@@ -1,5 +1,5 @@
 //! Reductions (`Reduce*` with axes as attribute or input, `keepdims`,
-//! `noop_with_empty_axes`), ArgMax/ArgMin, CumSum and Einsum.
+//! `noop_with_empty_axes`), ArgMax/ArgMin, CumSum, Einsum and TopK.
 
 use kiln_ir::attrs::AttrValue;
 use kiln_ir::relay::ExprId;
@@ -29,6 +29,7 @@ pub(super) fn register(t: &mut Table) {
     t.add(&["ArgMax", "ArgMin"], arg_reduce, &["axis", "keepdims", "select_last_index"]);
     t.add(&["CumSum"], cum_sum, &["exclusive", "reverse"]);
     t.add(&["Einsum"], einsum, &["equation"]);
+    t.add(&["TopK"], top_k, &["axis", "largest", "sorted"]);
 }
 
 /// Longest axis CumSum handles: its `n × n` triangular product grows as n².
@@ -297,4 +298,83 @@ fn einsum(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         y = im.call(node, "sum", vec![y], a)?;
     }
     one(y)
+}
+
+/// Longest axis TopK handles: it compares every pair of elements (n²).
+const TOPK_MAX_AXIS: usize = 1 << 12;
+
+/// TopK without sorting: each element's rank is the number of elements that
+/// beat it (larger — or smaller for `largest=0` — or equal and earlier, so
+/// ties keep index order as ONNX requires); the element of rank `r` is
+/// output `r`. Exact for every type; `n²` comparisons per row.
+fn top_k(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let k = match im.const_ints(node, 1, "K")? {
+        Some(v) if v.len() == 1 => v[0],
+        Some(_) => return Err(node.err("K must be a single value")),
+        None => node.int("k", -1)?,
+    };
+    let shape = im.shape_of(node, x)?;
+    let rank = shape.len() as i64;
+    let axis = node.int("axis", -1)?;
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let axis = axis as usize;
+    let n = shape[axis];
+    if k < 0 || k as usize > n {
+        return Err(node.err(format!("K={k} is not between 0 and the axis size {n}")));
+    }
+    if n > TOPK_MAX_AXIS {
+        return Err(node.err(format!("an axis of {n} elements is longer than the {TOPK_MAX_AXIS} TopK supports")));
+    }
+    let k = k as usize;
+    let dt = im.dtype_of(node, x)?;
+    let largest = node.int("largest", 1)? != 0;
+    // The axis last.
+    let mut perm: Vec<i64> = (0..rank).filter(|&d| d != axis as i64).collect();
+    perm.push(axis as i64);
+    let last = axis as i64 == rank - 1;
+    let xt =
+        if last { x } else { im.call(node, "transpose", vec![x], attrs(&[("axes", AttrValue::Ints(perm.clone()))]))? };
+    let lead: Vec<usize> = perm[..perm.len() - 1].iter().map(|&d| shape[d as usize]).collect();
+    let column = |im: &mut Importer, v: ExprId, at_end: bool| -> Result<ExprId, OnnxError> {
+        let mut s = lead.clone();
+        s.extend(if at_end { [1, n] } else { [n, 1] });
+        super::shape::reshape_to(im, node, v, &s)
+    };
+    let xi = column(im, xt, false)?; // [..., n_i, 1]
+    let xj = column(im, xt, true)?; // [..., 1, n_j]
+    let beats = im.op(node, if largest { "greater" } else { "less" }, vec![xj, xi])?;
+    let same = im.op(node, "equal", vec![xj, xi])?;
+    let earlier: Vec<f64> = (0..n * n).map(|p| ((p % n) < (p / n)) as u8 as f64).collect();
+    let earlier = im.constant(Tensor::from_f64(DataType::Bool, vec![n, n], &earlier));
+    let tie = im.op(node, "logical_and", vec![same, earlier])?;
+    let before = im.op(node, "logical_or", vec![beats, tie])?;
+    let before = super::math::cast_to(im, node, before, DataType::I64)?;
+    let sum_j = attrs(&[("axis", AttrValue::Ints(vec![-1])), ("keepdims", AttrValue::Bool(true))]);
+    let ranks = im.call(node, "sum", vec![before], sum_j)?; // [..., n, 1]
+    let slots: Vec<f64> = (0..k).map(|v| v as f64).collect();
+    let slots = im.constant(Tensor::from_f64(DataType::I64, vec![1, k], &slots));
+    let hit = im.op(node, "equal", vec![ranks, slots])?; // [..., n, k]
+    let sum_i = || attrs(&[("axis", AttrValue::Ints(vec![-2])), ("keepdims", AttrValue::Bool(false))]);
+    let zero = im.scalar(dt, 0.0);
+    let picked = im.op(node, "where", vec![hit, xi, zero])?;
+    let mut values = im.call(node, "sum", vec![picked], sum_i())?;
+    let positions: Vec<f64> = (0..n).map(|v| v as f64).collect();
+    let positions = im.constant(Tensor::from_f64(DataType::I64, vec![n, 1], &positions));
+    let zero_i = im.scalar(DataType::I64, 0.0);
+    let at = im.op(node, "where", vec![hit, positions, zero_i])?;
+    let mut indices = im.call(node, "sum", vec![at], sum_i())?;
+    if !last {
+        let mut inverse = vec![0i64; perm.len()];
+        for (p, &d) in perm.iter().enumerate() {
+            inverse[d as usize] = p as i64;
+        }
+        let back = attrs(&[("axes", AttrValue::Ints(inverse))]);
+        values = im.call(node, "transpose", vec![values], back.clone())?;
+        indices = im.call(node, "transpose", vec![indices], back)?;
+    }
+    Ok(vec![values, indices])
 }
