@@ -1,5 +1,5 @@
 //! Attention (opset 23 and later) as the products, masks and softmax it is
-//! defined by. Each step follows the ONNX reference implementation, which
+//! defined by, and RotaryEmbedding. Each step follows the ONNX reference implementation, which
 //! the node cases compare against: scaling split as √scale on Q and on K,
 //! the additive bias built from the mask, causal and sliding-window
 //! frontiers and padded key lengths, and rows with no attendable key set to
@@ -32,6 +32,7 @@ pub(super) fn register(t: &mut Table) {
             "softmax_precision",
         ],
     );
+    t.add(&["RotaryEmbedding"], rotary_embedding, &["interleaved", "num_heads", "rotary_embedding_dim"]);
 }
 
 /// Where the causal and window frontiers of each query row start: a shift
@@ -304,4 +305,91 @@ fn mask_bias(im: &mut Importer, node: &Node, m: ExprId, dt: DataType, kv_len: us
         m = concat(im, node, vec![m, fill], -1)?;
     }
     Ok(m)
+}
+
+/// `x[..., begin..end]` along the last axis.
+fn last_axis_slice(im: &mut Importer, node: &Node, x: ExprId, begin: usize, end: usize) -> Result<ExprId, OnnxError> {
+    let a = attrs(&[
+        ("begin", AttrValue::Ints(vec![begin as i64])),
+        ("end", AttrValue::Ints(vec![end as i64])),
+        ("axes", AttrValue::Ints(vec![-1])),
+    ]);
+    im.call(node, "strided_slice", vec![x], a)
+}
+
+/// RotaryEmbedding (opset 23), as the reference implementation computes it:
+/// the first `rotary_embedding_dim` features of each head rotated pairwise
+/// (halves, or even/odd features when `interleaved`) by the cached cosines
+/// and sines, looked up by `position_ids` when given.
+fn rotary_embedding(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, cos, sin) = (im.input(node, 0)?, im.input(node, 1)?, im.input(node, 2)?);
+    let positions = im.optional_input(node, 3)?;
+    let shape = im.shape_of(node, x)?;
+    let transpose = |im: &mut Importer, v: ExprId| {
+        im.call(node, "transpose", vec![v], attrs(&[("axes", AttrValue::Ints(vec![0, 2, 1, 3]))]))
+    };
+    // [batch, seq, heads, head_size]
+    let xs = match shape.len() {
+        4 => transpose(im, x)?,
+        3 => {
+            let heads = node.int("num_heads", 0)?;
+            if heads <= 0 || shape[2] % heads as usize != 0 {
+                return Err(node.err(format!("3-D input needs num_heads dividing its hidden size {}", shape[2])));
+            }
+            let h = heads as usize;
+            reshape_to(im, node, x, &[shape[0], shape[1], h, shape[2] / h])?
+        }
+        r => return Err(node.err(format!("the input must be 3-D or 4-D, found rank {r}"))),
+    };
+    let s4 = im.shape_of(node, xs)?;
+    let (b, seq, heads, d) = (s4[0], s4[1], s4[2], s4[3]);
+    let r = match node.int("rotary_embedding_dim", 0)? {
+        0 => d,
+        v if v > 0 && v as usize <= d && v % 2 == 0 => v as usize,
+        v => return Err(node.err(format!("rotary_embedding_dim={v} must be even and at most the head size {d}"))),
+    };
+    let half = r / 2;
+    let lookup = |im: &mut Importer, cache: ExprId| -> Result<ExprId, OnnxError> {
+        let c = match positions {
+            Some(p) => {
+                let a = attrs(&[("axis", AttrValue::Int(0)), ("mode", AttrValue::Str("clip".into()))]);
+                im.call(node, "take", vec![cache, p], a)?
+            }
+            None => cache,
+        };
+        if im.shape_of(node, c)? != [b, seq, half] {
+            return Err(node.err(format!("the cos/sin caches must give [{b}, {seq}, {half}] per position")));
+        }
+        reshape_to(im, node, c, &[b, seq, 1, half])
+    };
+    let (cos, sin) = (lookup(im, cos)?, lookup(im, sin)?);
+    let rot = if r == d { xs } else { last_axis_slice(im, node, xs, 0, r)? };
+    let interleaved = node.int("interleaved", 0)? != 0;
+    let (x1, x2) = if interleaved {
+        let pairs = reshape_to(im, node, rot, &[b, seq, heads, half, 2])?;
+        let even = last_axis_slice(im, node, pairs, 0, 1)?;
+        let odd = last_axis_slice(im, node, pairs, 1, 2)?;
+        (reshape_to(im, node, even, &[b, seq, heads, half])?, reshape_to(im, node, odd, &[b, seq, heads, half])?)
+    } else {
+        (last_axis_slice(im, node, rot, 0, half)?, last_axis_slice(im, node, rot, half, r)?)
+    };
+    let (c1, s2) = (im.op(node, "multiply", vec![cos, x1])?, im.op(node, "multiply", vec![sin, x2])?);
+    let real = im.op(node, "subtract", vec![c1, s2])?;
+    let (s1, c2) = (im.op(node, "multiply", vec![sin, x1])?, im.op(node, "multiply", vec![cos, x2])?);
+    let imag = im.op(node, "add", vec![s1, c2])?;
+    let rotated = if interleaved {
+        let re = reshape_to(im, node, real, &[b, seq, heads, half, 1])?;
+        let im_ = reshape_to(im, node, imag, &[b, seq, heads, half, 1])?;
+        let both = concat(im, node, vec![re, im_], -1)?;
+        reshape_to(im, node, both, &[b, seq, heads, r])?
+    } else {
+        concat(im, node, vec![real, imag], -1)?
+    };
+    let y = if r == d {
+        rotated
+    } else {
+        let rest = last_axis_slice(im, node, xs, r, d)?;
+        concat(im, node, vec![rotated, rest], -1)?
+    };
+    Ok(vec![if shape.len() == 4 { transpose(im, y)? } else { reshape_to(im, node, y, &shape)? }])
 }
