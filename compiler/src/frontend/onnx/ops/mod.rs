@@ -15,6 +15,7 @@ mod loss;
 mod math;
 mod nn;
 mod reduce;
+mod resize;
 mod scatter;
 mod shape;
 
@@ -49,6 +50,7 @@ pub(crate) fn table() -> &'static HashMap<&'static str, Converter> {
         math::register(&mut t);
         nn::register(&mut t);
         reduce::register(&mut t);
+        resize::register(&mut t);
         scatter::register(&mut t);
         shape::register(&mut t);
         t.0
