@@ -595,10 +595,7 @@ fn lrn(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let mut perm: Vec<i64> = vec![0];
     perm.extend(2..rank);
     perm.push(1);
-    let mut back = vec![0i64; perm.len()];
-    for (k, &p) in perm.iter().enumerate() {
-        back[p as usize] = k as i64;
-    }
+    let back = super::shape::inverse_permutation(&perm);
     let sq = im.op(node, "multiply", vec![x, x])?;
     let sq = im.call(node, "transpose", vec![sq], attrs(&[("axes", AttrValue::Ints(perm))]))?;
     let sums = matmul_of(im, node, sq, band)?;

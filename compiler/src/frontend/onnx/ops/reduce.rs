@@ -5,6 +5,7 @@ use kiln_ir::attrs::AttrValue;
 use kiln_ir::relay::ExprId;
 use kiln_ir::{DataType, Tensor};
 
+use super::shape::{inverse_permutation, norm_axis};
 use super::{one, Table};
 use crate::frontend::onnx::importer::{attrs, Importer, Node};
 use crate::frontend::onnx::OnnxError;
@@ -45,11 +46,7 @@ fn cum_sum(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let [axis] = axis[..] else { return Err(node.err("the axis must be a single value")) };
     let shape = im.shape_of(node, x)?;
     let rank = shape.len() as i64;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
-        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
-    }
-    let axis = axis as usize;
+    let axis = norm_axis(node, axis, shape.len())?;
     let n = shape[axis];
     if n > CUMSUM_MAX_AXIS {
         return Err(node.err(format!("an axis of {n} elements is longer than the {CUMSUM_MAX_AXIS} CumSum supports")));
@@ -85,11 +82,8 @@ fn cum_sum(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let t = im.constant(Tensor::from_f64(work, vec![n, n], &tri));
     y = super::nn::matmul_of(im, node, y, t)?;
     if !last {
-        let mut inverse = vec![0i64; perm.len()];
-        for (k, &p) in perm.iter().enumerate() {
-            inverse[p as usize] = k as i64;
-        }
-        y = im.call(node, "transpose", vec![y], attrs(&[("axes", AttrValue::Ints(inverse))]))?;
+        let back = attrs(&[("axes", AttrValue::Ints(inverse_permutation(&perm)))]);
+        y = im.call(node, "transpose", vec![y], back)?;
     }
     one(super::math::cast_to(im, node, y, dt)?)
 }
@@ -316,12 +310,7 @@ fn top_k(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     };
     let shape = im.shape_of(node, x)?;
     let rank = shape.len() as i64;
-    let axis = node.int("axis", -1)?;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
-        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
-    }
-    let axis = axis as usize;
+    let axis = norm_axis(node, node.int("axis", -1)?, shape.len())?;
     let n = shape[axis];
     if k < 0 || k as usize > n {
         return Err(node.err(format!("K={k} is not between 0 and the axis size {n}")));
@@ -368,11 +357,7 @@ fn top_k(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let at = im.op(node, "where", vec![hit, positions, zero_i])?;
     let mut indices = im.call(node, "sum", vec![at], sum_i())?;
     if !last {
-        let mut inverse = vec![0i64; perm.len()];
-        for (p, &d) in perm.iter().enumerate() {
-            inverse[d as usize] = p as i64;
-        }
-        let back = attrs(&[("axes", AttrValue::Ints(inverse))]);
+        let back = attrs(&[("axes", AttrValue::Ints(inverse_permutation(&perm)))]);
         values = im.call(node, "transpose", vec![values], back.clone())?;
         indices = im.call(node, "transpose", vec![indices], back)?;
     }

@@ -10,10 +10,11 @@
 
 use kiln_ir::attrs::AttrValue;
 use kiln_ir::relay::ExprId;
+use kiln_ir::tensor::strides;
 use kiln_ir::{DataType, Tensor};
 
 use super::math::cast_to;
-use super::shape::reshape_to;
+use super::shape::{norm_axis, reshape_to};
 use super::{one, Table};
 use crate::frontend::onnx::importer::{attrs, ints_of, Importer, Node};
 use crate::frontend::onnx::OnnxError;
@@ -27,9 +28,16 @@ pub(super) fn register(t: &mut Table) {
 /// The most output elements a scatter builds its constant maps for.
 const SCATTER_MAX_ELEMENTS: usize = 1 << 22;
 
-/// Row-major strides.
-fn strides(shape: &[usize]) -> Vec<usize> {
-    kiln_ir::tensor::strides(shape)
+/// An empty writer list per element of data of shape `ds`, refusing a
+/// scatter too large for its build-time maps before making it.
+fn no_writers(node: &Node, ds: &[usize]) -> Result<Vec<Vec<usize>>, OnnxError> {
+    let total: usize = ds.iter().product();
+    if total > SCATTER_MAX_ELEMENTS {
+        return Err(
+            node.err(format!("scattering into {total} elements is more than the {SCATTER_MAX_ELEMENTS} supported"))
+        );
+    }
+    Ok(vec![Vec::new(); total])
 }
 
 fn gather_nd(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -109,11 +117,6 @@ fn apply_writes(
     let combine = reduction(node)?;
     let shape = im.shape_of(node, data)?;
     let total = writers.len();
-    if total > SCATTER_MAX_ELEMENTS {
-        return Err(
-            node.err(format!("scattering into {total} elements is more than the {SCATTER_MAX_ELEMENTS} supported"))
-        );
-    }
     let n_upd: usize = im.shape_of(node, updates)?.iter().product();
     let flat_upd = reshape_to(im, node, updates, &[n_upd])?;
     let flat_data = reshape_to(im, node, data, &[total])?;
@@ -161,21 +164,9 @@ fn scatter_elements(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxE
             node.err(format!("indices {is:?} and updates must have one shape, of the data's rank {}", ds.len()))
         );
     }
-    let rank = ds.len() as i64;
-    let axis = node.int("axis", 0)?;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
-        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
-    }
-    let axis = axis as usize;
+    let axis = norm_axis(node, node.int("axis", 0)?, ds.len())?;
     let (dst, ist) = (strides(&ds), strides(&is));
-    let total: usize = ds.iter().product();
-    if total > SCATTER_MAX_ELEMENTS {
-        return Err(
-            node.err(format!("scattering into {total} elements is more than the {SCATTER_MAX_ELEMENTS} supported"))
-        );
-    }
-    let mut writers = vec![Vec::new(); total];
+    let mut writers = no_writers(node, &ds)?;
     for (u, &v) in idx.iter().enumerate() {
         let n = ds[axis] as i64;
         if v < -n || v >= n {
@@ -209,13 +200,7 @@ fn scatter_nd(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> 
     }
     let inner: usize = ds[k..].iter().product();
     let st = strides(&ds[..k]);
-    let total: usize = ds.iter().product();
-    if total > SCATTER_MAX_ELEMENTS {
-        return Err(
-            node.err(format!("scattering into {total} elements is more than the {SCATTER_MAX_ELEMENTS} supported"))
-        );
-    }
-    let mut writers = vec![Vec::new(); total];
+    let mut writers = no_writers(node, &ds)?;
     for (p, tuple) in idx.chunks(k).enumerate() {
         let mut base = 0;
         for (j, &v) in tuple.iter().enumerate() {

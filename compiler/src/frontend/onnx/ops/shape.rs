@@ -57,7 +57,16 @@ pub(crate) fn reshape_to(im: &mut Importer, node: &Node, x: ExprId, shape: &[usi
     im.call(node, "reshape", vec![x], attrs(&[("newshape", AttrValue::Ints(s))]))
 }
 
-fn norm_axis(node: &Node, a: i64, rank: usize) -> Result<usize, OnnxError> {
+/// The permutation that undoes `perm` (`transpose` back).
+pub(super) fn inverse_permutation(perm: &[i64]) -> Vec<i64> {
+    let mut inverse = vec![0i64; perm.len()];
+    for (k, &p) in perm.iter().enumerate() {
+        inverse[p as usize] = k as i64;
+    }
+    inverse
+}
+
+pub(super) fn norm_axis(node: &Node, a: i64, rank: usize) -> Result<usize, OnnxError> {
     let n = if a < 0 { a + rank as i64 } else { a };
     usize::try_from(n)
         .ok()
@@ -665,13 +674,7 @@ fn one_hot(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         return Err(node.err("values must hold two elements: [off, on]"));
     }
     let mut out_shape = im.shape_of(node, indices)?;
-    let axis = node.int("axis", -1)?;
-    let rank = out_shape.len() as i64 + 1;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if !(0..rank).contains(&axis) {
-        return Err(node.err(format!("axis {axis} is out of range for rank {rank}")));
-    }
-    let axis = axis as usize;
+    let axis = norm_axis(node, node.int("axis", -1)?, out_shape.len() + 1)?;
     out_shape.insert(axis, depth);
     let dt = im.dtype_of(node, values)?;
     let dims: Vec<i64> = out_shape.iter().map(|&d| d as i64).collect();
