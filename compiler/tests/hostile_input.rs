@@ -161,3 +161,78 @@ fn unknown_cpus_are_errors_not_aborts() {
         assert!(err.contains(says), "{cpu}: {err}");
     }
 }
+
+/// Gather, GatherElements and GatherND with indices given at run time: an
+/// index outside `[-n, n)` made the generated code wrap or clip it (index 10
+/// on an axis of 10 returned element 0). The kernels now check the indices
+/// and `kiln run` fails with an error naming the kernel, on both backends;
+/// negative indices in range count from the end, as in ONNX Runtime.
+#[test]
+fn run_time_indices_out_of_range_are_errors() {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/run_time_indices");
+    let dir = tempfile::tempdir().expect("dir");
+    let i64s = |name: &str, shape: Vec<usize>, v: &[i64]| {
+        write(&dir, name, &kiln::npy::write_npy(&Tensor::from_i64(shape, v)))
+    };
+    let i32s = |name: &str, shape: Vec<usize>, v: &[f64]| {
+        write(&dir, name, &kiln::npy::write_npy(&Tensor::from_f64(kiln::DataType::I32, shape, v)))
+    };
+    // (model, data, good indices, what they give, bad indices)
+    let cases = [
+        (
+            "gather.onnx",
+            "data10x3.npy",
+            i64s("g_ok.npy", vec![4], &[0, 9, -1, -10]),
+            vec![0.0, 1.0, 2.0, 27.0, 28.0, 29.0, 27.0, 28.0, 29.0, 0.0, 1.0, 2.0],
+            vec![
+                i64s("g_10.npy", vec![4], &[0, 10, 1, 2]),
+                i64s("g_m11.npy", vec![4], &[0, -11, 1, 2]),
+                i64s("g_2_40.npy", vec![4], &[0, 1 << 40, 1, 2]),
+                i64s("g_min.npy", vec![4], &[i64::MIN, 0, 1, 2]),
+            ],
+        ),
+        (
+            "gather_elements.onnx",
+            "data2x5.npy",
+            i32s("ge_ok.npy", vec![2, 2], &[0.0, -1.0, 4.0, -5.0]),
+            vec![0.0, 4.0, 9.0, 5.0],
+            vec![i32s("ge_5.npy", vec![2, 2], &[0.0, 5.0, 4.0, 1.0])],
+        ),
+        (
+            "gather_nd.onnx",
+            "data3x4.npy",
+            i64s("nd_ok.npy", vec![2, 2], &[2, 3, -1, -4]),
+            vec![11.0, 8.0],
+            // Column 4 of 4: the flat offset (4) would be in range.
+            vec![i64s("nd_4.npy", vec![2, 2], &[0, 4, 0, 0])],
+        ),
+    ];
+    for (model, x, good, want, bads) in cases {
+        let model = format!("{data}/{model}");
+        let x = format!("data={data}/{x}");
+        for target in ["llvm", "c"] {
+            let out = dir.path().join("y.npy").display().to_string();
+            let (code, _, err) = kiln(&[
+                "run",
+                &model,
+                "--target",
+                target,
+                "--input",
+                &x,
+                "--input",
+                &format!("idx={good}"),
+                "--output",
+                &out,
+            ]);
+            assert_eq!(code, 0, "{model} {target}: {err}");
+            let y = kiln::npy::read_npy(&std::fs::read(&out).expect("read")).expect("npy").to_f64_vec();
+            assert_eq!(y, want, "{model} {target}");
+            for bad in &bads {
+                let (code, _, err) =
+                    kiln(&["run", &model, "--target", target, "--input", &x, "--input", &format!("idx={bad}")]);
+                assert_eq!(code, 1, "{model} {target} {bad}: {err}");
+                assert!(err.starts_with("error: kernel `") && err.contains("out of range"), "{model} {target}: {err}");
+            }
+        }
+    }
+}

@@ -20,8 +20,14 @@ pub use pool::ThreadPool;
 pub mod cuda;
 
 /// The packed entry point every kernel has:
-/// `void name_packed(void** args, int64_t task_id, int64_t num_tasks)`.
-pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
+/// `int32_t name_packed(void** args, int64_t task_id, int64_t num_tasks)`,
+/// returning 0 on success or one of the `STATUS_*` codes.
+pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64) -> i32;
+
+/// A kernel's status: an index taken from the model's inputs (a `Gather`
+/// index, a token id) was outside its axis. The kernel read element 0
+/// instead, so its outputs are meaningless.
+pub const STATUS_INDEX_OUT_OF_RANGE: i32 = 1;
 
 /// Errors of the generated glue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +37,21 @@ pub enum Error {
     ArenaTooSmall { needed: usize, given: usize },
     /// An input or output slice has the wrong number of elements.
     WrongLength { name: &'static str, expected: usize, given: usize },
+    /// Kernel `kernel` returned the nonzero `status` (a `STATUS_*` code); the
+    /// outputs of this run are not valid.
+    Kernel { kernel: &'static str, status: i32 },
+}
+
+impl Error {
+    /// The error for kernel `kernel`'s `status`, or `Ok` when it is 0.
+    #[inline]
+    pub fn check(kernel: &'static str, status: i32) -> Result<(), Error> {
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(Error::Kernel { kernel, status })
+        }
+    }
 }
 
 impl core::fmt::Display for Error {
@@ -42,6 +63,7 @@ impl core::fmt::Display for Error {
             Error::WrongLength { name, expected, given } => {
                 write!(f, "`{name}` has {given} elements, the model expects {expected}")
             }
+            Error::Kernel { kernel, status } => write!(f, "kernel `{kernel}`: {}", status_message(*status)),
         }
     }
 }
@@ -49,13 +71,25 @@ impl core::fmt::Display for Error {
 #[cfg(feature = "std")]
 impl std::error::Error for Error {}
 
-/// Call one kernel with `num_tasks` task slices on the calling thread, in order.
+/// What a kernel's nonzero status means.
+pub fn status_message(status: i32) -> &'static str {
+    match status {
+        STATUS_INDEX_OUT_OF_RANGE => {
+            "an index read from the inputs is out of range for the axis it indexes \
+             (a Gather index or token id at or past the axis size, or below minus it)"
+        }
+        _ => "failed with an unknown status",
+    }
+}
+
+/// Call one kernel as a single task on the calling thread; its status.
 ///
 /// # Safety
 /// `args` must hold one valid pointer per kernel parameter, each to a buffer
 /// of the size the kernel was compiled for.
 #[inline]
-pub unsafe fn run_serial(kernel: PackedKernel, args: &[*mut u8]) {
+#[must_use = "a nonzero status is an error the caller must report"]
+pub unsafe fn run_serial(kernel: PackedKernel, args: &[*mut u8]) -> i32 {
     // SAFETY: forwarded from the caller.
     unsafe { kernel(args.as_ptr(), 0, 1) }
 }

@@ -6,7 +6,7 @@
 //! model run arrive microseconds apart) and only then sleep on a condition
 //! variable, so a call costs a few microseconds, not a thread wake-up.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,6 +34,8 @@ struct Shared {
     /// job cannot claim a slice of a newer one.
     ticket: AtomicU64,
     remaining: AtomicUsize,
+    /// The largest status a slice of the current job returned (0: all succeeded).
+    status: AtomicI32,
     shutdown: AtomicBool,
 }
 
@@ -50,7 +52,10 @@ impl Shared {
                 continue;
             }
             // SAFETY: `run` keeps `args` alive and valid until `remaining` reaches zero.
-            unsafe { (job.kernel)(job.args as *const *mut u8, t, job.num_tasks) };
+            let status = unsafe { (job.kernel)(job.args as *const *mut u8, t, job.num_tasks) };
+            if status != 0 {
+                self.status.fetch_max(status, Ordering::AcqRel);
+            }
             self.remaining.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -81,6 +86,7 @@ impl ThreadPool {
             sleepers: Mutex::new(()),
             ticket: AtomicU64::new(0),
             remaining: AtomicUsize::new(0),
+            status: AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
         });
         let workers = (1..threads)
@@ -101,16 +107,17 @@ impl ThreadPool {
         self.threads
     }
 
-    /// Run `kernel` as `self.threads()` task slices and wait for all of them.
+    /// Run `kernel` as `self.threads()` task slices and wait for all of them;
+    /// the kernel's status (0, or the largest a slice returned).
     ///
     /// # Safety
     /// `args` must hold one valid pointer per kernel parameter, as for the kernel itself.
-    pub unsafe fn run(&self, kernel: PackedKernel, args: &[*mut u8]) {
+    #[must_use = "a nonzero status is an error the caller must report"]
+    pub unsafe fn run(&self, kernel: PackedKernel, args: &[*mut u8]) -> i32 {
         let n = self.threads as i64;
         if n == 1 {
             // SAFETY: forwarded from the caller.
-            unsafe { kernel(args.as_ptr(), 0, 1) };
-            return;
+            return unsafe { kernel(args.as_ptr(), 0, 1) };
         }
         // One job at a time per pool.
         let _guard = self.busy.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,6 +125,7 @@ impl ThreadPool {
         let job = Job { kernel, args: args.as_ptr() as usize, num_tasks: n, generation };
         *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
         self.shared.remaining.store(n as usize, Ordering::Release);
+        self.shared.status.store(0, Ordering::Release);
         self.shared.ticket.store(generation << 32, Ordering::Release);
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
         {
@@ -128,6 +136,7 @@ impl ThreadPool {
         while self.shared.remaining.load(Ordering::Acquire) != 0 {
             std::hint::spin_loop();
         }
+        self.shared.status.load(Ordering::Acquire)
     }
 }
 
@@ -181,21 +190,44 @@ mod tests {
 
     static HITS: [AtomicU32; 8] = [const { AtomicU32::new(0) }; 8];
 
-    unsafe extern "C" fn count(args: *const *mut u8, task: i64, n: i64) {
+    unsafe extern "C" fn count(args: *const *mut u8, task: i64, n: i64) -> i32 {
         assert_eq!(n, 4);
         let _ = args;
         HITS[task as usize].fetch_add(1, Ordering::Relaxed);
+        0
+    }
+
+    /// Slice 2 of 4 fails with status 7.
+    unsafe extern "C" fn third_fails(_: *const *mut u8, task: i64, _: i64) -> i32 {
+        if task == 2 {
+            7
+        } else {
+            0
+        }
     }
 
     #[test]
     fn every_task_runs_once_per_call() {
         let pool = ThreadPool::new(4);
         for _ in 0..1000 {
-            unsafe { pool.run(count, &[]) };
+            assert_eq!(unsafe { pool.run(count, &[]) }, 0);
         }
         for h in &HITS[..4] {
             assert_eq!(h.load(Ordering::Relaxed), 1000);
         }
         assert_eq!(HITS[4].load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_failing_slice_fails_the_call_and_only_that_call() {
+        let pool = ThreadPool::new(4);
+        for _ in 0..100 {
+            assert_eq!(unsafe { pool.run(third_fails, &[]) }, 7);
+            assert_eq!(unsafe { pool.run(count_ok, &[]) }, 0);
+        }
+    }
+
+    unsafe extern "C" fn count_ok(_: *const *mut u8, _: i64, _: i64) -> i32 {
+        0
     }
 }

@@ -57,7 +57,7 @@ fn mlp_from_relay_text_matches_the_interpreter() {
     let mut buffer = vec![0u8; mlp_text::ARENA_BYTES + 64];
     let mut model = mlp_text::Model::new(&mut buffer).expect("arena");
     let mut out = [0f32; 10];
-    model.run(&x, &mut out);
+    model.run(&x, &mut out).expect("run");
     close(&out, &want.to_f64_vec());
 }
 
@@ -82,7 +82,7 @@ fn convnet_compiled_to_c_matches_the_interpreter() {
     let Ok(Value::Tensor(want)) = eval_function(&m, "main", &args) else { panic!("interpreter") };
     let mut model = convnet::OwnedModel::with_threads(2);
     let mut out = [0f32; 5];
-    model.run(&x.clone().try_into().expect("432"), &mut out);
+    model.run(&x.clone().try_into().expect("432"), &mut out).expect("run");
     close(&out, &want.to_f64_vec());
     assert!((out.iter().sum::<f32>() - 1.0).abs() < 1e-5, "softmax output sums to 1");
 }
@@ -94,12 +94,12 @@ fn run_allocates_nothing() {
     let mut conv = convnet::OwnedModel::with_threads(1);
     let cx: [f32; 432] = sample(432).try_into().expect("432");
     let (mut out, mut cout) = ([0f32; 10], [0f32; 5]);
-    model.run(&x, &mut out); // warm up
+    model.run(&x, &mut out).expect("run"); // warm up
     ALLOCATIONS.store(0, Ordering::Relaxed);
     COUNTING.with(|c| c.set(true));
     for _ in 0..100 {
-        model.run(&x, &mut out);
-        conv.run(&cx, &mut cout);
+        model.run(&x, &mut out).expect("run");
+        conv.run(&cx, &mut cout).expect("run");
     }
     COUNTING.with(|c| c.set(false));
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
@@ -126,7 +126,7 @@ fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
             let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
             let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
             let mut out = [0f32; $n_out];
-            model.run(&x, &mut out);
+            model.run(&x, &mut out).expect("run");
             close(&out, &want.to_f64_vec());
         }};
     }
@@ -154,7 +154,20 @@ fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
     let ids: Box<[i64; 64]> = ids.into_boxed_slice().try_into().expect("input size");
     let mut model = kiln_user_tests::onnx_gpt_tiny::OwnedModel::with_threads(2);
     let mut logits: Box<[f32; 64_000]> = vec![0f32; 64_000].into_boxed_slice().try_into().expect("output size");
-    model.run(&ids, &mut logits);
+    model.run(&ids, &mut logits).expect("run");
+    close(&logits[..], &want.to_f64_vec());
+
+    // A token id past the vocabulary (1000 ids) is an error naming the
+    // embedding's kernel — not a wrapped or clipped row — and the next good
+    // run succeeds.
+    let mut bad = ids.clone();
+    for id in [1000, -1001, 1 << 40] {
+        bad[7] = id;
+        let e = model.run(&bad, &mut logits).expect_err("an out-of-range token id");
+        assert!(matches!(e, kiln_runtime::Error::Kernel { .. }), "{e}");
+        assert!(e.to_string().contains("out of range"), "{e}");
+    }
+    model.run(&ids, &mut logits).expect("run");
     close(&logits[..], &want.to_f64_vec());
 }
 
@@ -179,7 +192,7 @@ fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
             let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
             let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
             let mut out: Box<[f32; $n_out]> = vec![0f32; $n_out].into_boxed_slice().try_into().expect("output size");
-            model.run(&x, &mut out);
+            model.run(&x, &mut out).expect("run");
             close(&out[..], &want.to_f64_vec());
         }};
     }

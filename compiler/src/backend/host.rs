@@ -104,24 +104,26 @@ impl<'p> Executor<'p> {
     }
 
     /// Run every kernel once, in order; the microseconds each call took.
-    pub fn run_timed(&mut self) -> Vec<f64> {
+    pub fn run_timed(&mut self) -> Result<Vec<f64>, String> {
         let mut times = Vec::with_capacity(self.plan.calls.len());
         for i in 0..self.plan.calls.len() {
             let t = std::time::Instant::now();
-            self.run_call(i);
+            self.run_call(i)?;
             times.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        times
+        Ok(times)
     }
 
-    /// Run every kernel once, in order.
-    pub fn run(&mut self) {
+    /// Run every kernel once, in order; stops at the first kernel that fails
+    /// (an index out of range), whose error names it.
+    pub fn run(&mut self) -> Result<(), String> {
         for i in 0..self.plan.calls.len() {
-            self.run_call(i);
+            self.run_call(i)?;
         }
+        Ok(())
     }
 
-    fn run_call(&mut self, index: usize) {
+    fn run_call(&mut self, index: usize) -> Result<(), String> {
         let arena = self.arena.ptr();
         let call = &self.plan.calls[index];
         self.args.clear();
@@ -137,13 +139,18 @@ impl<'p> Executor<'p> {
         let (k, parallel) = self.kernels[call.kernel];
         // SAFETY: the arguments match the kernel's parameters (built from the same plan),
         // and task slices write disjoint parts of the outputs (the kernel ABI).
-        unsafe {
+        let status = unsafe {
             if parallel {
-                self.pool.run(k, &self.args);
+                self.pool.run(k, &self.args)
             } else {
-                k(self.args.as_ptr(), 0, 1);
+                k(self.args.as_ptr(), 0, 1)
             }
+        };
+        if status != 0 {
+            let name = &self.plan.kernels[call.kernel].name;
+            return Err(format!("kernel `{name}`: {}", kiln_runtime::status_message(status)));
         }
+        Ok(())
     }
 
     /// The outputs of the last run.
@@ -169,6 +176,6 @@ pub fn run(
 ) -> Result<Vec<Tensor>, String> {
     let mut ex = Executor::new(plan, lib, threads)?;
     ex.set_inputs(inputs)?;
-    ex.run();
+    ex.run()?;
     Ok(ex.outputs())
 }

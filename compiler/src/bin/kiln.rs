@@ -561,24 +561,23 @@ fn execute(
     };
     let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads)?;
     ex.set_inputs(inputs)?;
-    ex.run();
+    ex.run()?;
     if bench {
         for _ in 0..10 {
-            ex.run();
+            ex.run()?;
         }
         let mut times: Vec<f64> = (0..c.runs)
             .map(|_| {
                 let t = std::time::Instant::now();
-                ex.run();
-                t.elapsed().as_secs_f64() * 1e6
+                ex.run().map(|()| t.elapsed().as_secs_f64() * 1e6)
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         times.sort_by(f64::total_cmp);
         if c.profile {
             // Per kernel: the median over the runs of each call's time, grouped by kernel.
             let mut per_call: Vec<Vec<f64>> = Vec::new();
             for _ in 0..c.runs.min(50) {
-                for (i, t) in ex.run_timed().into_iter().enumerate() {
+                for (i, t) in ex.run_timed()?.into_iter().enumerate() {
                     if per_call.len() <= i {
                         per_call.push(Vec::new());
                     }

@@ -83,7 +83,7 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
     }
     let _ = writeln!(o, "    unsafe extern \"C\" {{");
     for k in &plan.kernels {
-        let _ = writeln!(o, "        fn {}_packed(args: *const *mut u8, task_id: i64, num_tasks: i64);", k.name);
+        let _ = writeln!(o, "        fn {}_packed(args: *const *mut u8, task_id: i64, num_tasks: i64) -> i32;", k.name);
     }
     for (i, c) in plan.constants.iter().enumerate() {
         let _ = writeln!(o, "        static {}: [u8; {}];", constant_symbol(model, i), c.bytes().len());
@@ -96,8 +96,9 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
     let _ = writeln!(o, "        pub fn new(buffer: &'a mut [u8]) -> Result<Self, {runtime}::Error> {{");
     let _ = writeln!(o, "            Ok(Model {{ arena: {runtime}::align_arena(buffer, ARENA_BYTES)? }})");
     let _ = writeln!(o, "        }}");
-    let _ = writeln!(o, "        /// Run the model on one thread.");
-    let _ = writeln!(o, "        pub fn run(&mut self, {params}) {{");
+    let _ = writeln!(o, "        /// Run the model on one thread. An error (an index in the inputs out");
+    let _ = writeln!(o, "        /// of range) names the kernel that found it; the outputs are then not valid.");
+    let _ = writeln!(o, "        pub fn run(&mut self, {params}) -> Result<(), {runtime}::Error> {{");
     let _ = writeln!(o, "            let arena = self.arena.as_mut_ptr();");
     let _ = writeln!(
         o,
@@ -115,9 +116,10 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
     for (&t, n) in plan.outputs.iter().zip(&names_out) {
         sig.push(format!("{n}: *mut {}", rust_type(plan.tensors[t].dtype)));
     }
-    sig.push(format!("call: &mut dyn FnMut({runtime}::PackedKernel, &[*mut u8], bool)"));
-    let _ = writeln!(o, "    /// The kernel calls, in order; `call(kernel, args, parallel)` runs one.");
-    let _ = writeln!(o, "    unsafe fn run_kernels({}) {{ unsafe {{", sig.join(", "));
+    sig.push(format!("call: &mut dyn FnMut({runtime}::PackedKernel, &[*mut u8], bool) -> i32"));
+    let _ = writeln!(o, "    /// The kernel calls, in order; `call(kernel, args, parallel)` runs one and");
+    let _ = writeln!(o, "    /// gives its status. Stops at the first kernel that fails.");
+    let _ = writeln!(o, "    unsafe fn run_kernels({}) -> Result<(), {runtime}::Error> {{ unsafe {{", sig.join(", "));
     for call in &plan.calls {
         let k = &plan.kernels[call.kernel];
         let args: Vec<String> = call
@@ -130,8 +132,16 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
                 Storage::Arena { offset } => format!("arena.add({offset})"),
             })
             .collect();
-        let _ = writeln!(o, "        call({}_packed, &[{}], {});", k.name, args.join(", "), is_parallel(k));
+        let _ = writeln!(
+            o,
+            "        {runtime}::Error::check({:?}, call({}_packed, &[{}], {}))?;",
+            k.name,
+            k.name,
+            args.join(", "),
+            is_parallel(k)
+        );
     }
+    let _ = writeln!(o, "        Ok(())");
     let _ = writeln!(o, "    }} }}");
     if with_std {
         let _ = writeln!(o, "    /// The compiled model with its own arena and thread pool.");
@@ -144,8 +154,9 @@ pub fn rust_glue(model: &str, plan: &ExecutorPlan, runtime: &str, with_std: bool
         let _ = writeln!(o, "        pub fn with_threads(threads: usize) -> Self {{");
         let _ = writeln!(o, "            OwnedModel {{ arena: {runtime}::OwnedArena::new(ARENA_BYTES), pool: {runtime}::ThreadPool::new(threads) }}");
         let _ = writeln!(o, "        }}");
-        let _ = writeln!(o, "        /// Run the model; parallel kernels are spread over the pool.");
-        let _ = writeln!(o, "        pub fn run(&mut self, {params}) {{");
+        let _ = writeln!(o, "        /// Run the model; parallel kernels are spread over the pool. An error (an");
+        let _ = writeln!(o, "        /// index in the inputs out of range) names the kernel that found it.");
+        let _ = writeln!(o, "        pub fn run(&mut self, {params}) -> Result<(), {runtime}::Error> {{");
         let _ = writeln!(o, "            let arena = self.arena.bytes_mut().as_mut_ptr();");
         let _ = writeln!(o, "            let pool = &self.pool;");
         let _ = writeln!(o, "            unsafe {{ run_kernels(arena, {}, &mut |k, args, parallel| {{ if parallel {{ pool.run(k, args) }} else {{ {runtime}::run_serial(k, args) }} }}) }}", call_args(&names_in, &names_out));
@@ -193,13 +204,17 @@ pub fn c_header(model: &str, plan: &ExecutorPlan) -> String {
         "#ifndef {guard}\n#define {guard}\n#include <stdint.h>\n#ifdef __cplusplus\nextern \"C\" {{\n#endif"
     );
     let _ = writeln!(o, "#define KILN_{}_ARENA_BYTES {}u", ident(model, "model").to_uppercase(), plan.arena_bytes);
-    let _ = writeln!(o, "/* Kernels, called in this order by the Rust glue; args: inputs then outputs. */");
+    let _ = writeln!(
+        o,
+        "/* Kernels, called in this order by the Rust glue; args: inputs then outputs. Each returns 0,\n   \
+         or 1 when an index read from the inputs was out of range (the outputs are then not valid). */"
+    );
     for call in &plan.calls {
         let k = &plan.kernels[call.kernel];
         let _ = writeln!(o, "/*   {} */", k.name);
     }
     for k in &plan.kernels {
-        let _ = writeln!(o, "void {}_packed(void** args, int64_t task_id, int64_t num_tasks);", k.name);
+        let _ = writeln!(o, "int32_t {}_packed(void** args, int64_t task_id, int64_t num_tasks);", k.name);
     }
     for (i, c) in plan.constants.iter().enumerate() {
         let _ = writeln!(o, "extern const uint8_t {}[{}];", constant_symbol(model, i), c.bytes().len());

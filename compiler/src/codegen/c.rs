@@ -19,6 +19,8 @@ pub const PRELUDE: &str = "\
 #include <math.h>
 static inline int64_t kiln_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t kiln_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* `i` if 0 <= i < n, else 0 with the kernel's status set to 1 (STATUS_INDEX_OUT_OF_RANGE). */
+static inline int64_t kiln_check_index(int64_t i, int64_t n, int32_t* status) { if ((uint64_t)i < (uint64_t)n) return i; *status = 1; return 0; }
 /* NumPy minimum/maximum: a NaN operand gives NaN (fminf/fmaxf would drop it). */
 static inline float kiln_fmaxf(float a, float b) { return (a > b || a != a) ? a : b; }
 static inline float kiln_fminf(float a, float b) { return (a < b || a != a) ? a : b; }
@@ -183,6 +185,7 @@ impl Emitter<'_> {
                     Intrinsic::Round => format!("rint{f}({first})"),
                     Intrinsic::Fmod => format!("fmod{f}({first}, {second})"),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
+                    Intrinsic::CheckIndex => format!("kiln_check_index({first}, {second}, &kiln_status)"),
                     // Cast back: C promotes narrow operands to int.
                     Intrinsic::BitAnd => format!("(({})({first} & {second}))", c_type(self.kernel, t.elem)?),
                     Intrinsic::BitOr => format!("(({})({first} | {second}))", c_type(self.kernel, t.elem)?),
@@ -315,12 +318,14 @@ pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
     }
     params.push("int64_t task_id".into());
     params.push("int64_t num_tasks".into());
-    let _ = writeln!(e.out, "void {}({}) {{", f.name, params.join(", "));
+    let _ = writeln!(e.out, "int32_t {}({}) {{", f.name, params.join(", "));
     if !has_parallel_loop(&f.body) {
         e.line(1, "(void)num_tasks;");
-        e.line(1, "if (task_id != 0) return;");
+        e.line(1, "if (task_id != 0) return 0;");
     }
+    e.line(1, "int32_t kiln_status = 0;");
     e.stmt(&f.body, 1)?;
+    e.line(1, "return kiln_status;");
     e.out.push_str("}\n");
     // The packed entry point shared by every backend (see `codegen`).
     let mut casts = Vec::new();
@@ -331,7 +336,7 @@ pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
     casts.push("num_tasks".into());
     let _ = writeln!(
         e.out,
-        "void {name}_packed(void** args, int64_t task_id, int64_t num_tasks) {{\n  {name}({});\n}}",
+        "int32_t {name}_packed(void** args, int64_t task_id, int64_t num_tasks) {{\n  return {name}({});\n}}",
         casts.join(", "),
         name = f.name
     );

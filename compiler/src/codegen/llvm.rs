@@ -135,6 +135,8 @@ struct FnGen<'a, 'ctx> {
     gpu: bool,
     /// The buffer the store being emitted writes (see `nan_minmax`).
     accumulator: Option<u32>,
+    /// CPU kernels: the `i32` status they return, set by failed `check_index`es.
+    status: Option<PointerValue<'ctx>>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -439,6 +441,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 };
                 match f {
                     Intrinsic::Barrier => return Err(self.unsupported("a barrier used as a value")),
+                    Intrinsic::CheckIndex => {
+                        let (i, n) = int_pair()?;
+                        return self.check_index(i, n);
+                    }
                     Intrinsic::BitAnd => {
                         let (a, b) = int_pair()?;
                         self.e(self.b.build_and(a, b, "and"))?.into()
@@ -567,6 +573,37 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// `x · 2ⁿ` (scalars or vectors of f32): two exponent-field multiplies, so
     /// that every n in exp's range (−127…128) stays a normal power of two.
+    /// `i` if `0 <= i < n` (one unsigned compare), else 0. A failure sets
+    /// the status a CPU kernel returns; a GPU kernel, which has no status,
+    /// traps (the launch fails) rather than compute from a wrong index.
+    fn check_index(&mut self, i: IntValue<'ctx>, n: IntValue<'ctx>) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let ok = self.e(self.b.build_int_compare(IntPredicate::ULT, i, n, "in_range"))?;
+        match self.status {
+            Some(slot) => {
+                let i32t = self.ctx.i32_type();
+                let code = i32t.const_int(kiln_runtime::STATUS_INDEX_OUT_OF_RANGE as u64, false);
+                let flag = self.e(self.b.build_select(ok, i32t.const_zero(), code, "flag"))?.into_int_value();
+                let old = self.e(self.b.build_load(slot, "old_status"))?.into_int_value();
+                let new = self.e(self.b.build_or(old, flag, "new_status"))?;
+                self.e(self.b.build_store(slot, new))?;
+            }
+            None => {
+                let fail = self.ctx.append_basic_block(self.func, "index_out_of_range");
+                let cont = self.ctx.append_basic_block(self.func, "index_ok");
+                self.e(self.b.build_conditional_branch(ok, cont, fail))?;
+                self.b.position_at_end(fail);
+                let trap = match self.module.get_function("llvm.trap") {
+                    Some(f) => f,
+                    None => self.module.add_function("llvm.trap", self.ctx.void_type().fn_type(&[], false), None),
+                };
+                self.e(self.b.build_call(trap, &[], ""))?;
+                self.e(self.b.build_unreachable())?;
+                self.b.position_at_end(cont);
+            }
+        }
+        self.e(self.b.build_select(ok, i, i.get_type().const_zero(), "index"))
+    }
+
     fn ldexp(&self, x: BasicValueEnum<'ctx>, n: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let i32t = self.ctx.i32_type();
         let f32t = self.ctx.f32_type();
@@ -1114,7 +1151,8 @@ fn start_kernel<'a, 'ctx>(
     if !gpu {
         params.extend([BasicMetadataTypeEnum::from(i64t), i64t.into()]);
     }
-    let func = module.add_function(&f.name, ctx.void_type().fn_type(&params, false), Some(Linkage::External));
+    let fn_ty = if gpu { ctx.void_type().fn_type(&params, false) } else { ctx.i32_type().fn_type(&params, false) };
+    let func = module.add_function(&f.name, fn_ty, Some(Linkage::External));
     let noalias = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noalias"), 0);
     let nocapture = ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("nocapture"), 0);
     let mut buffers = HashMap::new();
@@ -1137,6 +1175,14 @@ fn start_kernel<'a, 'ctx>(
     let entry = ctx.append_basic_block(func, "entry");
     let b = ctx.create_builder();
     b.position_at_end(entry);
+    let status = if gpu {
+        None
+    } else {
+        let e = |x: inkwell::builder::BuilderError| llvm_err(&f.name, x);
+        let slot = b.build_alloca(ctx.i32_type(), "status").map_err(e)?;
+        b.build_store(slot, ctx.i32_type().const_zero()).map_err(e)?;
+        Some(slot)
+    };
     Ok(FnGen {
         ctx,
         module,
@@ -1152,6 +1198,7 @@ fn start_kernel<'a, 'ctx>(
         entry,
         gpu,
         accumulator: None,
+        status,
     })
 }
 
@@ -1182,15 +1229,17 @@ fn emit_kernel<'ctx>(
         let is_first = g.e(g.b.build_int_compare(IntPredicate::EQ, task_id, i64t.const_zero(), "first"))?;
         g.e(g.b.build_conditional_branch(is_first, work, done))?;
         g.b.position_at_end(done);
-        g.e(g.b.build_return(None))?;
+        g.e(g.b.build_return(Some(&ctx.i32_type().const_zero())))?;
         g.b.position_at_end(work);
     }
     g.stmt(&f.body)?;
-    g.e(g.b.build_return(None))?;
+    let slot = g.status.ok_or_else(|| llvm_err(&f.name, "a CPU kernel without a status"))?;
+    let status = g.e(g.b.build_load(slot, "status"))?;
+    g.e(g.b.build_return(Some(&status)))?;
 
-    // `<name>_packed(i8** args, i64 task_id, i64 num_tasks)`.
+    // `i32 <name>_packed(i8** args, i64 task_id, i64 num_tasks)`.
     let i8pp = ctx.i8_type().ptr_type(AddressSpace::default()).ptr_type(AddressSpace::default());
-    let packed_ty = ctx.void_type().fn_type(&[i8pp.into(), i64t.into(), i64t.into()], false);
+    let packed_ty = ctx.i32_type().fn_type(&[i8pp.into(), i64t.into(), i64t.into()], false);
     let packed = module.add_function(&format!("{}_packed", f.name), packed_ty, Some(Linkage::External));
     set_target_attributes(ctx, packed, target);
     let bb = ctx.append_basic_block(packed, "entry");
@@ -1211,8 +1260,11 @@ fn emit_kernel<'ctx>(
     for k in 1..3 {
         call_args.push(packed.get_nth_param(k).ok_or_else(|| llvm_err(&f.name, "packed task"))?.into());
     }
-    pb.build_call(func, &call_args, "").map_err(&e)?;
-    pb.build_return(None).map_err(&e)?;
+    let status = match pb.build_call(func, &call_args, "status").map_err(&e)?.try_as_basic_value() {
+        inkwell::values::ValueKind::Basic(v) => v,
+        _ => return Err(llvm_err(&f.name, "the kernel returns no status")),
+    };
+    pb.build_return(Some(&status)).map_err(&e)?;
     Ok(())
 }
 

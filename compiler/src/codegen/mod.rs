@@ -1,12 +1,15 @@
 //! Code generation from TIR: portable C (`c`), and later LLVM.
 //!
 //! The kernel ABI, shared by every backend: a kernel is
-//! `void name(T0* p0, …, Tn* pn, int64_t task_id, int64_t num_tasks)` with the
-//! inputs first (read-only) and the outputs last. Its outermost parallel loop
-//! is split into `num_tasks` contiguous slices and the call computes slice
-//! `task_id`; a kernel without a parallel loop does all the work in task 0.
-//! Kernels never allocate from the heap. Every kernel also has a packed entry
-//! point `void name_packed(void** args, int64_t task_id, int64_t num_tasks)`
+//! `int32_t name(T0* p0, …, Tn* pn, int64_t task_id, int64_t num_tasks)` with
+//! the inputs first (read-only) and the outputs last. Its outermost parallel
+//! loop is split into `num_tasks` contiguous slices and the call computes
+//! slice `task_id`; a kernel without a parallel loop does all the work in
+//! task 0. It returns 0, or `kiln_runtime::STATUS_INDEX_OUT_OF_RANGE` when a
+//! `check_index` failed (indices read from the inputs: the kernel never reads
+//! out of bounds, but its outputs are then invalid). Kernels never allocate
+//! from the heap. Every kernel also has a packed entry point
+//! `int32_t name_packed(void** args, int64_t task_id, int64_t num_tasks)`
 //! ([`PackedKernel`]), so callers need one function-pointer type for all.
 
 pub mod c;
@@ -14,7 +17,7 @@ pub mod c;
 pub mod llvm;
 
 /// The packed kernel entry point: `args` holds one pointer per kernel parameter.
-pub type PackedKernel = unsafe extern "C" fn(args: *const *mut u8, task_id: i64, num_tasks: i64);
+pub use kiln_runtime::PackedKernel;
 
 /// Why a kernel cannot be generated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -389,6 +389,27 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
                 select(Expr::cmp(CmpOp::Gt, v.clone(), zero(dt)), v.clone(), v * Expr::constant(alpha, dt))
             }))
         }
+        "check_index" => {
+            let (shape, dt) = out_tensor(out)?;
+            let x = tensor(0)?.clone();
+            let bounds = attrs.ints("bounds")?;
+            if bounds.is_empty() {
+                return Err("check_index without bounds".into());
+            }
+            t(compute(op, &shape, |i| {
+                // Negative indices count from the end; the rest is checked when the kernel runs.
+                let v = x.at(i);
+                let last = i.last().cloned().unwrap_or_else(|| Expr::int(0));
+                // One bound, or the one of this position on the last axis.
+                let bound =
+                    bounds.iter().enumerate().skip(1).fold(Expr::constant(bounds[0] as f64, dt), |b, (k, &n)| {
+                        select(Expr::cmp(CmpOp::Eq, last.clone(), Expr::int(k as i64)), Expr::constant(n as f64, dt), b)
+                    });
+                let from_end = Expr::cmp(CmpOp::Lt, v.clone(), zero(dt));
+                let v = select(from_end, v.clone() + bound.clone(), v);
+                Expr::call(Intrinsic::CheckIndex, vec![v, bound], TirType::scalar(dt))
+            }))
+        }
         "take" => {
             let (shape, _) = out_tensor(out)?;
             let (d, ix) = (tensor(0)?.clone(), tensor(1)?.clone());

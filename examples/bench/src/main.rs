@@ -101,7 +101,8 @@ fn bench(name: &str, relay: &str, flops: f64) {
             .map(|_| {
                 let t = Instant::now();
                 // SAFETY: the buffers match the kernel's parameters (built from its plan).
-                unsafe { pool.run(kernel, &args) };
+                let status = unsafe { pool.run(kernel, &args) };
+                assert_eq!(status, 0, "{}", kiln_runtime::status_message(status));
                 t.elapsed().as_secs_f64()
             })
             .collect();

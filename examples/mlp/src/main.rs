@@ -75,12 +75,15 @@ fn main() {
     }
     let mut model = mlp::OwnedModel::with_threads(1);
     let mut out = [0f32; 10];
-    model.run(&SAMPLE, &mut out);
+    if let Err(e) = model.run(&SAMPLE, &mut out) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     check(&out);
     let mut times: Vec<f64> = (0..10_000)
         .map(|_| {
             let t = Instant::now();
-            model.run(std::hint::black_box(&SAMPLE), &mut out);
+            let _ = model.run(std::hint::black_box(&SAMPLE), &mut out);
             t.elapsed().as_secs_f64() * 1e6
         })
         .collect();

@@ -236,6 +236,11 @@ pub enum Intrinsic {
     ShiftRight,
     /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
     Barrier,
+    /// `check_index(i, n)`: `i` when `0 <= i < n`; otherwise 0, and the
+    /// kernel returns `kiln_runtime::STATUS_INDEX_OUT_OF_RANGE` (a GPU
+    /// kernel traps). The one run-time check of generated code: indices that
+    /// come from the model's inputs.
+    CheckIndex,
 }
 
 impl Intrinsic {
@@ -280,6 +285,7 @@ impl Intrinsic {
             Intrinsic::ShiftLeft => "shift_left",
             Intrinsic::ShiftRight => "shift_right",
             Intrinsic::Barrier => "tvm_storage_sync",
+            Intrinsic::CheckIndex => "kiln.check_index",
         }
     }
 }

@@ -134,6 +134,52 @@ fn rel_take(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor(shape, d.dtype))
 }
 
+/// The bound of every index of `check_index`: one for all, or one per
+/// position along the last axis (GatherND's index tuples).
+fn check_index_bounds(shape: &[usize], attrs: &Attrs) -> Result<Vec<i64>, String> {
+    let bounds = attrs.ints("bounds")?;
+    if let Some(&b) = bounds.iter().find(|&&b| b < 1) {
+        return Err(format!("bounds must be positive, found {b}"));
+    }
+    match bounds.len() {
+        0 => Err("no bounds".into()),
+        1 => Ok(bounds.to_vec()),
+        n if shape.last() == Some(&n) => Ok(bounds.to_vec()),
+        n => Err(format!(
+            "{n} bounds for indices of shape {}: expected 1 or one per position on the last axis",
+            shape_str(shape)
+        )),
+    }
+}
+
+fn rel_check_index(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let i = tensor_arg(args, 0, "indices")?;
+    if !i.dtype.is_int() {
+        return Err(format!("indices must be integers, found {}", i.dtype));
+    }
+    check_index_bounds(&i.shape, attrs)?;
+    Ok(Type::tensor(i.shape.clone(), i.dtype))
+}
+
+fn eval_check_index(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let i = tensor_val(args, 0)?;
+    let bounds = check_index_bounds(i.shape(), attrs)?;
+    let fixed = i
+        .to_f64_vec()
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let (v, n) = (v as i64, bounds[k % bounds.len()]);
+            match v {
+                _ if (0..n).contains(&v) => Ok(v as f64),
+                _ if (-n..0).contains(&v) => Ok((v + n) as f64),
+                _ => Err(format!("index {v} is out of range for an axis of size {n}")),
+            }
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok(Value::Tensor(Tensor::from_f64(i.dtype(), i.shape().to_vec(), &fixed)))
+}
+
 /// An index into an axis of `n` elements: clipped, or wrapped (negative counts from the end).
 pub(crate) fn take_index(v: i64, n: usize, wrap: bool) -> usize {
     let n = n.max(1) as i64;
@@ -275,6 +321,20 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         )
         .attr(AttrSpec::opt_int("axis"))
         .attr(AttrSpec::str("mode", "clip")),
+    );
+    defs.push(
+        OpDef::new(
+            "check_index",
+            &["indices"],
+            ElemWise,
+            rel_check_index,
+            eval_check_index,
+            "Indices into axes of `bounds` elements (one bound for all, or one per position on the \
+             last axis), checked when the model runs: negative ones count from the end, and one outside \
+             `[-bound, bound)` makes the run fail with an error (ONNX's Gather semantics; `take` alone \
+             clips or wraps).",
+        )
+        .attr(AttrSpec::required("bounds", AttrKind::Ints)),
     );
     defs.push(
         OpDef::new("broadcast_to", &["data"], Broadcast, rel_broadcast_to, eval_broadcast_to, "Broadcast to `shape`.")

@@ -352,6 +352,9 @@ fn rotary_embedding(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxE
     let lookup = |im: &mut Importer, cache: ExprId| -> Result<ExprId, OnnxError> {
         let c = match positions {
             Some(p) => {
+                // Positions past the cache are a run-time error, never a clipped row.
+                let rows = im.shape_of(node, cache)?.first().copied().unwrap_or(0);
+                let p = super::shape::checked_indices(im, node, p, &[rows])?;
                 let a = attrs(&[("axis", AttrValue::Int(0)), ("mode", AttrValue::Str("clip".into()))]);
                 im.call(node, "take", vec![cache, p], a)?
             }

@@ -13,8 +13,7 @@ use kiln_ir::relay::ExprId;
 use kiln_ir::tensor::strides;
 use kiln_ir::{DataType, Tensor};
 
-use super::math::cast_to;
-use super::shape::{norm_axis, reshape_to};
+use super::shape::{checked_indices, norm_axis, reshape_to};
 use super::{one, Table};
 use crate::frontend::onnx::importer::{attrs, ints_of, Importer, Node};
 use crate::frontend::onnx::OnnxError;
@@ -74,14 +73,8 @@ fn gather_nd(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             im.constant(Tensor::from_f64(DataType::I64, is[..is.len() - 1].to_vec(), &out))
         }
         None => {
-            // Σ_j wrap(idx[…, j]) · stride_j over the last axis, at run time.
-            let idx = cast_to(im, node, indices, DataType::I64)?;
-            let sizes: Vec<f64> = ds[..k].iter().map(|&d| d as f64).collect();
-            let sizes = im.constant(Tensor::from_f64(DataType::I64, vec![k], &sizes));
-            let zero = im.scalar(DataType::I64, 0.0);
-            let neg = im.op(node, "less", vec![idx, zero])?;
-            let wrapped = im.op(node, "add", vec![idx, sizes])?;
-            let idx = im.op(node, "where", vec![neg, wrapped, idx])?;
+            // Σ_j idx[…, j] · stride_j over the last axis, each index checked at run time.
+            let idx = checked_indices(im, node, indices, &ds[..k])?;
             let st: Vec<f64> = st.iter().map(|&v| v as f64).collect();
             let st = im.constant(Tensor::from_f64(DataType::I64, vec![k], &st));
             let scaled = im.op(node, "multiply", vec![idx, st])?;

@@ -296,14 +296,34 @@ fn expand(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     one(im.call(node, "broadcast_to", vec![x], attrs(&[("shape", AttrValue::Ints(dims))]))?)
 }
 
+/// Run-time indices into axes of `bounds` elements (one for all, or one per
+/// position on the last axis), as int64 checked when the model runs (the
+/// `check_index` operator): negative ones count from the end, and one out of
+/// range fails the run with an error, as in ONNX Runtime — never a wrapped
+/// or clipped read.
+pub(crate) fn checked_indices(
+    im: &mut Importer,
+    node: &Node,
+    indices: ExprId,
+    bounds: &[usize],
+) -> Result<ExprId, OnnxError> {
+    if let Some(axis) = bounds.iter().position(|&n| n == 0) {
+        return Err(node.err(format!("indexes axis {axis} of size 0")));
+    }
+    let i = crate::frontend::onnx::ops::math::cast_to(im, node, indices, DataType::I64)?;
+    let bounds = bounds.iter().map(|&n| n as i64).collect();
+    im.call(node, "check_index", vec![i], attrs(&[("bounds", AttrValue::Ints(bounds))]))
+}
+
 /// `Gather`: constant indices are checked against the axis (negative ones
-/// count from the end) and normalized; run-time indices wrap negative values.
+/// count from the end) and normalized when the model is built; run-time ones
+/// when it runs.
 fn gather(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (d, i) = (im.input(node, 0)?, im.input(node, 1)?);
     let s = im.shape_of(node, d)?;
     let axis = norm_axis(node, node.int("axis", 0)?, s.len())?;
     let n = s[axis] as i64;
-    let mode = match im.constant_value(i).cloned() {
+    let checked = match im.constant_value(i).cloned() {
         // Constant indices: checked and made non-negative, so nothing wraps.
         Some(t) => {
             let idx = ints_of(&t);
@@ -312,22 +332,16 @@ fn gather(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             }
             let fixed: Vec<f64> = idx.iter().map(|&v| if v < 0 { v + n } else { v } as f64).collect();
             let c = im.constant(Tensor::from_f64(t.dtype(), t.shape().to_vec(), &fixed));
-            return gather_with(im, node, d, c, axis, "clip");
+            return gather_with(im, node, d, c, axis);
         }
-        None => "wrap",
+        None => checked_indices(im, node, i, &[n as usize])?,
     };
-    gather_with(im, node, d, i, axis, mode)
+    gather_with(im, node, d, checked, axis)
 }
 
-fn gather_with(
-    im: &mut Importer,
-    node: &Node,
-    d: ExprId,
-    i: ExprId,
-    axis: usize,
-    mode: &str,
-) -> Result<Vec<ExprId>, OnnxError> {
-    let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str(mode.into()))]);
+/// `take` along `axis` at indices already known to be in range.
+fn gather_with(im: &mut Importer, node: &Node, d: ExprId, i: ExprId, axis: usize) -> Result<Vec<ExprId>, OnnxError> {
+    let a = attrs(&[("axis", AttrValue::Int(axis as i64)), ("mode", AttrValue::Str("clip".into()))]);
     one(im.call(node, "take", vec![d, i], a)?)
 }
 
@@ -641,13 +655,8 @@ fn gather_elements(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxEr
         let a = attrs(&[("mode", AttrValue::Str("clip".into()))]);
         return one(im.call(node, "take", vec![flat_data, flat], a)?);
     }
-    // Run-time indices: negative ones count from the end.
-    let i64i = crate::frontend::onnx::ops::math::cast_to(im, node, i, DataType::I64)?;
-    let zero = im.scalar(DataType::I64, 0.0);
-    let nn = im.scalar(DataType::I64, n as f64);
-    let neg = im.op(node, "less", vec![i64i, zero])?;
-    let wrapped = im.op(node, "add", vec![i64i, nn])?;
-    let fixed = im.op(node, "where", vec![neg, wrapped, i64i])?;
+    // Run-time indices: checked on their axis, then flattened.
+    let fixed = checked_indices(im, node, i, &[n as usize])?;
     let st = im.scalar(DataType::I64, strides[axis] as f64);
     let scaled = im.op(node, "multiply", vec![fixed, st])?;
     let off = im.constant(Tensor::from_f64(DataType::I64, is.clone(), &offsets));
