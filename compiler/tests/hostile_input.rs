@@ -236,3 +236,55 @@ fn run_time_indices_out_of_range_are_errors() {
         }
     }
 }
+
+/// Errors that named neither the file nor the place, headers that were not
+/// checked, and `--threads 5000`, which panicked spawning threads.
+#[test]
+fn errors_name_the_file_and_the_place() {
+    let dir = tempfile::tempdir().expect("dir");
+    let body = "def @main(%x: Tensor[(2), float32]) {\n  %x\n}\n";
+    let cases: [(&str, Vec<u8>, &str); 6] = [
+        ("nohdr.relay", body.into(), "nohdr.relay:1:1: parse error: expected the text format version"),
+        (
+            "v4.relay",
+            format!("#[version = \"0.0.4\"]\n{body}").into(),
+            "v4.relay:1:13: parse error: text format version \"0.0.4\" is not supported",
+        ),
+        (
+            "vneg.relay",
+            format!("#[version = \"0.0.-5\"]\n{body}").into(),
+            "vneg.relay:1:13: parse error: text format version \"0.0.-5\" is not supported",
+        ),
+        (
+            "bin.relay",
+            b"#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2), float32]) {\n  \xff%x\n}\n".to_vec(),
+            "bin.relay:3:3: parse error: not UTF-8 text (byte 0xff)",
+        ),
+        (
+            "nomain.relay",
+            b"#[version = \"0.0.5\"]\ndef @foo(%x: Tensor[(2), float32]) {\n  %x\n}\n".to_vec(),
+            "nomain.relay:2:1: the module has no `@main` function (it defines `@foo`)",
+        ),
+        (
+            "if.relay",
+            b"#[version = \"0.0.5\"]\ndef @main(%c: bool, %x: Tensor[(2), float32]) {\n  if (%c) { %x } else { %x }\n}\n"
+                .to_vec(),
+            "is not supported ahead of time (at 3:3)",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let path = write(&dir, name, &bytes);
+        let cmds: &[&str] = if name == "if.relay" { &["run"] } else { &["print", "opt", "run"] };
+        for cmd in cmds {
+            let (code, _, err) = kiln(&[cmd, &path]);
+            assert_eq!(code, 1, "{cmd} {name}: {err}");
+            assert!(err.starts_with("error: ") && err.contains(says), "{cmd} {name}: {err}");
+        }
+    }
+    let model = write(&dir, "id.relay", format!("#[version = \"0.0.5\"]\n{body}").as_bytes());
+    let (code, _, err) = kiln(&["run", &model, "--threads", "5000"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--threads 5000: at most 1024 threads"), "{err}");
+    // The thread pool itself never panics when the system refuses threads.
+    assert!(kiln_runtime::ThreadPool::try_new(3).is_ok_and(|p| p.threads() == 3));
+}

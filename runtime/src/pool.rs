@@ -76,8 +76,22 @@ impl core::fmt::Debug for ThreadPool {
 }
 
 impl ThreadPool {
-    /// A pool of `threads` threads in all (the caller counts as one).
+    /// A pool of `threads` threads in all (the caller counts as one). If the
+    /// system cannot start that many, the pool keeps the ones it started
+    /// ([`ThreadPool::threads`] says how many) rather than panic; use
+    /// [`ThreadPool::try_new`] to get the error instead.
     pub fn new(threads: usize) -> ThreadPool {
+        Self::start(threads).unwrap_or_else(|(pool, _)| pool)
+    }
+
+    /// A pool of exactly `threads` threads, or the error that stopped the
+    /// system from starting one of them.
+    pub fn try_new(threads: usize) -> std::io::Result<ThreadPool> {
+        Self::start(threads).map_err(|(_, e)| e)
+    }
+
+    /// The pool, or the pool of the threads started before one failed, with the error.
+    fn start(threads: usize) -> Result<ThreadPool, (ThreadPool, std::io::Error)> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
@@ -89,13 +103,18 @@ impl ThreadPool {
             status: AtomicI32::new(0),
             shutdown: AtomicBool::new(false),
         });
-        let workers = (1..threads)
-            .map(|_| {
-                let s = Arc::clone(&shared);
-                std::thread::spawn(move || worker(&s))
-            })
-            .collect();
-        ThreadPool { shared, workers, threads, busy: Mutex::new(()) }
+        let mut pool = ThreadPool { shared, workers: Vec::new(), threads: 1, busy: Mutex::new(()) };
+        for k in 1..threads {
+            let s = Arc::clone(&pool.shared);
+            match std::thread::Builder::new().name(format!("kiln-worker-{k}")).spawn(move || worker(&s)) {
+                Ok(w) => {
+                    pool.workers.push(w);
+                    pool.threads += 1;
+                }
+                Err(e) => return Err((pool, e)),
+            }
+        }
+        Ok(pool)
     }
 
     /// One thread per available core.

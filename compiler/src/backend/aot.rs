@@ -122,6 +122,11 @@ fn leaf_types(ty: &Type, out: &mut Vec<(Vec<usize>, DataType)>) -> Result<(), Ao
 /// Plan the executor of a fused, type-checked module.
 pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
     let err = |s: String| AotError(s);
+    // The source location of `id`, when it has one: "<what> (at 3:5)".
+    let at = |id: ExprId, what: String| match m.store.span(id) {
+        kiln_ir::Span::Unknown => AotError(what),
+        span => AotError(format!("{what} (at {span})")),
+    };
     let main = m.main().map_err(|e| err(e.to_string()))?;
     let f = m.store.as_function(main).ok_or_else(|| err("@main is not a function".into()))?;
     let store = &m.store;
@@ -171,7 +176,10 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                 };
                 let is_primitive = store.as_function(callee).is_some_and(|g| g.is_primitive());
                 if !is_primitive {
-                    return Err(err("only calls of primitive (fused) functions can be compiled ahead of time".into()));
+                    return Err(at(
+                        id,
+                        "only calls of primitive (fused) functions can be compiled ahead of time".into(),
+                    ));
                 }
                 let h = structural_hash(store, callee);
                 let existing =
@@ -227,7 +235,7 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                 }
                 _ => return Err(err("a projection of a non-tuple".into())),
             },
-            other => return Err(err(format!("{} in @main is not supported ahead of time", other.kind_name()))),
+            other => return Err(at(id, format!("{} in @main is not supported ahead of time", other.kind_name()))),
         };
         vals.insert(id, v);
     }

@@ -89,7 +89,8 @@ impl<'p> Executor<'p> {
             ins: plan.inputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
             consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
             outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
-            pool: kiln_runtime::ThreadPool::new(threads.max(1)),
+            pool: kiln_runtime::ThreadPool::try_new(threads.max(1))
+                .map_err(|e| format!("cannot start {threads} threads: {e}"))?,
             args: Vec::new(),
         })
     }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use kiln::relay::transform::default_pipeline;
-use kiln::relay::{infer_module, parse_module, print_module, IRModule};
+use kiln::relay::{infer_module, parse_module_file, print_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, PrintIr, Selection, WellFormedChecker};
 use kiln::transform::{apply, registry, ConfigValue, Pass, PassContext, PassInstrument, Sequential};
 
@@ -70,12 +70,15 @@ fn read_module_with_shapes(path: &str, shapes: &[(String, Vec<usize>)]) -> Resul
         infer_module(&mut m).map_err(|e| format!("{path}: {e}"))?;
         return Ok(m);
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|e| format!("{path}: not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))?;
-    let mut m = parse_module(&text).map_err(|e| format!("{path}:{e}"))?;
+    let mut m = parse_module_file(&bytes).map_err(|e| format!("{path}:{e}"))?;
+    // Every command works on a model: its `@main`.
+    m.main().map_err(|e| format!("{path}:{e}"))?;
     infer_module(&mut m).map_err(|e| format!("{path}:{e}"))?;
     Ok(m)
 }
+
+/// More threads than any machine kiln runs on has cores: a typo, not a plan.
+const MAX_THREADS: usize = 1024;
 
 /// Options of `kiln opt`.
 #[derive(Default)]
@@ -258,6 +261,9 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                     .ok()
                     .filter(|&n| n > 0)
                     .ok_or_else(|| format!("--threads takes a positive number, not `{v}`"))?;
+                if c.threads > MAX_THREADS {
+                    return Err(format!("--threads {v}: at most {MAX_THREADS} threads"));
+                }
             }
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option `{flag}` for `kiln {cmd}`\n\n{USAGE}"))

@@ -243,12 +243,15 @@ impl Build {
             None => Err(Error::NoModel { model: self.name.clone() }),
             Some(ModelSource::Module(m)) => Ok((**m).clone()),
             Some(ModelSource::RelayFile(p)) => {
-                let text = std::fs::read_to_string(p).map_err(|e| Error::Io {
+                let bytes = std::fs::read(p).map_err(|e| Error::Io {
                     model: self.name.clone(),
                     path: p.display().to_string(),
                     source: e,
                 })?;
-                kiln_ir::relay::parse_module(&text).map_err(|e| self.model_err(format!("{}:{e}", p.display())))
+                let m = kiln_ir::relay::parse_module_file(&bytes)
+                    .map_err(|e| self.model_err(format!("{}:{e}", p.display())))?;
+                m.main().map_err(|e| self.model_err(format!("{}:{e}", p.display())))?;
+                Ok(m)
             }
             Some(ModelSource::Onnx(p)) => {
                 let bytes = std::fs::read(p).map_err(|e| Error::Io {

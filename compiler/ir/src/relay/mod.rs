@@ -19,7 +19,7 @@ pub use infer::{infer_expr, infer_module};
 pub use interp::{eval_expr, eval_function};
 pub use module::IRModule;
 pub use op::{op_registry, OpDef, OpId, OpPattern};
-pub use parser::parse_module;
+pub use parser::{parse_module, parse_module_file, TEXT_VERSION};
 pub use printer::{print_expr, print_module};
 pub use structural::{structural_eq, structural_hash};
 pub use ty::{FuncType, TensorType, Type, TypeId};

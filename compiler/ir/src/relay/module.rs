@@ -62,9 +62,15 @@ impl IRModule {
         self.functions.get(name).copied()
     }
 
-    /// `@main`, or an error saying it is missing.
+    /// `@main`, or an error saying it is missing, at the first function,
+    /// with the names defined instead.
     pub fn main(&self) -> Result<ExprId> {
-        self.function("main").ok_or_else(|| Error::invalid(Span::Unknown, "the module has no `@main` function"))
+        self.function("main").ok_or_else(|| {
+            let span = self.functions.values().next().map(|&f| self.store.span(f).clone()).unwrap_or_default();
+            let names: Vec<String> = self.functions.keys().map(|n| format!("`@{n}`")).collect();
+            let defined = if names.is_empty() { "no functions".to_string() } else { names.join(", ") };
+            Error::invalid(span, format!("the module has no `@main` function (it defines {defined})"))
+        })
     }
 
     /// `(name, Function node)` in order.

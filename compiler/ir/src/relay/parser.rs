@@ -587,25 +587,38 @@ impl Parser {
 
     // ---- module -----------------------------------------------------------------
 
-    fn version(&mut self) -> Result<()> {
+    /// The `#[version = "0.0.5"]` header, the one text format version kiln
+    /// (like TVM) reads; `required` for whole files, as TVM's parser does.
+    fn version(&mut self, required: bool) -> Result<()> {
         if self.is_punct("#") && matches!(self.peek_at(2), Tok::Ident(v) if v == "version") {
             self.next();
             self.expect_punct("[")?;
             self.expect_ident("version")?;
             self.expect_punct("=")?;
             match self.peek().clone() {
-                Tok::Str(v) if v.starts_with("0.0.") => {
+                Tok::Str(v) if v == TEXT_VERSION => {
                     self.next();
                 }
-                _ => return self.error("a version string \"0.0.5\""),
+                Tok::Str(v) => {
+                    return Err(Error::parse(
+                        self.span(),
+                        format!("text format version \"{v}\" is not supported; kiln reads \"{TEXT_VERSION}\""),
+                    ))
+                }
+                _ => return self.error(&format!("a version string \"{TEXT_VERSION}\"")),
             }
             self.expect_punct("]")?;
+        } else if required {
+            return Err(Error::parse(
+                self.span(),
+                format!("expected the text format version `#[version = \"{TEXT_VERSION}\"]` at the start of the file"),
+            ));
         }
         Ok(())
     }
 
-    fn module(&mut self) -> Result<IRModule> {
-        self.version()?;
+    fn module(&mut self, require_version: bool) -> Result<IRModule> {
+        self.version(require_version)?;
         let mut defs: Vec<(String, ExprId, Span)> = Vec::new();
         while !matches!(self.peek(), Tok::Eof) {
             let span = self.span();
@@ -679,8 +692,31 @@ fn metadata(toks: &[Token]) -> Result<Vec<Tensor>> {
     Ok(out)
 }
 
-/// Parse a module in Relay text.
+/// The Relay text format version kiln reads and prints.
+pub const TEXT_VERSION: &str = "0.0.5";
+
+/// Parse a module in Relay text; the version header is optional (a snippet).
 pub fn parse_module(text: &str) -> Result<IRModule> {
+    parse(text, false)
+}
+
+/// Parse the bytes of a whole Relay file: UTF-8 text (an invalid byte is an
+/// error at its line and column) in which [`parse_module`]'s syntax follows
+/// the header `#[version = "0.0.5"]`, as TVM's parser requires of a file.
+pub fn parse_module_file(bytes: &[u8]) -> Result<IRModule> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let valid = &bytes[..e.valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        // Columns count characters, as the lexer's do.
+        let column = String::from_utf8_lossy(&valid[line_start..]).chars().count() + 1;
+        let span = Span::Text { line: line as u32, column: column as u32 };
+        Error::parse(span, format!("not UTF-8 text (byte 0x{:02x})", bytes[e.valid_up_to()]))
+    })?;
+    parse(text, true)
+}
+
+fn parse(text: &str, require_version: bool) -> Result<IRModule> {
     let mut toks = lex(text)?;
     // The metadata section (at the end) is read first: the program refers to it.
     let mut meta = Vec::new();
@@ -696,5 +732,5 @@ pub fn parse_module(text: &str) -> Result<IRModule> {
         toks.push(Token { tok: Tok::Eof, line: eof.line, column: eof.column });
     }
     let mut p = Parser { toks, pos: 0, store: Store::new(), scopes: Vec::new(), meta, depth: 0 };
-    p.module()
+    p.module(require_version)
 }
