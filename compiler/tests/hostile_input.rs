@@ -40,9 +40,8 @@ fn run(dir: &tempfile::TempDir, text: &str, x: &Tensor, target: &str) -> Vec<Vec
         .collect()
 }
 
-/// relu, maximum, minimum and clip keep a NaN, as NumPy and ONNX Runtime do
-/// (LLVM's maxnum and C's fmaxf drop it); on the C backend max/min
-/// reductions and max pooling too.
+/// relu, maximum, minimum, clip, max/min reductions and max pooling keep a
+/// NaN, as NumPy and ONNX Runtime do (LLVM's maxnum and C's fmaxf drop it).
 #[test]
 fn nan_propagates_through_max_min_relu_clip_and_pooling() {
     let dir = tempfile::tempdir().expect("dir");
@@ -66,13 +65,8 @@ def @main(%x: Tensor[(1, 1, 2, 4), float32]) {
         assert_eq!(nan_at(&out[1]), one_nan, "{target} maximum: {:?}", out[1]);
         assert_eq!(nan_at(&out[2]), one_nan, "{target} minimum: {:?}", out[2]);
         assert_eq!((out[1][2], out[2][2]), (3.0, -3.0), "{target}");
-        if target == "c" {
-            // LLVM keeps maxnum in accumulations (its loop vectorizer
-            // miscompiles the NaN-propagating select there): max/min
-            // reductions and max pooling skip NaN on that backend.
-            assert!(out[4][0].is_nan() && out[5][0].is_nan(), "{target} reductions: {:?} {:?}", out[4], out[5]);
-            assert!(out[6][0].is_nan() && out[6][1] == 4.0, "{target} max pool: {:?}", out[6]);
-        }
+        assert!(out[4][0].is_nan() && out[5][0].is_nan(), "{target} reductions: {:?} {:?}", out[4], out[5]);
+        assert!(out[6][0].is_nan() && out[6][1] == 4.0, "{target} max pool: {:?}", out[6]);
         assert_eq!(out[0][0], 1.0);
         assert_eq!(out[0][2], 0.0);
     }

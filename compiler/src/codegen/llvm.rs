@@ -28,7 +28,7 @@ use kiln_ir::DataType;
 use super::{CodegenError, PackedKernel};
 use crate::arith::{simplify, Bounds};
 use crate::tir::transform::lane_of;
-use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Stmt, ThreadAxis, Var};
+use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, ThreadAxis, Var};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
 const MAX_LOCAL_BYTES: usize = 1 << 20;
@@ -179,11 +179,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// ? c : x`, one compare, where a NaN `x` stays; otherwise `uno(x, y) ?
     /// x + y : maxnum(x, y)`. Scalars or vectors.
     ///
-    /// Except in a reduction's update (`acc = max(acc, v)`, an operand read
-    /// from the buffer being stored): LLVM 14's loop vectorizer miscompiles
-    /// the select forms there (an argmax over a middle axis came out wrong),
-    /// so accumulations keep plain `maxnum`, and a max reduction or max
-    /// pooling skips NaN.
+    /// Except in a reduction's update into a kernel-local buffer (`acc =
+    /// max(acc, v)` with `acc` an `alloca`): LLVM 14's vectorizers miscompile
+    /// the select form there (an update read the accumulator from before the
+    /// previous step's store: an argmax over a middle axis came out wrong),
+    /// so those keep plain `maxnum` and skip NaN. Reductions and pooling into
+    /// the kernel's buffers propagate NaN.
     fn nan_minmax(
         &self,
         is_min: bool,
@@ -199,7 +200,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
         let name = if is_min { "llvm.minnum" } else { "llvm.maxnum" };
         let pred = if is_min { FloatPredicate::OLT } else { FloatPredicate::OGT };
-        let accumulates = |e: &Expr| matches!(e, Expr::Load(buf, _) if Some(buf.id()) == self.accumulator);
+        let accumulates = |e: &Expr| matches!(e, Expr::Load(buf, _) if Some(buf.id()) == self.accumulator && buf.scope() != Scope::Global);
         let plain = accumulates(ea) || accumulates(eb);
         // (constant, other) when one operand is a constant number.
         let constant = match (number(ea), number(eb)) {
