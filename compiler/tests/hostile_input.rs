@@ -282,3 +282,29 @@ fn errors_name_the_file_and_the_place() {
     // The thread pool itself never panics when the system refuses threads.
     assert!(kiln_runtime::ThreadPool::try_new(3).is_ok_and(|p| p.threads() == 3));
 }
+
+/// FoldConstant computed a 1 GiB `broadcast_to` (found by the fuzzer) while
+/// compiling; results over `relay.FoldConstant.max_bytes` (256 MiB by
+/// default) stay expressions, computed when the model runs.
+#[test]
+fn constant_folding_does_not_materialize_huge_constants() {
+    let dir = tempfile::tempdir().expect("dir");
+    let text =
+        "#[version = \"0.0.5\"]\ndef @main() {\n  %0 = broadcast_to(1f, shape=[4, 33554435, 2]);\n  sum(%0)\n}\n";
+    let path = write(&dir, "huge_fold.relay", text.as_bytes());
+    let (code, out, err) = kiln(&["opt", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("broadcast_to(%p0, shape=[4, 33554435, 2])"), "{out}");
+    // Small results still fold, and the limit is a configuration key.
+    let small = write(
+        &dir,
+        "small.relay",
+        b"#[version = \"0.0.5\"]\ndef @main() {\n  sum(broadcast_to(1f, shape=[4, 2]))\n}\n",
+    );
+    let (code, out, err) = kiln(&["opt", &small]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("broadcast_to"), "{out}");
+    let (code, out, err) = kiln(&["opt", &small, "--config", "relay.FoldConstant.max_bytes=16"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("broadcast_to"), "{out}");
+}

@@ -92,6 +92,24 @@ pub fn format_float(v: f64) -> String {
     }
 }
 
+/// `s` as a Relay string literal: only the escapes the lexer reads (`\"`,
+/// `\\`, `\n`, `\t`); every other character as itself, so printed text
+/// parses back to the same string (Rust's `{:?}` writes `\u{7f}`, which it
+/// does not).
+fn write_quoted(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
+    f.write_str("\"")?;
+    for c in s.chars() {
+        match c {
+            '"' => f.write_str("\\\"")?,
+            '\\' => f.write_str("\\\\")?,
+            '\n' => f.write_str("\\n")?,
+            '\t' => f.write_str("\\t")?,
+            c => write!(f, "{c}")?,
+        }
+    }
+    f.write_str("\"")
+}
+
 impl fmt::Display for AttrValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn list<T>(f: &mut fmt::Formatter<'_>, xs: &[T], g: impl Fn(&T) -> String) -> fmt::Result {
@@ -110,7 +128,7 @@ impl fmt::Display for AttrValue {
             AttrValue::Bool(false) => f.write_str("False"),
             AttrValue::Int(v) => write!(f, "{v}"),
             AttrValue::Float(v) => write!(f, "{}f", format_float(*v)),
-            AttrValue::Str(s) => write!(f, "{s:?}"),
+            AttrValue::Str(s) => write_quoted(f, s),
             AttrValue::Ints(v) => list(f, v, |x| x.to_string()),
             AttrValue::Floats(v) => list(f, v, |x| format!("{}f", format_float(*x))),
             AttrValue::DType(d) => write!(f, "\"{d}\""),

@@ -76,6 +76,11 @@ fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
         let mut add = |k: &str, kind, doc: &str| {
             m.insert(k.to_string(), KeySpec { kind, doc: doc.to_string() });
         };
+        add(
+            "relay.FoldConstant.max_bytes",
+            ConfigKind::Int,
+            "the largest result FoldConstant computes while compiling (default 256 MiB)",
+        );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");
         add(

@@ -11,7 +11,11 @@
 //! - `if (<constant>) { a } else { b }` becomes the branch taken.
 //!
 //! The walk is iterative over handles. Primitive (fused) functions are left alone.
-//! An evaluation error (say, integer division by zero) leaves the call as it is.
+//! An evaluation error (say, integer division by zero) leaves the call as it is,
+//! and so does a call whose (inferred) result would take more than `max_bytes`
+//! (`relay.FoldConstant.max_bytes`, default [`DEFAULT_MAX_BYTES`]): like TVM,
+//! kiln keeps `broadcast_to(1f, shape=[…])` of gigabytes as an expression
+//! computed when the model runs rather than allocate it while compiling.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -64,8 +68,26 @@ fn from_value(store: &mut Store, v: Value) -> Option<ExprId> {
     }
 }
 
-/// Fold the constants of one function; returns the new function handle.
+/// Default of `relay.FoldConstant.max_bytes`: the largest result folded (256 MiB).
+pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+
+/// Bytes of a value of type `ty` (saturating).
+fn type_bytes(ty: &Type) -> usize {
+    match ty {
+        Type::Tensor(t) => t.size_bytes(),
+        Type::Tuple(fields) => fields.iter().fold(0, |a, f| a.saturating_add(type_bytes(f))),
+        Type::Func(_) => 0,
+    }
+}
+
+/// Fold the constants of one function, none above [`DEFAULT_MAX_BYTES`].
 pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
+    fold_constant_up_to(store, func, DEFAULT_MAX_BYTES)
+}
+
+/// Fold the constants of one function, leaving calls whose results would
+/// take more than `max_bytes`; returns the new function handle.
+pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) -> ExprId {
     let order = post_order_filtered(
         store,
         &[func],
@@ -146,6 +168,7 @@ pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
                     Callee::Op(op)
                         if !call.args.is_empty()
                             && !op_registry().get(op).stateful
+                            && store.checked_type(id).is_none_or(|t| type_bytes(t) <= max_bytes)
                             && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo)) =>
                     {
                         let values: Option<Vec<Value>> = call.args.iter().map(|&a| to_value(store, a)).collect();

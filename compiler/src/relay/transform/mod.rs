@@ -46,7 +46,11 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
             simplify_inference::simplify_inference(&mut m.store, f)
         }),
-        function_pass("FoldConstant", 2, &[], |m, f| Ok(fold_constant::fold_constant(&mut m.store, f))),
+        FunctionPass::new(PassInfo::new("FoldConstant", 2, &[]), |m: &mut IRModule, f, ctx: &PassContext| {
+            let max = ctx.config_int("relay.FoldConstant.max_bytes").map(|v| v.max(0) as usize);
+            Ok(fold_constant::fold_constant_up_to(&mut m.store, f, max.unwrap_or(fold_constant::DEFAULT_MAX_BYTES)))
+        })
+        .arc(),
         function_pass("EliminateCommonSubexpr", 3, &[], |m, f| {
             Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))
         }),
