@@ -105,7 +105,7 @@ fn shared_subexpressions_lower_in_linear_time() {
 #[test]
 fn absurd_sizes_are_errors_with_a_location() {
     let dir = tempfile::tempdir().expect("dir");
-    let cases: [(&str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str); 5] = [
         (
             "full.relay",
             "def @main() {\n  full(1f, shape=[4294967296, 4294967296], dtype=\"float32\")\n}\n",
@@ -116,6 +116,12 @@ fn absurd_sizes_are_errors_with_a_location() {
         (
             "expand.relay",
             "def @main(%x: Tensor[(2), float32]) {\n  expand_dims(%x, axis=0, num_newaxis=1000000000)\n}\n",
+            ":3:3: type error:",
+        ),
+        // Found by the fuzzer: 2^63 - 1 sections of an empty axis (a tuple of that many types).
+        (
+            "split.relay",
+            "def @main(%x: Tensor[(0, 4), float32]) {\n  split(%x, indices_or_sections=9223372036854775807)\n}\n",
             ":3:3: type error:",
         ),
     ];

@@ -175,7 +175,9 @@ fn split_ranges(attrs: &Attrs, dim: usize) -> Result<Vec<(usize, usize)>, String
     match attrs.get("indices_or_sections") {
         Some(AttrValue::Int(n)) => {
             let n = *n;
-            if n <= 0 || dim % n as usize != 0 {
+            // At most one section per element (one for an empty axis): the
+            // result is a tuple of `n` tensors, so `n` must stay small.
+            if n <= 0 || n as u64 > dim.max(1) as u64 || dim % n as usize != 0 {
                 return Err(format!("cannot split an axis of size {dim} into {n} equal sections"));
             }
             let size = dim / n as usize;
