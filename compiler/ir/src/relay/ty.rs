@@ -57,6 +57,12 @@ pub fn check_size(ty: &Type) -> Result<(), String> {
         Type::Tensor(t) if t.shape.len() > MAX_RANK => {
             Err(format!("a tensor of rank {} is more than the {MAX_RANK} kiln allows", t.shape.len()))
         }
+        // Also with a zero elsewhere (no elements): loop extents and index
+        // arithmetic still use every dimension.
+        Type::Tensor(t) if t.shape.iter().any(|&d| d > MAX_TENSOR_BYTES) => Err(format!(
+            "a tensor of type {ty} has a dimension over the {} GiB kiln allows for one tensor",
+            MAX_TENSOR_BYTES >> 30
+        )),
         Type::Tensor(t) => {
             let bytes = t.shape.iter().try_fold(t.dtype.size_bytes(), |a, &d| a.checked_mul(d));
             match bytes {

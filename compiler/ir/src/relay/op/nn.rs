@@ -218,6 +218,10 @@ fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
     if v.iter().any(|&x| x < 0) || (name != "padding" && v.contains(&0)) {
         return Err(format!("`{name}` has an invalid value in {v:?}"));
     }
+    // TVM's window attributes are 32-bit; larger ones overflow the sizes computed from them.
+    if v.iter().any(|&x| x > i32::MAX as i64) {
+        return Err(format!("`{name}` has a value of 2^31 or more in {v:?}"));
+    }
     Ok(v)
 }
 
