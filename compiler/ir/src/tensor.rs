@@ -48,7 +48,9 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 impl Tensor {
     /// A tensor from raw little-endian bytes; `None` if the length does not fit the shape.
     pub fn from_bytes(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Option<Tensor> {
-        (data.len() == numel(&shape) * dtype.size_bytes()).then_some(Tensor { dtype, shape, data })
+        // Checked: a hostile shape's byte count may not fit a usize.
+        let bytes = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
+        (bytes == Some(data.len())).then_some(Tensor { dtype, shape, data })
     }
 
     /// A tensor of zeros.

@@ -79,7 +79,7 @@ fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
         add(
             "relay.FoldConstant.max_bytes",
             ConfigKind::Int,
-            "the largest result FoldConstant computes while compiling (default 256 MiB)",
+            "the most memory one FoldConstant evaluation may take: result + 16 bytes per element (default 256 MiB)",
         );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");

@@ -12,8 +12,9 @@
 //!
 //! The walk is iterative over handles. Primitive (fused) functions are left alone.
 //! An evaluation error (say, integer division by zero) leaves the call as it is,
-//! and so does a call whose (inferred) result would take more than `max_bytes`
-//! (`relay.FoldConstant.max_bytes`, default [`DEFAULT_MAX_BYTES`]): like TVM,
+//! and so does a call whose evaluation would take more than `max_bytes` (the
+//! result plus 16 bytes per element of working copy; `relay.FoldConstant.max_bytes`,
+//! default [`DEFAULT_MAX_BYTES`]): like TVM,
 //! kiln keeps `broadcast_to(1f, shape=[…])` of gigabytes as an expression
 //! computed when the model runs rather than allocate it while compiling.
 
@@ -68,13 +69,15 @@ fn from_value(store: &mut Store, v: Value) -> Option<ExprId> {
     }
 }
 
-/// Default of `relay.FoldConstant.max_bytes`: the largest result folded (256 MiB).
+/// Default of `relay.FoldConstant.max_bytes`: the most memory one fold may take (256 MiB).
 pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
 
-/// Bytes of a value of type `ty` (saturating).
+/// Bytes evaluating a value of type `ty` may take (saturating): the result
+/// plus the reference implementations' working copy (an `f64` and an index
+/// per element).
 fn type_bytes(ty: &Type) -> usize {
     match ty {
-        Type::Tensor(t) => t.size_bytes(),
+        Type::Tensor(t) => t.numel().saturating_mul(t.dtype.size_bytes() + 16),
         Type::Tuple(fields) => fields.iter().fold(0, |a, f| a.saturating_add(type_bytes(f))),
         Type::Func(_) => 0,
     }

@@ -109,6 +109,13 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
             continue;
         }
         let how = Interpolation { mode: &mode, ctm: &ctm, nearest_mode: &nearest_mode, cubic_a };
+        // The taps are tables built here, one entry per output position.
+        if out_sizes[axis] > MAX_RESIZED_AXIS {
+            return Err(node.err(format!(
+                "axis {axis} would be resized to {} positions; kiln resizes an axis to at most {MAX_RESIZED_AXIS}",
+                out_sizes[axis]
+            )));
+        }
         let taps = axis_taps(node, &how, shape[axis], out_sizes[axis], scales[axis])?;
         y = gather_axis(im, node, y, axis, rank, &taps, dt)?;
     }
@@ -124,6 +131,9 @@ struct Interpolation<'a> {
     nearest_mode: &'a str,
     cubic_a: f64,
 }
+
+/// The longest axis Resize produces (its interpolation tables are built at import).
+const MAX_RESIZED_AXIS: usize = 1 << 24;
 
 fn axis_taps(
     node: &Node,
