@@ -145,28 +145,28 @@ impl Capped {
     }
 }
 
-unsafe impl GlobalAlloc for Capped {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !self.reserve(layout.size()) {
+impl Capped {
+    /// `allocate()` if the request is within the cap, its bytes counted as live while it is.
+    fn counted(&self, size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
+        if !self.reserve(size) {
             return std::ptr::null_mut();
         }
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(layout) };
+        let p = allocate();
         if p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+            LIVE.fetch_sub(size, Ordering::SeqCst);
         }
         p
     }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !self.reserve(layout.size()) {
-            return std::ptr::null_mut();
-        }
+}
+
+unsafe impl GlobalAlloc for Capped {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-        }
-        p
+        self.counted(layout.size(), || unsafe { System.alloc(layout) })
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        self.counted(layout.size(), || unsafe { System.alloc_zeroed(layout) })
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `alloc` with this layout.
@@ -175,15 +175,13 @@ unsafe impl GlobalAlloc for Capped {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old = layout.size();
-        if new_size > old && !self.reserve(new_size - old) {
-            return std::ptr::null_mut();
+        // SAFETY (both calls): forwarded with the caller's pointer, layout and size.
+        if new_size > old {
+            return self.counted(new_size - old, || unsafe { System.realloc(ptr, layout, new_size) });
         }
-        // SAFETY: forwarded with the caller's pointer, layout and size.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
-        match (p.is_null(), new_size > old) {
-            (true, true) => _ = LIVE.fetch_sub(new_size - old, Ordering::SeqCst),
-            (false, false) => _ = LIVE.fetch_sub(old - new_size, Ordering::SeqCst),
-            _ => {}
+        if !p.is_null() {
+            LIVE.fetch_sub(old - new_size, Ordering::SeqCst);
         }
         p
     }

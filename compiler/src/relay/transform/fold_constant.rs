@@ -171,8 +171,8 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
                     Callee::Op(op)
                         if !call.args.is_empty()
                             && !op_registry().get(op).stateful
-                            && store.checked_type(id).is_none_or(|t| type_bytes(t) <= max_bytes)
-                            && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo)) =>
+                            && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo))
+                            && store.checked_type(id).is_none_or(|t| type_bytes(t) <= max_bytes) =>
                     {
                         let values: Option<Vec<Value>> = call.args.iter().map(|&a| to_value(store, a)).collect();
                         values
