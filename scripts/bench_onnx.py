@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """kiln next to ONNX Runtime on the reference models, measured in the same run.
 
-Usage: scripts/bench_onnx.py [MODELS_DIR [REAL_MODELS_DIR]]
+Usage: scripts/bench_onnx.py [--target T] [--rounds N] [MODELS_DIR [REAL_MODELS_DIR]]
   MODELS_DIR       the reference models (default ../shared/models)
   REAL_MODELS_DIR  yolov8n and pplcnet from fetch_real_models.py (default MODELS_DIR/real;
                    skipped when absent)
-Environment: KILN=path/to/kiln uses that binary instead of building `kiln` in release mode.
+  --target T       kiln's target (default `llvm -mcpu=native`); `llvm -mcpu=znver3` measures
+                   the AVX2 code path on either kind of x86 machine
+  --rounds N       interleaved rounds of kiln and ORT; each figure is the best round's median
+                   (default 2)
+Environment: KILN=path/to/kiln uses that binary instead of building `kiln` in release mode;
+MODELS=a,b runs only those models.
 Needs: pip install onnxruntime numpy.
-Prints a markdown table: median latency per model, 1 and 2 threads.
+Prints the CPU (model name and its vector features) and a markdown table: median latency per
+model, 1 and 2 threads, with kiln's ratio to ONNX Runtime measured in the same run.
 """
+import argparse
 import os
 import re
 import subprocess
@@ -19,8 +26,14 @@ import numpy as np
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared", "models")
-REAL = sys.argv[2] if len(sys.argv) > 2 else os.path.join(MODELS, "real")
+ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ARGS.add_argument("--target", default="llvm -mcpu=native")
+ARGS.add_argument("--rounds", type=int, default=2)
+ARGS.add_argument("models_dir", nargs="?", default=os.path.join(ROOT, "..", "shared", "models"))
+ARGS.add_argument("real_models_dir", nargs="?")
+OPTS = ARGS.parse_args()
+MODELS = OPTS.models_dir
+REAL = OPTS.real_models_dir or os.path.join(MODELS, "real")
 KILN = os.environ.get("KILN") or os.path.join(ROOT, "target", "release", "kiln")
 
 # (name, model, input .npy, timed runs)
@@ -53,15 +66,36 @@ def ort_median_us(model, x, threads, runs):
 
 def kiln_median_us(model, input_name, inp, threads, runs):
     out = subprocess.run(
-        [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs)],
+        [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs),
+         "--target", OPTS.target],
         check=True, capture_output=True, text=True).stdout
     return float(re.search(r"median ([0-9.]+) us", out).group(1))
+
+
+def cpu_description():
+    """The CPU's model name and the vector features that decide kiln's kernels."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "asimd",
+              "asimddp", "bf16"]
+    return f"{model}; {' '.join(f for f in wanted if f in flags) or 'no AVX2/AVX-512/NEON'}"
 
 
 def main():
     if not os.environ.get("KILN"):
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "kiln"], check=True, cwd=ROOT)
     only = set(os.environ.get("MODELS", "").split(",")) - {""}
+    print(f"CPU: {cpu_description()}; {os.cpu_count()} cores; kiln target `{OPTS.target}`; "
+          f"ONNX Runtime {ort.__version__}; best of {OPTS.rounds} interleaved rounds\n")
     print("| model | kiln 1 thread | ORT 1 thread | kiln 2 threads | ORT 2 threads |")
     print("| --- | --- | --- | --- | --- |")
     for name, model, inp, runs in CASES:
@@ -74,8 +108,10 @@ def main():
         input_name = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).get_inputs()[0].name
         row = [name]
         for threads in (1, 2):
-            k = kiln_median_us(model, input_name, inp, threads, runs)
-            o = ort_median_us(model, x, threads, runs)
+            k, o = float("inf"), float("inf")
+            for _ in range(max(1, OPTS.rounds)):
+                k = min(k, kiln_median_us(model, input_name, inp, threads, runs))
+                o = min(o, ort_median_us(model, x, threads, runs))
             row += [f"{k:.1f} µs ({k / o:.2f}× ORT)", f"{o:.1f} µs"]
         print("| " + " | ".join([row[0], row[1], row[2], row[3], row[4]]) + " |")
 

@@ -1102,10 +1102,68 @@ impl<'ctx> FnGen<'_, 'ctx> {
         self.stmt(body)?;
         let latch = self.b.get_insert_block().ok_or_else(|| self.unsupported("a loop body outside a block"))?;
         let next = self.e(self.b.build_int_add(i, self.i64c(1), "next"))?;
-        self.e(self.b.build_unconditional_branch(header))?;
+        let backedge = self.e(self.b.build_unconditional_branch(header))?;
+        if encloses_register_tile(body) {
+            self.disable_unrolling(backedge);
+        }
         phi.add_incoming(&[(&next, latch)]);
         self.b.position_at_end(exit);
         Ok(())
+    }
+}
+
+/// Whether a loop's body holds a register tile the schedule unrolled: a run
+/// of at least four vector stores into one kernel-local buffer (TIR expands
+/// unrolled loops before code generation), each a whole number of registers
+/// wide. Vectors of other widths (10 columns) are legalized lane by lane; as
+/// values carried around a loop they cost more than LLVM's unrolling.
+fn encloses_register_tile(body: &Stmt) -> bool {
+    let whole_vector = |indices: &[Expr]| matches!(indices.last(), Some(Expr::Ramp { lanes, .. }) if *lanes >= 4 && lanes.is_power_of_two());
+    let mut found = false;
+    body.visit(&mut |s| {
+        if let Stmt::Seq(parts) = s {
+            let tile_stores = parts
+                .iter()
+                .filter(|p| {
+                    matches!(p, Stmt::Store { buffer, indices, .. }
+                        if buffer.scope() == Scope::Local && whole_vector(indices))
+                })
+                .count();
+            found |= tile_stores >= 4;
+        }
+    });
+    found
+}
+
+impl FnGen<'_, '_> {
+    /// Marks the loop whose backedge is `branch` `llvm.loop.unroll.disable`.
+    /// Around a register tile the schedule has decided the unrolling: LLVM
+    /// fully unrolls a 3-long window loop and then keeps the input values
+    /// shared by neighbouring copies live across them — more vectors than
+    /// registers, spilled in the hottest loop.
+    fn disable_unrolling(&self, branch: inkwell::values::InstructionValue<'_>) {
+        use inkwell::llvm_sys::core::{
+            LLVMGetMDKindIDInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2, LLVMMetadataAsValue,
+            LLVMSetMetadata,
+        };
+        use inkwell::llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
+        use inkwell::values::AsValueRef;
+        let ctx = self.ctx.raw();
+        let (kind, option) = ("llvm.loop", "llvm.loop.unroll.disable");
+        // SAFETY: every pointer comes from this function's live context and
+        // instruction; a loop ID refers to itself (its first operand), so it
+        // is made from a temporary node that is then replaced by the result.
+        unsafe {
+            let name = LLVMMDStringInContext2(ctx, option.as_ptr().cast(), option.len());
+            let mut disable = [name];
+            let disable = LLVMMDNodeInContext2(ctx, disable.as_mut_ptr(), 1);
+            let temp = LLVMTemporaryMDNode(ctx, std::ptr::null_mut(), 0);
+            let mut operands = [temp, disable];
+            let id = LLVMMDNodeInContext2(ctx, operands.as_mut_ptr(), 2);
+            LLVMMetadataReplaceAllUsesWith(temp, id); // also frees `temp`
+            let kind = LLVMGetMDKindIDInContext(ctx, kind.as_ptr().cast(), kind.len() as u32);
+            LLVMSetMetadata(branch.as_value_ref(), kind, LLVMMetadataAsValue(ctx, id));
+        }
     }
 }
 
