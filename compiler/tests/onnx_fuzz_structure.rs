@@ -19,17 +19,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use kiln::build::optimize_and_plan;
+use kiln::frontend::onnx::proto::attribute_proto::AttributeType;
+use kiln::frontend::onnx::proto::tensor_proto::DataLocation;
+use kiln::frontend::onnx::proto::tensor_shape_proto::{dimension, Dimension};
+use kiln::frontend::onnx::proto::{
+    type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
+};
 use kiln::frontend::onnx::{self, OnnxError};
 use kiln::relay::IRModule;
 use kiln::transform::PassContext;
 use kiln::{DataType, Tensor};
-use onnx_protobuf::attribute_proto::AttributeType;
-use onnx_protobuf::tensor_proto::DataLocation;
-use onnx_protobuf::{
-    type_proto, AttributeProto, GraphProto, Message, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
-};
-use protobuf::EnumOrUnknown;
+use prost::Message;
 
 const BIG: i64 = 1 << 40;
 /// Element types: valid ones kiln has and lacks, and codes no ONNX type has.
@@ -60,33 +61,32 @@ impl Rng {
 
 // ---- building models ----------------------------------------------------------
 
+/// A dimension of a declared shape: a size, or a symbolic name.
+fn dim(value: dimension::Value) -> Dimension {
+    Dimension { value: Some(value), ..Default::default() }
+}
+
 fn vi(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
-    let mut shape = TensorShapeProto::new();
-    for &d in dims {
-        let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-        dim.set_dim_value(d);
-        shape.dim.push(dim);
-    }
-    let mut tt = type_proto::Tensor::new();
-    (tt.elem_type, tt.shape) = (elem, Some(shape).into());
-    let mut ty = TypeProto::new();
-    ty.value = Some(type_proto::Value::TensorType(tt));
-    let mut v = ValueInfoProto::new();
-    (v.name, v.type_) = (name.into(), Some(ty).into());
-    v
+    let shape = TensorShapeProto { dim: dims.iter().map(|&d| dim(dimension::Value::DimValue(d))).collect() };
+    let tt = type_proto::Tensor { elem_type: Some(elem), shape: Some(shape) };
+    let ty = TypeProto { value: Some(type_proto::Value::TensorType(tt)), ..Default::default() };
+    ValueInfoProto { name: Some(name.into()), r#type: Some(ty), ..Default::default() }
 }
 
 fn f32s(name: &str, dims: &[i64], vals: &[f32]) -> TensorProto {
-    let mut t = TensorProto::new();
-    (t.name, t.dims, t.data_type) = (name.into(), dims.to_vec(), 1);
-    t.raw_data = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-    t
+    let raw = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(1),
+        raw_data: Some(raw),
+        ..Default::default()
+    }
 }
 
 fn i64s(name: &str, dims: &[i64], vals: &[i64]) -> TensorProto {
-    let mut t = TensorProto::new();
-    (t.name, t.dims, t.data_type, t.int64_data) = (name.into(), dims.to_vec(), 7, vals.to_vec());
-    t
+    let (name, dims, int64_data) = (Some(name.into()), dims.to_vec(), vals.to_vec());
+    TensorProto { name, dims, data_type: Some(7), int64_data, ..Default::default() }
 }
 
 /// A 1-D int64 initializer.
@@ -95,46 +95,42 @@ fn vec64(name: &str, vals: &[i64]) -> TensorProto {
 }
 
 fn attr(name: &str, ty: AttributeType, set: impl FnOnce(&mut AttributeProto)) -> AttributeProto {
-    let mut a = AttributeProto::new();
-    (a.name, a.type_) = (name.into(), ty.into());
+    let mut a = AttributeProto { name: Some(name.into()), r#type: Some(ty.into()), ..Default::default() };
     set(&mut a);
     a
 }
 
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    attr(name, AttributeType::INTS, |a| a.ints = v.to_vec())
+    attr(name, AttributeType::Ints, |a| a.ints = v.to_vec())
 }
 
 fn int(name: &str, v: i64) -> AttributeProto {
-    attr(name, AttributeType::INT, |a| a.i = v)
+    attr(name, AttributeType::Int, |a| a.i = Some(v))
 }
 
 fn string(name: &str, v: &str) -> AttributeProto {
-    attr(name, AttributeType::STRING, |a| a.s = v.as_bytes().to_vec())
+    attr(name, AttributeType::String, |a| a.s = Some(v.as_bytes().to_vec()))
 }
 
 fn tensor(name: &str, t: TensorProto) -> AttributeProto {
-    attr(name, AttributeType::TENSOR, |a| a.t = Some(t).into())
+    attr(name, AttributeType::Tensor, |a| a.t = Some(t))
 }
 
 /// A node; inputs and outputs are space-separated names, `_` the empty name.
 fn n(op: &str, ins: &str, outs: &str, attrs: Vec<AttributeProto>) -> NodeProto {
     let names = |s: &str| s.split_whitespace().map(|v| if v == "_" { String::new() } else { v.into() }).collect();
-    let mut n = NodeProto::new();
-    (n.op_type, n.input, n.output, n.attribute) = (op.into(), names(ins), names(outs), attrs);
-    n.name = format!("{op}_{}", n.output.first().map_or("", String::as_str));
+    let mut n = NodeProto { op_type: Some(op.into()), input: names(ins), output: names(outs), ..Default::default() };
+    n.attribute = attrs;
+    n.name = Some(format!("{op}_{}", n.output.first().map_or("", String::as_str)));
     n
 }
 
 fn model(v: i64, ins: Vec<ValueInfoProto>, inits: Vec<TensorProto>, nodes: Vec<NodeProto>, outs: &str) -> ModelProto {
-    let mut g = GraphProto::new();
-    (g.name, g.input, g.initializer, g.node) = ("fuzz".into(), ins, inits, nodes);
-    g.output = outs.split_whitespace().map(|o| vi(o, 1, &[])).collect();
-    let mut o = OperatorSetIdProto::new();
-    o.version = v;
-    let mut m = ModelProto::new();
-    (m.ir_version, m.opset_import, m.graph) = (8, vec![o], Some(g).into());
-    m
+    let output = outs.split_whitespace().map(|o| vi(o, 1, &[])).collect();
+    let (name, input, initializer, node) = (Some("fuzz".into()), ins, inits, nodes);
+    let g = GraphProto { name, input, initializer, node, output, ..Default::default() };
+    let o = OperatorSetIdProto { version: Some(v), ..Default::default() };
+    ModelProto { ir_version: Some(8), opset_import: vec![o], graph: Some(g), ..Default::default() }
 }
 
 fn wave(n: usize, s: f32) -> Vec<f32> {
@@ -159,7 +155,7 @@ fn seeds() -> Vec<(&'static str, ModelProto)> {
             n("Relu", "h", "r", vec![]),
             n("MaxPool", "r", "p", vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])]),
             n("Reshape", "p shape", "f", vec![]),
-            n("Gemm", "f W2 C", "y", vec![int("transB", 1), attr("alpha", AttributeType::FLOAT, |a| a.f = 0.5)]),
+            n("Gemm", "f W2 C", "y", vec![int("transB", 1), attr("alpha", AttributeType::Float, |a| a.f = Some(0.5))]),
         ],
         "y",
     );
@@ -272,7 +268,7 @@ enum Outcome {
 
 /// Import (and, when that works, optimize) without letting a panic escape.
 fn run(m: &ModelProto) -> Outcome {
-    let bytes = m.write_to_bytes().expect("serialize");
+    let bytes = m.encode_to_vec();
     match catch(|| onnx::import(&bytes, &[])) {
         Err(p) => Outcome::Panicked(format!("import: {p}")),
         Ok(Err(_)) => Outcome::Refused,
@@ -285,7 +281,7 @@ fn run(m: &ModelProto) -> Outcome {
 
 /// Imports `m` expecting an error that mentions one of `words`.
 fn refused(what: &str, m: &ModelProto, words: &[&str]) {
-    let bytes = m.write_to_bytes().expect("serialize");
+    let bytes = m.encode_to_vec();
     match catch(|| onnx::import(&bytes, &[])) {
         Err(p) => panic!("{what}: the importer panicked: {p}"),
         Ok(Ok(_)) => panic!("{what}: imported"),
@@ -308,9 +304,9 @@ fn assert_small_process() {
 // ---- mutations -----------------------------------------------------------------
 
 fn defined_names(g: &GraphProto) -> Vec<String> {
-    let inits = g.initializer.iter().map(|t| t.name.clone());
+    let inits = g.initializer.iter().map(|t| t.name().to_string());
     let outs = g.node.iter().flat_map(|n| n.output.iter().cloned());
-    g.input.iter().map(|i| i.name.clone()).chain(inits).chain(outs).filter(|s| !s.is_empty()).collect()
+    g.input.iter().map(|i| i.name().to_string()).chain(inits).chain(outs).filter(|s| !s.is_empty()).collect()
 }
 
 /// Every stored tensor: the initializers and the tensors of node attributes.
@@ -320,14 +316,14 @@ fn tensors_mut(g: &mut GraphProto) -> Vec<&mut TensorProto> {
 }
 
 fn input_tensor_type(v: &mut ValueInfoProto) -> Option<&mut type_proto::Tensor> {
-    match v.type_.as_mut()?.value.as_mut()? {
+    match v.r#type.as_mut()?.value.as_mut()? {
         type_proto::Value::TensorType(t) => Some(t),
         _ => None,
     }
 }
 
 fn show(a: &AttributeProto) -> String {
-    format!("`{}` ({:?}) i={} ints={:?} f={}", a.name, a.type_, a.i, a.ints, a.f)
+    format!("`{}` ({:?}) i={} ints={:?} f={}", a.name(), a.r#type, a.i(), a.ints, a.f())
 }
 
 /// What a node may become (`_`: no operator).
@@ -341,13 +337,13 @@ fn mutate(m: &mut ModelProto, r: &mut Rng) -> String {
         let Some(o) = m.opset_import.first_mut() else { return "no opset to mutate".into() };
         match r.below(4) {
             0 => m.opset_import.clear(),
-            1 => o.version = r.pick(&[0, 1, 6, 29, 10_000, -1, i64::MAX]),
+            1 => o.version = Some(r.pick(&[0, 1, 6, 29, 10_000, -1, i64::MAX])),
             2 => m.opset_import.extend_from_within(..1),
-            _ => o.domain = "com.microsoft".into(),
+            _ => o.domain = Some("com.microsoft".into()),
         }
-        return format!("opsets {:?}", m.opset_import.iter().map(|o| (&o.domain, o.version)).collect::<Vec<_>>());
+        return format!("opsets {:?}", m.opset_import.iter().map(|o| (o.domain(), o.version())).collect::<Vec<_>>());
     }
-    let g = m.graph.mut_or_insert_default();
+    let g = m.graph.get_or_insert_with(GraphProto::default);
     let names = defined_names(g);
     let name = names[r.below(names.len())].clone();
     let (nodes, inputs, k) = (g.node.len(), g.input.len(), r.below(g.node.len()));
@@ -377,11 +373,11 @@ fn mutate(m: &mut ModelProto, r: &mut Rng) -> String {
         12 => {
             match r.below(4) {
                 0 => g.output.clear(),
-                1 => g.output[0].name = "ghost".into(),
+                1 => g.output[0].name = Some("ghost".into()),
                 2 => g.output.push(g.output[0].clone()),
-                _ => g.output[0].name = name,
+                _ => g.output[0].name = Some(name),
             }
-            return format!("graph outputs {:?}", g.output.iter().map(|o| &o.name).collect::<Vec<_>>());
+            return format!("graph outputs {:?}", g.output.iter().map(|o| o.name()).collect::<Vec<_>>());
         }
         _ => {}
     }
@@ -399,61 +395,61 @@ fn mutate(m: &mut ModelProto, r: &mut Rng) -> String {
         10 if n.attribute.is_empty() || r.below(4) == 0 => n.attribute.push(match r.below(3) {
             0 => int("axis", r.pick(&VALUES)),
             1 => ints("axes", &[r.pick(&VALUES)]),
-            _ => attr("bogus", AttributeType::FLOAT, |a| a.f = f32::NAN),
+            _ => attr("bogus", AttributeType::Float, |a| a.f = Some(f32::NAN)),
         }),
         10 if r.below(6) == 0 => _ = n.attribute.remove(r.below(n.attribute.len())),
         10 => {
             let a = r.below(n.attribute.len());
             let a = &mut n.attribute[a];
             match r.below(6) {
-                0 => a.type_ = EnumOrUnknown::from_i32(r.pick(&[0, 1, 2, 3, 4, 6, 7, 8, 99])),
+                0 => a.r#type = Some(r.pick(&[0, 1, 2, 3, 4, 6, 7, 8, 99])),
                 1 => a.ints.clear(),
                 2 if !a.ints.is_empty() => {
                     let d = r.below(a.ints.len());
                     a.ints[d] = r.pick(&VALUES);
                 }
-                3 => a.i = r.pick(&VALUES),
-                4 => a.t.clear(),
-                _ => a.f = f32::INFINITY,
+                3 => a.i = Some(r.pick(&VALUES)),
+                4 => a.t = None,
+                _ => a.f = Some(f32::INFINITY),
             }
         }
-        13 => n.op_type = r.pick(&OPS.split(' ').collect::<Vec<_>>()).replace('_', ""),
+        13 => n.op_type = Some(r.pick(&OPS.split(' ').collect::<Vec<_>>()).replace('_', "")),
         14 => match r.below(3) {
             0 => n.output.push("extra".into()),
             1 => n.output.clear(),
             _ => n.output[0] = String::new(),
         },
-        _ => n.domain = r.pick(&["com.microsoft", "ai.onnx", "ai.onnx.ml"]).into(),
+        _ => n.domain = Some(r.pick(&["com.microsoft", "ai.onnx", "ai.onnx.ml"]).into()),
     }
     let attrs: Vec<String> = n.attribute.iter().map(show).collect();
-    format!("node {k}: `{}` of `{}`, {:?} → {:?}, attributes {attrs:?}", n.op_type, n.domain, n.input, n.output)
+    format!("node {k}: `{}` of `{}`, {:?} → {:?}, attributes {attrs:?}", n.op_type(), n.domain(), n.input, n.output)
 }
 
 /// Mutates a graph input: element type, dims, or the list of inputs.
 fn mutate_input(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
     let j = r.below(g.input.len());
     if kind == 15 && r.below(2) == 0 {
-        return format!("input `{}` removed", g.input.remove(j).name);
+        return format!("input `{}` removed", g.input.remove(j).name());
     } else if kind == 15 {
         g.input.push(g.input[j].clone());
-        return format!("input `{}` listed twice", g.input[j].name);
+        return format!("input `{}` listed twice", g.input[j].name());
     }
     let v = &mut g.input[j];
     let tt = input_tensor_type(v).expect("tensor input");
-    let shape = tt.shape.mut_or_insert_default();
+    let shape = tt.shape.get_or_insert_with(TensorShapeProto::default);
     match r.below(6) {
-        0 => tt.elem_type = r.pick(&DTYPES),
+        0 => tt.elem_type = Some(r.pick(&DTYPES)),
         1 | 2 if !shape.dim.is_empty() => {
             let d = r.below(shape.dim.len());
-            shape.dim[d].set_dim_value(r.pick(&DIMS));
+            shape.dim[d] = dim(dimension::Value::DimValue(r.pick(&DIMS)));
         }
-        3 if !shape.dim.is_empty() => shape.dim[0].set_dim_param("batch".into()),
+        3 if !shape.dim.is_empty() => shape.dim[0] = dim(dimension::Value::DimParam("batch".into())),
         4 => shape.dim.truncate(1),
-        _ => tt.shape.clear(),
+        _ => tt.shape = None,
     }
     let dims = tt.shape.as_ref().map(|s| s.dim.iter().map(|d| format!("{:?}", d.value)).collect::<Vec<_>>());
-    let dt = tt.elem_type;
-    format!("input `{}`: elem_type {dt}, dims {dims:?}", v.name)
+    let dt = tt.elem_type();
+    format!("input `{}`: elem_type {dt}, dims {dims:?}", v.name())
 }
 
 /// Mutates an initializer or attribute tensor: element type, storage, dims, data or values.
@@ -464,13 +460,13 @@ fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
     }
     let j = r.below(ts.len());
     let Some(t) = ts.get_mut(j) else { return "no tensor to mutate".into() };
-    let (rl, il) = (t.raw_data.len(), t.int64_data.len());
+    let (rl, il) = (t.raw_data().len(), t.int64_data.len());
     let resize = |t: &mut TensorProto, raw: usize, ints: usize| {
-        t.raw_data.resize(raw, 0);
+        t.raw_data.get_or_insert_with(Vec::new).resize(raw, 0);
         t.int64_data.resize(ints, 1);
     };
     match kind {
-        0 => t.data_type = r.pick(&DTYPES),
+        0 => t.data_type = Some(r.pick(&DTYPES)),
         6 => match r.below(4) {
             0 if !t.dims.is_empty() => {
                 let d = r.below(t.dims.len());
@@ -486,15 +482,15 @@ fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
             2 => resize(t, rl + 5, il + 1),
             3 => resize(t, 0, 0),
             4 => (t.float_data, t.int32_data) = (vec![1.0; 3], vec![7; 2]),
-            _ => t.raw_data = t.int64_data.iter().flat_map(|v| v.to_le_bytes()).take(12).collect(),
+            _ => t.raw_data = Some(t.int64_data.iter().flat_map(|v| v.to_le_bytes()).take(12).collect()),
         },
         9 => {
             let d = r.below(t.int64_data.len());
             t.int64_data[d] = r.pick(&VALUES);
         }
-        _ => t.data_location = DataLocation::EXTERNAL.into(),
+        _ => t.data_location = Some(DataLocation::External.into()),
     }
-    let (name, dt, raw) = (&t.name, t.data_type, t.raw_data.len());
+    let (name, dt, raw) = (t.name(), t.data_type(), t.raw_data().len());
     format!("tensor `{name}`: type {dt}, dims {:?}, {raw} raw bytes, int64 values {:?}", t.dims, t.int64_data)
 }
 
@@ -503,7 +499,7 @@ fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
 #[test]
 fn seeds_import_and_optimize() {
     for (name, m) in seeds() {
-        let module = onnx::import(&m.write_to_bytes().expect("serialize"), &[]);
+        let module = onnx::import(&m.encode_to_vec(), &[]);
         optimize(module.unwrap_or_else(|e| panic!("seed {name}: {e}"))).unwrap_or_else(|e| panic!("seed {name}: {e}"));
     }
 }
@@ -563,7 +559,7 @@ fn absurd_initializers_are_refused_before_allocation() {
     let words = ["`huge`", "larger than", "negative"];
     for (what, dims, raw) in cases {
         let mut t = f32s("huge", &dims, &[]);
-        t.raw_data = vec![0; raw];
+        t.raw_data = Some(vec![0; raw]);
         let m = model(17, vec![], vec![t.clone()], vec![n("Identity", "huge", "y", vec![])], "y");
         refused(what, &m, &words);
         let m = model(17, vec![], vec![], vec![n("Constant", "", "y", vec![tensor("value", t)])], "y");
@@ -586,7 +582,7 @@ fn absurd_graph_inputs_are_refused_before_allocation() {
     }
     // Shapes given at build time, and values bound to inputs, are checked too.
     let m = model(17, vec![vi("x", 1, &[2, 3])], vec![], vec![n("Relu", "x", "y", vec![])], "y");
-    let bytes = m.write_to_bytes().expect("serialize");
+    let bytes = m.encode_to_vec();
     for given in [vec![usize::MAX, 3], vec![1 << 40, 3], vec![2, 3, 1]] {
         let r = catch(|| onnx::import(&bytes, &[("x".to_string(), given.clone())]));
         assert!(matches!(r, Ok(Err(OnnxError::Input { .. }))), "given shape {given:?}");
@@ -643,7 +639,7 @@ fn overflows_and_missing_axes_are_errors() {
     // A constant folded at import whose type's element count overflows.
     let inits = vec![f32s("c", &[1, 1, 2, 2], &[1.0; 4]), f32s("W", &[1, 1, 1, 1], &[1.0])];
     let conv = n("Conv", "c W", "y", vec![ints("pads", &[BIG; 4])]);
-    let bytes = model(17, vec![], inits, vec![conv], "y").write_to_bytes().expect("serialize");
+    let bytes = model(17, vec![], inits, vec![conv], "y").encode_to_vec();
     catch(|| onnx::import(&bytes, &[])).unwrap_or_else(|p| panic!("Conv of a constant, pads 2^40: {p}")).ok();
     assert_small_process();
 }
@@ -721,4 +717,49 @@ fn absurd_intermediate_shapes_are_refused() {
     let nodes = vec![n("MatMul", "a b", "p", vec![]), n("Dropout", "p", "y mask", vec![])];
     refused("a Dropout mask of 2^40 elements", &model(17, ab, vec![], nodes, "y"), &["Dropout", "MatMul"]);
     assert_small_process();
+}
+
+/// A model nesting graphs in node attributes 100,000 deep (a few hundred
+/// KiB): the protobuf decoder's recursion limit refuses it as a corrupt
+/// model, with no stack overflow.
+#[test]
+fn deeply_nested_graphs_are_decode_errors() {
+    fn varint(mut v: usize, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let len = |v: usize| {
+        let mut b = Vec::new();
+        varint(v, &mut b);
+        b.len()
+    };
+    // Inside out, the sizes of each level's attribute (AttributeProto.g, field
+    // 6), node (NodeProto.attribute, field 5) and graph (GraphProto.node, field 1).
+    let (mut levels, mut graph) = (Vec::new(), 0usize);
+    for _ in 0..100_000 {
+        let attr = 1 + len(graph) + graph;
+        let node = 1 + len(attr) + attr;
+        levels.push((graph, attr, node));
+        graph = 1 + len(node) + node;
+    }
+    // ModelProto.graph (field 7), then each level outside in: 0x0a, 0x2a and
+    // 0x32 are the length-delimited tags of fields 1, 5 and 6.
+    let mut bytes = vec![0x3a];
+    varint(graph, &mut bytes);
+    for &(inner, attr, node) in levels.iter().rev() {
+        bytes.push(0x0a);
+        varint(node, &mut bytes);
+        bytes.push(0x2a);
+        varint(attr, &mut bytes);
+        bytes.push(0x32);
+        varint(inner, &mut bytes);
+    }
+    match catch(|| onnx::import(&bytes, &[])) {
+        Err(p) => panic!("the importer panicked: {p}"),
+        Ok(Ok(_)) => panic!("a graph nested 100,000 deep imported"),
+        Ok(Err(e)) => assert!(matches!(&e, OnnxError::Corrupt(m) if m.contains("recursion limit")), "{e}"),
+    }
 }

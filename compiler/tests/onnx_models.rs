@@ -48,65 +48,57 @@ fn reference_models_match_onnx_runtime() {
     }
 }
 
-/// A small MatMul → Add → Relu model, built with the ONNX message types.
 /// A float tensor graph input/output of shape `dims`.
-fn value_info(name: &str, dims: &[i64]) -> onnx_protobuf::ValueInfoProto {
-    use onnx_protobuf::{type_proto, TensorShapeProto, TypeProto, ValueInfoProto};
-    let mut shape = TensorShapeProto::new();
-    for &d in dims {
-        let mut dim = onnx_protobuf::tensor_shape_proto::Dimension::new();
-        dim.set_dim_value(d);
-        shape.dim.push(dim);
-    }
-    let mut tt = type_proto::Tensor::new();
-    tt.elem_type = 1;
-    tt.shape = Some(shape).into();
-    let mut ty = TypeProto::new();
-    ty.value = Some(type_proto::Value::TensorType(tt));
-    let mut v = ValueInfoProto::new();
-    v.name = name.into();
-    v.type_ = Some(ty).into();
-    v
+fn value_info(name: &str, dims: &[i64]) -> onnx::proto::ValueInfoProto {
+    use onnx::proto::tensor_shape_proto::{dimension, Dimension};
+    use onnx::proto::{type_proto, TensorShapeProto, TypeProto, ValueInfoProto};
+    let dim = |d| Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() };
+    let shape = TensorShapeProto { dim: dims.iter().map(|&d| dim(d)).collect() };
+    let tt = type_proto::Tensor { elem_type: Some(1), shape: Some(shape) };
+    let ty = TypeProto { value: Some(type_proto::Value::TensorType(tt)), ..Default::default() };
+    ValueInfoProto { name: Some(name.into()), r#type: Some(ty), ..Default::default() }
 }
 
 /// An import of the default operator set at `version`.
-fn opset(version: i64) -> onnx_protobuf::OperatorSetIdProto {
-    let mut o = onnx_protobuf::OperatorSetIdProto::new();
-    o.version = version;
-    o
+fn opset(version: i64) -> onnx::proto::OperatorSetIdProto {
+    onnx::proto::OperatorSetIdProto { version: Some(version), ..Default::default() }
 }
 
+/// A small MatMul → Add → Relu model, built with the ONNX message types.
 fn tiny_model() -> Vec<u8> {
-    use onnx_protobuf::{GraphProto, Message, ModelProto, NodeProto, TensorProto};
-    let node = |op: &str, ins: &[&str], out: &str| {
-        let mut n = NodeProto::new();
-        n.op_type = op.into();
-        n.name = format!("{op}_0");
-        n.input = ins.iter().map(|s| s.to_string()).collect();
-        n.output = vec![out.into()];
-        n
+    use onnx::proto::{GraphProto, ModelProto, NodeProto, TensorProto};
+    use prost::Message;
+    let node = |op: &str, ins: &[&str], out: &str| NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_0")),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: vec![out.into()],
+        ..Default::default()
     };
-    let mut w = TensorProto::new();
-    w.name = "W".into();
-    w.dims = vec![4, 3];
-    w.data_type = 1;
-    w.raw_data = (0..12).flat_map(|i| (i as f32 * 0.1).to_le_bytes()).collect();
-    let mut b = TensorProto::new();
-    b.name = "B".into();
-    b.dims = vec![3];
-    b.data_type = 1;
-    b.float_data = vec![0.5, -0.5, 0.0];
-    let mut g = GraphProto::new();
-    g.name = "tiny".into();
-    g.input.push(value_info("x", &[1, 4]));
-    g.output.push(value_info("y", &[1, 3]));
-    g.initializer = vec![w, b];
-    g.node = vec![node("MatMul", &["x", "W"], "h"), node("Add", &["h", "B"], "a"), node("Relu", &["a"], "y")];
-    let mut m = ModelProto::new();
-    m.opset_import.push(opset(17));
-    m.ir_version = 8;
-    m.graph = Some(g).into();
-    m.write_to_bytes().expect("serialize")
+    let w = TensorProto {
+        name: Some("W".into()),
+        dims: vec![4, 3],
+        data_type: Some(1),
+        raw_data: Some((0..12).flat_map(|i| (i as f32 * 0.1).to_le_bytes()).collect()),
+        ..Default::default()
+    };
+    let b = TensorProto {
+        name: Some("B".into()),
+        dims: vec![3],
+        data_type: Some(1),
+        float_data: vec![0.5, -0.5, 0.0],
+        ..Default::default()
+    };
+    let g = GraphProto {
+        name: Some("tiny".into()),
+        input: vec![value_info("x", &[1, 4])],
+        output: vec![value_info("y", &[1, 3])],
+        initializer: vec![w, b],
+        node: vec![node("MatMul", &["x", "W"], "h"), node("Add", &["h", "B"], "a"), node("Relu", &["a"], "y")],
+        ..Default::default()
+    };
+    let m = ModelProto { opset_import: vec![opset(17)], ir_version: Some(8), graph: Some(g), ..Default::default() };
+    m.encode_to_vec()
 }
 
 #[test]
@@ -168,44 +160,50 @@ fn five_thousand_corrupted_models_never_panic() {
 /// imported as their 2-D forms over a unit height, and computed right.
 #[test]
 fn one_dimensional_conv_and_pool_run_as_2d() {
-    use onnx_protobuf::{AttributeProto, GraphProto, Message, ModelProto, NodeProto, TensorProto};
-    let ints = |name: &str, v: &[i64]| {
-        let mut a = AttributeProto::new();
-        a.name = name.into();
-        a.ints = v.to_vec();
-        a.type_ = onnx_protobuf::attribute_proto::AttributeType::INTS.into();
-        a
+    use onnx::proto::attribute_proto::AttributeType;
+    use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
+    use prost::Message;
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: Some(name.into()),
+        ints: v.to_vec(),
+        r#type: Some(AttributeType::Ints.into()),
+        ..Default::default()
     };
     let (c, l, o, k) = (2usize, 9usize, 3usize, 3usize);
     let wdata: Vec<f32> = (0..o * c * k).map(|i| (i as f32 * 0.7).sin()).collect();
-    let mut w = TensorProto::new();
-    w.name = "W".into();
-    w.dims = vec![o as i64, c as i64, k as i64];
-    w.data_type = 1;
-    w.float_data = wdata.clone();
-    let mut conv = NodeProto::new();
-    conv.op_type = "Conv".into();
-    conv.name = "conv1d".into();
-    conv.input = vec!["x".into(), "W".into()];
-    conv.output = vec!["h".into()];
-    conv.attribute = vec![ints("kernel_shape", &[3]), ints("pads", &[1, 1]), ints("strides", &[2])];
-    let mut pool = NodeProto::new();
-    pool.op_type = "MaxPool".into();
-    pool.name = "pool1d".into();
-    pool.input = vec!["h".into()];
-    pool.output = vec!["y".into()];
-    pool.attribute = vec![ints("kernel_shape", &[2])];
-    let mut g = GraphProto::new();
-    g.name = "conv1d".into();
-    g.input.push(value_info("x", &[1, c as i64, l as i64]));
-    g.output.push(value_info("y", &[1, o as i64, 4]));
-    g.initializer = vec![w];
-    g.node = vec![conv, pool];
-    let mut m = ModelProto::new();
-    m.opset_import.push(opset(17));
-    m.ir_version = 8;
-    m.graph = Some(g).into();
-    let bytes = m.write_to_bytes().expect("serialize");
+    let w = TensorProto {
+        name: Some("W".into()),
+        dims: vec![o as i64, c as i64, k as i64],
+        data_type: Some(1),
+        float_data: wdata.clone(),
+        ..Default::default()
+    };
+    let conv = NodeProto {
+        op_type: Some("Conv".into()),
+        name: Some("conv1d".into()),
+        input: vec!["x".into(), "W".into()],
+        output: vec!["h".into()],
+        attribute: vec![ints("kernel_shape", &[3]), ints("pads", &[1, 1]), ints("strides", &[2])],
+        ..Default::default()
+    };
+    let pool = NodeProto {
+        op_type: Some("MaxPool".into()),
+        name: Some("pool1d".into()),
+        input: vec!["h".into()],
+        output: vec!["y".into()],
+        attribute: vec![ints("kernel_shape", &[2])],
+        ..Default::default()
+    };
+    let g = GraphProto {
+        name: Some("conv1d".into()),
+        input: vec![value_info("x", &[1, c as i64, l as i64])],
+        output: vec![value_info("y", &[1, o as i64, 4])],
+        initializer: vec![w],
+        node: vec![conv, pool],
+        ..Default::default()
+    };
+    let m = ModelProto { opset_import: vec![opset(17)], ir_version: Some(8), graph: Some(g), ..Default::default() };
+    let bytes = m.encode_to_vec();
 
     let mut module = onnx::import(&bytes, &[]).expect("import");
     infer_module(&mut module).expect("infer");

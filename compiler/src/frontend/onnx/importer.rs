@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use onnx_protobuf::{attribute_proto::AttributeType, AttributeProto, NodeProto};
+use super::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto};
 
 use kiln_ir::attrs::{AttrValue, Attrs};
 use kiln_ir::relay::op::op_registry;
@@ -38,58 +38,61 @@ pub(crate) struct Node<'a> {
 
 impl Node<'_> {
     pub fn err(&self, m: impl Into<String>) -> OnnxError {
-        OnnxError::Node { node: self.label.clone(), op: self.n.op_type.clone(), message: m.into() }
+        OnnxError::Node { node: self.label.clone(), op: self.n.op_type().to_string(), message: m.into() }
     }
 
     pub fn op(&self) -> &str {
-        &self.n.op_type
+        self.n.op_type()
     }
 
     pub fn attr(&self, name: &str) -> Option<&AttributeProto> {
-        self.n.attribute.iter().find(|a| a.name == name)
+        self.n.attribute.iter().find(|a| a.name() == name)
     }
 
+    /// Attribute `name` if present, which must be of type `want` (errors
+    /// name types as ONNX does: `INT`, `FLOATS`).
     fn typed(&self, name: &str, want: AttributeType) -> Result<Option<&AttributeProto>, OnnxError> {
-        match self.attr(name) {
-            None => Ok(None),
-            Some(a) => match a.type_.enum_value() {
-                Ok(t) if t == want => Ok(Some(a)),
-                // Some exporters leave the type unset; accept a value of the expected kind.
-                Ok(AttributeType::UNDEFINED) => Ok(Some(a)),
-                other => Err(self.err(format!(
-                    "attribute `{name}` must be {want:?}, found {}",
-                    other.map_or_else(|v| format!("type {v}"), |t| format!("{t:?}"))
-                ))),
-            },
+        let Some(a) = self.attr(name) else { return Ok(None) };
+        // An unset type reads as UNDEFINED, as in proto3 files.
+        let code = a.r#type.unwrap_or(AttributeType::Undefined as i32);
+        match AttributeType::try_from(code) {
+            Ok(t) if t == want => Ok(Some(a)),
+            // Some exporters leave the type unset; accept a value of the expected kind.
+            Ok(AttributeType::Undefined) => Ok(Some(a)),
+            other => Err(self.err(format!(
+                "attribute `{name}` must be {}, found {}",
+                want.as_str_name(),
+                other.map_or_else(|_| format!("type {code}"), |t| t.as_str_name().to_string())
+            ))),
         }
     }
 
     pub fn int(&self, name: &str, default: i64) -> Result<i64, OnnxError> {
-        Ok(self.typed(name, AttributeType::INT)?.map_or(default, |a| a.i))
+        Ok(self.typed(name, AttributeType::Int)?.map_or(default, |a| a.i()))
     }
 
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, OnnxError> {
-        Ok(self.typed(name, AttributeType::INT)?.map(|a| a.i))
+        Ok(self.typed(name, AttributeType::Int)?.map(|a| a.i()))
     }
 
     pub fn float(&self, name: &str, default: f32) -> Result<f32, OnnxError> {
-        Ok(self.typed(name, AttributeType::FLOAT)?.map_or(default, |a| a.f))
+        Ok(self.typed(name, AttributeType::Float)?.map_or(default, |a| a.f()))
     }
 
     pub fn opt_float(&self, name: &str) -> Result<Option<f32>, OnnxError> {
-        Ok(self.typed(name, AttributeType::FLOAT)?.map(|a| a.f))
+        Ok(self.typed(name, AttributeType::Float)?.map(|a| a.f()))
     }
 
     pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, OnnxError> {
-        Ok(self.typed(name, AttributeType::INTS)?.map(|a| a.ints.clone()))
+        Ok(self.typed(name, AttributeType::Ints)?.map(|a| a.ints.clone()))
     }
 
     pub fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, OnnxError> {
-        Ok(self.typed(name, AttributeType::FLOATS)?.map(|a| a.floats.clone()))
+        Ok(self.typed(name, AttributeType::Floats)?.map(|a| a.floats.clone()))
     }
 
     pub fn string(&self, name: &str) -> Result<Option<String>, OnnxError> {
-        Ok(self.typed(name, AttributeType::STRING)?.map(|a| String::from_utf8_lossy(&a.s).into_owned()))
+        Ok(self.typed(name, AttributeType::String)?.map(|a| String::from_utf8_lossy(a.s()).into_owned()))
     }
 
     /// Whether input `i` is given (present and not the empty name).

@@ -346,7 +346,7 @@ fn gather_with(im: &mut Importer, node: &Node, d: ExprId, i: ExprId, axis: usize
 }
 
 fn constant(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let given: Vec<&str> = node.n.attribute.iter().map(|a| a.name.as_str()).collect();
+    let given: Vec<&str> = node.n.attribute.iter().map(|a| a.name()).collect();
     if given.len() != 1 {
         return Err(node.err(format!("needs exactly one value attribute, found {given:?}")));
     }
