@@ -1178,6 +1178,13 @@ fn set_target_attributes<'ctx>(ctx: &'ctx Context, func: FunctionValue<'ctx>, ta
     if !target.features.is_empty() {
         func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("target-features", &target.features));
     }
+    // LLVM tunes Skylake-class AVX-512 CPUs to vectorize its own loops 256
+    // bits wide (a frequency concern of 2017 parts); kiln's tiles are sized
+    // for the full 512-bit registers, so its loops use them.
+    let spelled = format!("llvm -mcpu={} -mattr={} -mtriple={}", target.cpu, target.features, target.triple);
+    if crate::target::VectorUnit::of_target(&spelled) == crate::target::VectorUnit::AVX512 {
+        func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("prefer-vector-width", "512"));
+    }
 }
 
 /// `acc + m1·m2` (either order): LLVM's `fmuladd`, which the backend may
