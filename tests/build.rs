@@ -43,6 +43,14 @@ fn main() {
         mlp.weight(name, param(name, shape));
     }
     mlp.compile_or_exit();
+    // The same MLP compiled for a CPU feature the test machines lack (AMX):
+    // creating it must fail with the feature's name, never run.
+    let mut amx = kiln::Build::new("mlp_amx");
+    amx.relay_file("models/mlp.relay").target("llvm -mcpu=native -mattr=+amx-tile");
+    for (name, shape) in [("w1", [784usize, 128].as_slice()), ("b1", &[128]), ("w2", &[128, 10]), ("b2", &[10])] {
+        amx.weight(name, param(name, shape));
+    }
+    amx.compile_or_exit();
     // Model 2: a conv net declared with relay_model!, compiled to C.
     let mut conv = kiln::Build::new("convnet");
     conv.module(convnet()).target("c");

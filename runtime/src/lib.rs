@@ -10,6 +10,7 @@
 //! `no_std` unless feature `std` (on by default) is enabled.
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod cpu;
 #[cfg(feature = "std")]
 mod pool;
 
@@ -40,6 +41,9 @@ pub enum Error {
     /// Kernel `kernel` returned the nonzero `status` (a `STATUS_*` code); the
     /// outputs of this run are not valid.
     Kernel { kernel: &'static str, status: i32 },
+    /// The model was compiled for `target`, whose code uses the instruction
+    /// set extension `feature`, and this CPU lacks it.
+    MissingCpuFeature { feature: &'static str, target: &'static str },
 }
 
 impl Error {
@@ -64,6 +68,11 @@ impl core::fmt::Display for Error {
                 write!(f, "`{name}` has {given} elements, the model expects {expected}")
             }
             Error::Kernel { kernel, status } => write!(f, "kernel `{kernel}`: {}", status_message(*status)),
+            Error::MissingCpuFeature { feature, target } => write!(
+                f,
+                "the model was compiled for `{target}`, whose code uses the CPU feature `{feature}`, \
+                 which this CPU lacks; rebuild it for this CPU (e.g. `llvm -mcpu=native`) or a portable one"
+            ),
         }
     }
 }
@@ -79,6 +88,15 @@ pub fn status_message(status: i32) -> &'static str {
              (a Gather index or token id at or past the axis size, or below minus it)"
         }
         _ => "failed with an unknown status",
+    }
+}
+
+/// Refuse to run on a CPU without every feature in `required` (what the glue
+/// calls before creating a model compiled for `target`).
+pub fn check_cpu(required: &[&'static str], target: &'static str) -> Result<(), Error> {
+    match cpu::first_missing(required) {
+        Some(feature) => Err(Error::MissingCpuFeature { feature, target }),
+        None => Ok(()),
     }
 }
 

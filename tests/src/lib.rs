@@ -3,6 +3,7 @@
 
 kiln_runtime::include_model!("mlp_text");
 kiln_runtime::include_model!("convnet");
+kiln_runtime::include_model!("mlp_amx");
 #[cfg(kiln_reference_models)]
 kiln_runtime::include_model!("onnx_mlp");
 #[cfg(kiln_reference_models)]

@@ -80,7 +80,7 @@ fn convnet_compiled_to_c_matches_the_interpreter() {
         args.push(Value::Tensor(param(name, shape)));
     }
     let Ok(Value::Tensor(want)) = eval_function(&m, "main", &args) else { panic!("interpreter") };
-    let mut model = convnet::OwnedModel::with_threads(2);
+    let mut model = convnet::OwnedModel::with_threads(2).expect("this CPU runs the model");
     let mut out = [0f32; 5];
     model.run(&x.clone().try_into().expect("432"), &mut out).expect("run");
     close(&out, &want.to_f64_vec());
@@ -90,8 +90,8 @@ fn convnet_compiled_to_c_matches_the_interpreter() {
 #[test]
 fn run_allocates_nothing() {
     let x: [f32; 784] = sample(784).try_into().expect("784");
-    let mut model = mlp_text::OwnedModel::with_threads(1);
-    let mut conv = convnet::OwnedModel::with_threads(1);
+    let mut model = mlp_text::OwnedModel::with_threads(1).expect("this CPU runs the model");
+    let mut conv = convnet::OwnedModel::with_threads(1).expect("this CPU runs the model");
     let cx: [f32; 432] = sample(432).try_into().expect("432");
     let (mut out, mut cout) = ([0f32; 10], [0f32; 5]);
     model.run(&x, &mut out).expect("run"); // warm up
@@ -124,7 +124,7 @@ fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
         ($m:ident, $name:literal, $n_in:literal, $n_out:literal) => {{
             let (x, want) = (read(concat!($name, ".input.npy")), read(concat!($name, ".output.npy")));
             let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
-            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
+            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2).expect("this CPU runs the model");
             let mut out = [0f32; $n_out];
             model.run(&x, &mut out).expect("run");
             close(&out, &want.to_f64_vec());
@@ -152,7 +152,7 @@ fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
     let (ids, want) = (read("gpt_tiny.input.npy"), read("gpt_tiny.output.npy"));
     let ids: Vec<i64> = ids.to_f64_vec().iter().map(|&v| v as i64).collect();
     let ids: Box<[i64; 64]> = ids.into_boxed_slice().try_into().expect("input size");
-    let mut model = kiln_user_tests::onnx_gpt_tiny::OwnedModel::with_threads(2);
+    let mut model = kiln_user_tests::onnx_gpt_tiny::OwnedModel::with_threads(2).expect("this CPU runs the model");
     let mut logits: Box<[f32; 64_000]> = vec![0f32; 64_000].into_boxed_slice().try_into().expect("output size");
     model.run(&ids, &mut logits).expect("run");
     close(&logits[..], &want.to_f64_vec());
@@ -190,7 +190,7 @@ fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
             let x = read(concat!($name, ".input.", $input, ".npy"));
             let want = read(concat!($name, ".output.npy"));
             let x: Box<[f32; $n_in]> = x.to_f32_vec().into_boxed_slice().try_into().expect("input size");
-            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2);
+            let mut model = kiln_user_tests::$m::OwnedModel::with_threads(2).expect("this CPU runs the model");
             let mut out: Box<[f32; $n_out]> = vec![0f32; $n_out].into_boxed_slice().try_into().expect("output size");
             model.run(&x, &mut out).expect("run");
             close(&out[..], &want.to_f64_vec());
@@ -207,4 +207,22 @@ fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
         "skipped: yolov8n/pplcnet are not present (run ../shared/models/fetch_real_models.py ../shared/models/real, \
          or set KILN_REAL_MODELS)"
     );
+}
+
+#[test]
+fn a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused() {
+    use kiln_user_tests::mlp_amx;
+    if kiln_runtime::cpu::has_feature("amx-tile") != Some(false) {
+        eprintln!("skipped: this CPU has AMX (or it cannot be checked here), so the model may run");
+        return;
+    }
+    let want = kiln_runtime::Error::MissingCpuFeature { feature: "amx-tile", target: mlp_amx::TARGET };
+    assert_eq!(mlp_amx::OwnedModel::with_threads(1).err(), Some(want));
+    let mut buffer = vec![0u8; mlp_amx::ARENA_BYTES + 63];
+    assert_eq!(mlp_amx::Model::new(&mut buffer).err(), Some(want));
+    let message = want.to_string();
+    assert!(message.contains("`amx-tile`") && message.contains("-mattr=+amx-tile"), "{message}");
+    assert!(mlp_amx::CPU_FEATURES.contains(&"amx-tile"));
+    // The same model without AMX runs here.
+    assert!(kiln_user_tests::mlp_text::CPU_FEATURES.iter().all(|f| kiln_runtime::cpu::has_feature(f) != Some(false)));
 }

@@ -478,14 +478,15 @@ fn emit_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kind: &str, _:
     Err(format!("--emit {kind} needs LLVM: this kiln was built without the `llvm` feature (use --target c)"))
 }
 
-/// The LLVM JIT as a kernel library.
+/// The LLVM JIT as a kernel library, compiled for the target's CPU.
 #[cfg(feature = "llvm")]
-fn llvm_library(plan: &kiln::backend::aot::ExecutorPlan) -> Result<kiln::codegen::llvm::Jit, String> {
-    kiln::codegen::llvm::Jit::new("model", &plan.kernels).map_err(|e| e.to_string())
+fn llvm_library(plan: &kiln::backend::aot::ExecutorPlan, target: &str) -> Result<kiln::codegen::llvm::Jit, String> {
+    let target = kiln::codegen::llvm::LlvmTarget::parse(target).map_err(|e| e.to_string())?;
+    kiln::codegen::llvm::Jit::for_target("model", &plan.kernels, &target).map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "llvm"))]
-fn llvm_library(_: &kiln::backend::aot::ExecutorPlan) -> Result<CLibrary, String> {
+fn llvm_library(_: &kiln::backend::aot::ExecutorPlan, _: &str) -> Result<CLibrary, String> {
     Err("an LLVM target needs LLVM: this kiln was built without the `llvm` feature (use --target c)".into())
 }
 
@@ -556,13 +557,22 @@ fn execute(
     if kiln::build::is_cuda_target(&c.target) {
         return execute_cuda(c, plan, inputs, bench);
     }
+    // Code for a CPU feature this machine lacks would die of SIGILL.
+    let description = kiln::target::TargetDescription::resolve(&c.target);
+    if let Some(feature) = description.missing_on_this_cpu().first() {
+        return Err(format!(
+            "target `{}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
+             run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it",
+            c.target
+        ));
+    }
     let jit;
     let clib;
     let lib: &dyn kiln::backend::host::KernelLibrary = if c.target.trim() == "c" {
         clib = c_library(plan)?;
         &clib
     } else {
-        jit = llvm_library(plan)?;
+        jit = llvm_library(plan, &c.target)?;
         &jit
     };
     let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads)?;
@@ -609,14 +619,20 @@ fn execute(
                 out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
             }
         }
+        // Where the figure was taken: the code's CPU and features, and this machine's.
+        let here = kiln::target::TargetDescription::resolve("llvm -mcpu=native");
         out(&format!(
-            "{}: median {:.1} us, min {:.1} us over {} runs, {} thread(s), target `{}`\n",
+            "{}: median {:.1} us, min {:.1} us over {} runs, {} thread(s), target `{}` (cpu {}: {}), on {} ({})\n",
             c.file,
             times[times.len() / 2],
             times[0],
             times.len(),
             c.threads,
-            c.target
+            c.target,
+            description.cpu,
+            description.features.join(" "),
+            here.cpu,
+            here.features.join(" ")
         ));
     }
     Ok(ex.outputs())

@@ -42,6 +42,7 @@ use kiln_ir::Tensor;
 
 use crate::backend::aot::{plan_executor, ExecutorPlan};
 use crate::relay::transform::default_pipeline;
+use crate::target::TargetDescription;
 use crate::transform::instrument::DumpIr;
 use crate::transform::{apply, PassContext, PassInstrument};
 
@@ -366,9 +367,10 @@ impl Build {
         } else {
             self.llvm_object(&plan, &symbols)?
         };
-        let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std);
+        let description = TargetDescription::resolve(&self.target);
+        let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
         let header = glue::c_header(&self.name, &plan);
-        let report = report_json(&self.name, &self.target, &plan);
+        let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),
             object,
@@ -430,7 +432,7 @@ impl Build {
             device_weights: Some(glue::cuda_weights(&plan)),
             glue,
             header: String::new(),
-            report: report_json(&self.name, &self.target, &plan),
+            report: report_json(&self.name, &TargetDescription::resolve(&self.target), &plan),
             timings: timing.report(),
             plan,
             reused: false,
@@ -457,6 +459,8 @@ impl Build {
             t.hash(&mut h);
         }
         (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes, &self.bound_inputs).hash(&mut h);
+        // `native` is this machine: an artifact built on another CPU is not reused.
+        TargetDescription::resolve(&self.target).hash(&mut h);
         // Touching an input file rebuilds, as cargo users expect.
         for w in &self.weights {
             if let WeightSource::File(p) = w {
@@ -709,7 +713,7 @@ pub(crate) fn host_triple() -> String {
     format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
 }
 
-fn report_json(name: &str, target: &str, plan: &ExecutorPlan) -> String {
+fn report_json(name: &str, target: &TargetDescription, plan: &ExecutorPlan) -> String {
     let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     let kernels: Vec<String> = plan.kernels.iter().map(|k| format!("\"{}\"", esc(&k.name))).collect();
     let calls: Vec<String> = plan
@@ -735,9 +739,10 @@ fn report_json(name: &str, target: &str, plan: &ExecutorPlan) -> String {
     };
     use crate::backend::aot::Storage;
     format!(
-        "{{\n  \"model\": \"{}\",\n  \"target\": \"{}\",\n  \"memory\": {{\"arena_bytes\": {}, \"lower_bound_bytes\": {}, \"input_bytes\": {}, \"output_bytes\": {}, \"constant_bytes\": {}}},\n  \"kernels\": [{}],\n  \"calls\": [\n    {}\n  ],\n  \"tensors\": [\n    {}\n  ]\n}}\n",
+        "{{\n  \"model\": \"{}\",\n  \"target\": \"{}\",\n  \"target_description\": {},\n  \"memory\": {{\"arena_bytes\": {}, \"lower_bound_bytes\": {}, \"input_bytes\": {}, \"output_bytes\": {}, \"constant_bytes\": {}}},\n  \"kernels\": [{}],\n  \"calls\": [\n    {}\n  ],\n  \"tensors\": [\n    {}\n  ]\n}}\n",
         esc(name),
-        esc(target),
+        esc(&target.target),
+        target.to_json(),
         plan.arena_bytes,
         plan.arena_lower_bound,
         bytes(&|t| matches!(t.storage, Storage::Input(_))),

@@ -1178,6 +1178,13 @@ fn set_target_attributes<'ctx>(ctx: &'ctx Context, func: FunctionValue<'ctx>, ta
     if !target.features.is_empty() {
         func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("target-features", &target.features));
     }
+    // LLVM tunes Skylake-class AVX-512 CPUs to vectorize its own loops 256
+    // bits wide (a frequency concern of 2017 parts); kiln's tiles are sized
+    // for the full 512-bit registers, so its loops use them.
+    let spelled = format!("llvm -mcpu={} -mattr={} -mtriple={}", target.cpu, target.features, target.triple);
+    if crate::target::VectorUnit::of_target(&spelled) == crate::target::VectorUnit::AVX512 {
+        func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("prefer-vector-width", "512"));
+    }
 }
 
 /// `acc + m1·m2` (either order): LLVM's `fmuladd`, which the backend may
@@ -1403,9 +1410,17 @@ impl std::fmt::Debug for Jit {
 impl Jit {
     /// JIT-compile `funcs` for the host.
     pub fn new(name: &str, funcs: &[PrimFunc]) -> Result<Jit, CodegenError> {
+        Jit::for_target(name, funcs, &LlvmTarget::native())
+    }
+
+    /// JIT-compile `funcs` for `target`'s CPU and features, which must be
+    /// this machine's architecture: an AVX2 build (`-mcpu=znver3`) runs on an
+    /// AVX-512 machine too. The caller checks that this CPU has the features
+    /// (`TargetDescription::missing_on_this_cpu`) before running a kernel.
+    pub fn for_target(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<Jit, CodegenError> {
         Target::initialize_native(&InitializationConfig::default()).map_err(|m| llvm_err(name, m))?;
         let ctx: &'static Context = Box::leak(Box::new(Context::create()));
-        let module = build_module(ctx, name, funcs, &[], &LlvmTarget::native())?;
+        let module = build_module(ctx, name, funcs, &[], target)?;
         let engine =
             module.create_jit_execution_engine(OptimizationLevel::Aggressive).map_err(|m| llvm_err(name, m))?;
         Ok(Jit { engine, _module: module })

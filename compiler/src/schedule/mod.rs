@@ -123,13 +123,13 @@ pub(crate) fn extent(s: &Schedule, v: &Var) -> Option<i64> {
     s.loop_of(v).ok()?.extent.as_int()
 }
 
-/// Unroll the row loop and vectorize the column loop of each tile copy.
+/// Unroll the row loops and vectorize the column loop of each tile copy.
 fn tile_kinds(s: &mut Schedule, t: &ReductionTile) -> Result<(), ScheduleError> {
     for loops in [&t.init_loops, &t.update_loops, &t.writeback_loops] {
-        if let [.., rows, cols] = &loops[..] {
-            s.unroll(rows)?;
-            s.vectorize(cols)?;
-        } else if let [cols] = &loops[..] {
+        if let [rows @ .., cols] = &loops[..] {
+            for r in rows {
+                s.unroll(r)?;
+            }
             s.vectorize(cols)?;
         }
     }
@@ -165,9 +165,19 @@ fn sole_path(s: &Stmt, v: &Var) -> bool {
         Stmt::For(l) if l.var == *v => true,
         Stmt::For(l) => sole_path(&l.body, v),
         Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => sole_path(body, v),
-        Stmt::Seq(list) => matches!(&list[..], [only] if sole_path(only, v)),
+        // Filling kernel-local buffers first is allowed: every task fills its
+        // own copy (a padded input computed once per image).
+        Stmt::Seq(list) => match &list[..] {
+            [fills @ .., last] => fills.iter().all(writes_only_local) && sole_path(last, v),
+            [] => false,
+        },
         _ => false,
     }
+}
+
+/// Whether every store of `s` writes a kernel-local buffer.
+fn writes_only_local(s: &Stmt) -> bool {
+    !contains(s, |st| matches!(st, Stmt::Store { buffer, .. } if buffer.scope() != Scope::Local))
 }
 
 /// The materialized stages of a kernel (a convolution's padded input).
@@ -196,44 +206,148 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
     let block = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok());
     let lanes = unit.f32_lanes as i64;
-    let (ocb, owb) = match block {
-        // One vector of channels per column; the columns' accumulators, the
-        // broadcast input and the weight vector fill the registers.
-        Some(k) => (k, divisor_at_most(owe, (unit.registers as i64 - 2).clamp(1, 14))),
+    // Where the padded input is computed, and the loops that run in parallel.
+    let (mut pad_at, mut par) = (Some(oh.clone()), vec![oh.clone()]);
+    let mut keep_materialized = false;
+    let ow_o = match block {
+        Some(k) => {
+            let tile = packed_conv_tile(oce / k.max(1), owe, unit.registers as i64);
+            let (oc_o, oc_i) = s.split(oc, k as usize)?;
+            let (oc_oo, oc_oi) = s.split(&oc_o, tile.channel_vectors as usize)?;
+            let (ow_o, ow_i) = s.split(ow, tile.columns as usize)?;
+            let weight_bytes = oce * reduction_extent(s.func()) * 4;
+            let padded_bytes: i64 =
+                materialized(s.func()).iter().map(|b| b.shape().iter().product::<usize>() as i64 * 4).sum();
+            let pixels = extent(&s, oh).unwrap_or(1) * owe;
+            match outer.last() {
+                // Weights larger than half the L2 cache on a small map (the
+                // 7 × 7 rows of late layers, 9.4 MB of weights in ResNet-18's
+                // last stage) would stream from L3 once per output row for
+                // only a row of work: keep each block of output channels in
+                // cache over every row instead, pad the whole image once, and
+                // run the channel blocks in parallel (7 rows split badly over
+                // threads, 32 channel blocks do not). On 14 × 14 maps the
+                // padded image no longer sits near L1 and this loses (Zen 3).
+                n if weight_bytes > WEIGHT_STATIONARY_BYTES
+                    && padded_bytes <= PADDED_IMAGE_BYTES
+                    && pixels <= WEIGHT_STATIONARY_PIXELS =>
+                {
+                    s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                    // Without a batch loop the padded image stays where it was lowered.
+                    pad_at = n.cloned();
+                    par = vec![oc_oo];
+                }
+                // Per column one broadcast input, used by every channel vector.
+                _ => s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?,
+            }
+            ow_o
+        }
         None => {
             // Whole vector registers where the row allows it (a 14-lane vector
             // costs split loads); any divisor up to 16 otherwise; as many
-            // channel rows as keep the accumulators in half the registers.
+            // channel rows as leave a register for each row vector of the
+            // weight broadcast and one for the input.
             let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
             let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, 16));
             if owb < 4 && owe > 16 {
                 owb = 16;
             }
             let vectors_per_row = (owb + lanes - 1) / lanes;
-            let rows = (unit.registers as i64 / 2 / vectors_per_row).clamp(1, 8);
-            (divisor_at_most(oce, rows), owb)
+            let rows = ((unit.registers as i64 - vectors_per_row - 1) / vectors_per_row).clamp(1, 8);
+            let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, rows) as usize)?;
+            let (ow_o, ow_i) = s.split(ow, owb as usize)?;
+            s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_i, ow_i])?;
+            ow_o
         }
     };
-    let (oc_o, oc_i) = s.split(oc, ocb as usize)?;
-    let (ow_o, ow_i) = s.split(ow, owb as usize)?;
-    // The innermost tile loop becomes the vector lanes.
-    let (rows, lanes) = if block.is_some() { (ow_i, oc_i) } else { (oc_i, ow_i) };
-    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), rows, lanes])?;
-    for pad in materialized(s.func()) {
-        s.compute_at(&pad, oh)?;
+    match &pad_at {
+        Some(at) => {
+            for pad in materialized(s.func()) {
+                s.compute_at(&pad, at)?;
+            }
+        }
+        None => keep_materialized = true,
     }
     let tile = s.decompose_reduction(&ow_o, true)?;
     tile_kinds(&mut s, &tile)?;
     // Rows in parallel: fuse the batch loop (when directly above) with the rows.
-    let mut par = Vec::new();
-    if let Some(n) = outer.last() {
+    if let (Some(n), true) = (outer.last(), par[0] == *oh) {
         if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {
-            par.push(n.clone());
+            par.insert(0, n.clone());
         }
     }
-    par.push(oh.clone());
     fuse_parallel(&mut s, &par)?;
-    Ok(s.into_func())
+    let mut f = s.into_func();
+    if keep_materialized {
+        f.attrs.insert("keep_materialized".into(), "the padded image".into());
+    }
+    Ok(f)
+}
+
+/// Above this many bytes of weights a packed convolution keeps each block of
+/// output channels in cache over the whole image (half a 512 KiB L2)...
+const WEIGHT_STATIONARY_BYTES: i64 = 256 * 1024;
+/// ...on an output map of at most this many pixels...
+const WEIGHT_STATIONARY_PIXELS: i64 = 64;
+/// ...when its padded input, a kernel-local (stack) buffer, is at most this large.
+const PADDED_IMAGE_BYTES: i64 = 512 * 1024;
+
+/// The number of iterations of the (first) reduction's reduction loops.
+fn reduction_extent(f: &PrimFunc) -> i64 {
+    let mut total = None;
+    f.body.visit(&mut |s| {
+        if let (Stmt::Seq(parts), None) = (s, total) {
+            if let [Stmt::Store { .. }, r @ Stmt::For(_), ..] = &parts[..] {
+                let mut n = 1i64;
+                let mut cur = r;
+                while let Stmt::For(l) = cur {
+                    n = n.saturating_mul(l.extent.as_int().unwrap_or(1));
+                    cur = &l.body;
+                }
+                total = Some(n);
+            }
+        }
+    });
+    total.unwrap_or(1)
+}
+
+/// The register tile of a convolution over a packed `OIHW<k>o` weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackedConvTile {
+    /// Vectors of `k` output channels (weight loads per reduction step).
+    channel_vectors: i64,
+    /// Output columns (input broadcasts per reduction step).
+    columns: i64,
+}
+
+/// The tile with the fewest loads per FMA whose accumulators, weight vectors
+/// and one broadcast input fit the vector registers: `channel_vectors` must
+/// divide the `channel_blocks` and `columns` the row width (no tails inside a
+/// tile). At least 8 accumulators hide the FMA latency when the row allows.
+/// AVX2 (16 registers) gets 2 × 6 or 2 × 7 tiles, AVX-512 (32) 2 × 14 or 3 × 8.
+fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
+    let mut best = PackedConvTile { channel_vectors: 1, columns: divisor_at_most(row, (registers - 2).clamp(1, 14)) };
+    let cost = |t: &PackedConvTile| {
+        let acc = t.channel_vectors * t.columns;
+        // Loads per FMA, with a penalty for too few accumulators to cover the latency.
+        let loads = (t.channel_vectors + t.columns) as f64 / acc as f64;
+        // Measured on Zen 3: 2 × 4 beats 1 × 14 on 56- and 28-wide rows, but
+        // 4 × 2 loses to 1 × 14 on 14-wide ones (four weight vectors per
+        // step stream from L2): at least 4 columns per tile.
+        let short = t.columns < 4 && t.columns < row;
+        loads + if acc < 8 || short { 1.0 } else { 0.0 }
+    };
+    for v in (1..=4.min(channel_blocks)).filter(|v| channel_blocks % v == 0) {
+        // Accumulators + weight vectors + one broadcast: v·c + v + 1 ≤ registers.
+        // (One accumulator more spills, and its store-to-load round trip
+        // then bounds every reduction step: twice the time.)
+        let columns = divisor_at_most(row, ((registers - v - 1) / v).clamp(1, 14));
+        let t = PackedConvTile { channel_vectors: v, columns };
+        if cost(&t) < cost(&best) {
+            best = t;
+        }
+    }
+    best
 }
 
 /// matmul, dense, batch_matmul: see the module docs.
@@ -367,8 +481,10 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> Pr
             f
         }
     };
-    // A materialized stage nobody placed is inlined back (no full-size local buffer).
-    for pad in materialized(&out) {
+    // A materialized stage nobody placed is inlined back (no full-size local
+    // buffer), unless the strategy chose to keep it (a small padded image).
+    let keep = out.attrs.contains_key("keep_materialized");
+    for pad in materialized(&out).into_iter().filter(|_| !keep) {
         let mut s = Schedule::new(out.clone());
         match s.compute_inline(&pad) {
             Ok(()) => out = s.into_func(),

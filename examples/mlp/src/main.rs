@@ -73,7 +73,13 @@ fn main() {
     if std::env::args().any(|a| a == "--cuda") {
         return run_cuda();
     }
-    let mut model = mlp::OwnedModel::with_threads(1);
+    let mut model = match mlp::OwnedModel::with_threads(1) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
     let mut out = [0f32; 10];
     if let Err(e) = model.run(&SAMPLE, &mut out) {
         eprintln!("error: {e}");

@@ -1,0 +1,167 @@
+//! The hot loops of kiln's schedules keep their register tiles in registers
+//! on every CPU kiln sizes them for: the layers that dominate ResNet-18,
+//! MobileNetV2 and the MLP, compiled for AVX2 (haswell, znver3), AVX-512
+//! (skylake-avx512, icelake-server) and AArch64 NEON (neoverse-n1). Read
+//! from the emitted assembly, so it runs on any machine: the innermost loops
+//! that hold FMAs have no stack-relative vector loads or stores (spills), and
+//! their FMAs use the target's full vector width.
+#![cfg(feature = "llvm")]
+
+use std::sync::Arc;
+
+use kiln::codegen::llvm::{compile, LlvmTarget};
+use kiln::target::VectorUnit;
+use kiln::transform::PassContext;
+use kiln::{DataType, Tensor};
+
+/// (label, Relay `@main` over `%x` and the weight `%w`, weight shape).
+const LAYERS: &[(&str, &str, &[usize])] = &[
+    (
+        "resnet18 stage-1 3x3 conv",
+        "%x: Tensor[(1, 64, 56, 56), float32], %w: Tensor[(64, 64, 3, 3), float32]) {
+           nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=64, kernel_size=[3, 3]))",
+        &[64, 64, 3, 3],
+    ),
+    (
+        "resnet18 stage-3 3x3 conv",
+        "%x: Tensor[(1, 256, 14, 14), float32], %w: Tensor[(256, 256, 3, 3), float32]) {
+           nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=256, kernel_size=[3, 3]))",
+        &[256, 256, 3, 3],
+    ),
+    (
+        "resnet18 stage-4 3x3 conv",
+        "%x: Tensor[(1, 512, 7, 7), float32], %w: Tensor[(512, 512, 3, 3), float32]) {
+           nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=512, kernel_size=[3, 3]))",
+        &[512, 512, 3, 3],
+    ),
+    (
+        "resnet18 7x7 stem",
+        "%x: Tensor[(1, 3, 224, 224), float32], %w: Tensor[(64, 3, 7, 7), float32]) {
+           nn.conv2d(%x, %w, strides=[2, 2], padding=[3, 3, 3, 3], channels=64, kernel_size=[7, 7])",
+        &[64, 3, 7, 7],
+    ),
+    (
+        "mobilenetv2 1x1 expansion",
+        "%x: Tensor[(1, 16, 112, 112), float32], %w: Tensor[(96, 16, 1, 1), float32]) {
+           clip(nn.conv2d(%x, %w, channels=96, kernel_size=[1, 1]), a_min=0f, a_max=6f)",
+        &[96, 16, 1, 1],
+    ),
+    (
+        "mobilenetv2 1x1 projection",
+        "%x: Tensor[(1, 960, 7, 7), float32], %w: Tensor[(160, 960, 1, 1), float32]) {
+           nn.conv2d(%x, %w, channels=160, kernel_size=[1, 1])",
+        &[160, 960, 1, 1],
+    ),
+    (
+        "mlp dense",
+        "%x: Tensor[(1, 784), float32], %w: Tensor[(128, 784), float32]) {
+           nn.relu(nn.dense(%x, %w, units=128))",
+        &[128, 784],
+    ),
+];
+
+/// (target, FMA register prefix of its full vector width).
+const TARGETS: &[(&str, &str)] = &[
+    ("llvm -mcpu=haswell", "%ymm"),
+    ("llvm -mcpu=znver3", "%ymm"),
+    ("llvm -mcpu=skylake-avx512", "%zmm"),
+    ("llvm -mcpu=icelake-server", "%zmm"),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1", ".4s"),
+];
+
+fn weight(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = (0..n).map(|i| ((i as f64) * 0.37).sin() * 0.1).collect();
+    Tensor::from_f64(DataType::F32, shape.to_vec(), &vals)
+}
+
+/// The assembly of one layer's kernels, scheduled and compiled for `target`.
+fn assembly(relay: &str, shape: &[usize], target: &str) -> String {
+    let text = format!("#[version = \"0.0.5\"]\ndef @main({relay}\n}}\n");
+    let m = kiln::relay::parse_module(&text).expect("parse");
+    let mut b = kiln::Build::new("layer");
+    b.module(m).weight("w", weight(shape)).target(target);
+    let m = b.prepare().expect("prepare");
+    let mut ctx = PassContext::new().with_opt_level(3);
+    VectorUnit::of_target(target).configure(&mut ctx);
+    let (_, plan) = kiln::build::optimize_and_plan(m, Arc::new(ctx)).expect("plan");
+    let llvm = LlvmTarget::parse(target).expect("target");
+    compile("layer", &plan.kernels, &llvm).expect("compile").assembly
+}
+
+/// The innermost loops of `asm` that hold an FMA: the lines between a label
+/// and the backward branch to it, with no loop inside.
+fn hot_loops(asm: &str) -> Vec<Vec<&str>> {
+    let lines: Vec<&str> = asm.lines().map(str::trim).collect();
+    let mut labels = std::collections::HashMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(name) = l.strip_suffix(':') {
+            labels.insert(name, i);
+        }
+    }
+    let is_branch = |l: &str| l.starts_with('j') || l.starts_with("b.") || l.starts_with("b\t") || l.starts_with("cb");
+    let mut loops = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if !is_branch(l) {
+            continue;
+        }
+        let Some(target) = l.split([' ', '\t', ',']).rev().find(|w| w.starts_with(".LBB")) else { continue };
+        if let Some(&start) = labels.get(target) {
+            if start < i {
+                loops.push((start, i));
+            }
+        }
+    }
+    let innermost = |&(s, e): &(usize, usize)| !loops.iter().any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e);
+    loops
+        .iter()
+        .filter(|l| innermost(l))
+        .map(|&(s, e)| lines[s..=e].to_vec())
+        .filter(|body| body.iter().any(|l| is_fma(l)))
+        .collect()
+}
+
+fn is_fma(line: &str) -> bool {
+    line.starts_with("vfmadd") || line.starts_with("vfnmadd") || line.starts_with("fmla")
+}
+
+/// A load or store of a vector register at a stack address.
+fn is_vector_spill(line: &str) -> bool {
+    let x86 = line.contains("(%rsp)") && (line.contains("%ymm") || line.contains("%zmm") || line.contains("%xmm"));
+    let aarch64 =
+        line.contains("[sp") && (line.starts_with("ldr\tq") || line.starts_with("str\tq") || line.contains("\tq"));
+    x86 || aarch64
+}
+
+#[test]
+fn hot_loops_keep_their_tiles_in_registers_on_every_cpu() {
+    let mut failures = Vec::new();
+    for (target, full_width) in TARGETS {
+        for (label, relay, shape) in LAYERS {
+            let asm = assembly(relay, shape, target);
+            let loops = hot_loops(&asm);
+            if loops.is_empty() {
+                failures.push(format!("{target}, {label}: no loop with FMAs found"));
+            }
+            for body in &loops {
+                let spills: Vec<&&str> = body.iter().filter(|l| is_vector_spill(l)).collect();
+                if !spills.is_empty() {
+                    failures.push(format!(
+                        "{target}, {label}: {} stack accesses in a hot loop, e.g. `{}`",
+                        spills.len(),
+                        spills[0]
+                    ));
+                }
+                let narrow: Vec<&&str> = body.iter().filter(|l| is_fma(l) && !l.contains(full_width)).collect();
+                if !narrow.is_empty() {
+                    failures.push(format!(
+                        "{target}, {label}: {} FMAs narrower than {full_width}, e.g. `{}`",
+                        narrow.len(),
+                        narrow[0]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

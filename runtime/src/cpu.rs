@@ -1,0 +1,144 @@
+//! Which instruction-set features the running CPU has, so that a model
+//! compiled for features this CPU lacks is refused when it is created
+//! instead of dying of SIGILL in its first kernel.
+//!
+//! Names are LLVM's (`avx2`, `avx512f`, `avx512vnni`, `amx-tile`, `dotprod`):
+//! kiln records them from the target a model was built for. On x86 they are
+//! read from CPUID and, for the register files the OS must save (AVX,
+//! AVX-512, AMX), from XCR0 — without `std`, so `no_std` models check too.
+
+/// Whether this CPU (and OS) supports the feature `name`; `None` for a name
+/// this runtime cannot check (the caller then trusts the build).
+pub fn has_feature(name: &str) -> Option<bool> {
+    imp::has_feature(name)
+}
+
+/// The first of `required` that this CPU lacks.
+pub fn first_missing<'a>(required: &[&'a str]) -> Option<&'a str> {
+    required.iter().copied().find(|f| has_feature(f) == Some(false))
+}
+
+/// The names [`has_feature`] can check on this architecture.
+pub fn checkable_features() -> &'static [&'static str] {
+    imp::CHECKABLE
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use core::arch::x86_64::{__cpuid_count, CpuidResult};
+
+    pub const CHECKABLE: &[&str] = &[
+        "sse4.2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512cd",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512vnni",
+        "avx512bf16",
+        "avxvnni",
+        "amx-tile",
+        "amx-int8",
+        "amx-bf16",
+    ];
+
+    // `__cpuid_count` became a safe function after kiln's minimum Rust (1.85).
+    #[allow(unused_unsafe)]
+    fn cpuid(leaf: u32, sub: u32) -> CpuidResult {
+        // SAFETY: CPUID exists on every x86_64 CPU; leaves above the maximum
+        // are not asked for (callers check leaf 0 first).
+        unsafe { __cpuid_count(leaf, sub) }
+    }
+
+    /// XCR0: which register states the OS saves (0 when XGETBV is unavailable).
+    fn xcr0() -> u64 {
+        let osxsave = cpuid(1, 0).ecx & (1 << 27) != 0;
+        if !osxsave {
+            return 0;
+        }
+        #[target_feature(enable = "xsave")]
+        unsafe fn read() -> u64 {
+            // SAFETY: the caller checked OSXSAVE.
+            unsafe { core::arch::x86_64::_xgetbv(0) }
+        }
+        // SAFETY: OSXSAVE set means XGETBV is available and enabled.
+        unsafe { read() }
+    }
+
+    pub fn has_feature(name: &str) -> Option<bool> {
+        let max_leaf = cpuid(0, 0).eax;
+        let l1 = cpuid(1, 0);
+        let zero = CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 };
+        let (l7, l7_1) = if max_leaf >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (zero, zero) };
+        let xcr0 = xcr0();
+        let avx_state = xcr0 & 0b110 == 0b110;
+        let avx512_state = avx_state && xcr0 & 0b1110_0000 == 0b1110_0000;
+        let amx_state = xcr0 & (0b11 << 17) == 0b11 << 17;
+        let bit = |r: u32, b: u32| r & (1 << b) != 0;
+        Some(match name {
+            "sse4.2" => bit(l1.ecx, 20),
+            "avx" => bit(l1.ecx, 28) && avx_state,
+            "fma" => bit(l1.ecx, 12) && avx_state,
+            "f16c" => bit(l1.ecx, 29) && avx_state,
+            "avx2" => bit(l7.ebx, 5) && avx_state,
+            "avxvnni" => bit(l7_1.eax, 4) && avx_state,
+            "avx512f" => bit(l7.ebx, 16) && avx512_state,
+            "avx512dq" => bit(l7.ebx, 17) && avx512_state,
+            "avx512cd" => bit(l7.ebx, 28) && avx512_state,
+            "avx512bw" => bit(l7.ebx, 30) && avx512_state,
+            "avx512vl" => bit(l7.ebx, 31) && avx512_state,
+            "avx512vnni" => bit(l7.ecx, 11) && avx512_state,
+            "avx512bf16" => bit(l7_1.eax, 5) && avx512_state,
+            "amx-bf16" => bit(l7.edx, 22) && amx_state,
+            "amx-tile" => bit(l7.edx, 24) && amx_state,
+            "amx-int8" => bit(l7.edx, 25) && amx_state,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(all(target_arch = "aarch64", feature = "std"))]
+mod imp {
+    pub const CHECKABLE: &[&str] = &["neon", "dotprod", "bf16", "i8mm", "fullfp16"];
+
+    pub fn has_feature(name: &str) -> Option<bool> {
+        Some(match name {
+            "neon" => std::arch::is_aarch64_feature_detected!("neon"),
+            "dotprod" => std::arch::is_aarch64_feature_detected!("dotprod"),
+            "bf16" => std::arch::is_aarch64_feature_detected!("bf16"),
+            "i8mm" => std::arch::is_aarch64_feature_detected!("i8mm"),
+            "fullfp16" => std::arch::is_aarch64_feature_detected!("fp16"),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", all(target_arch = "aarch64", feature = "std"))))]
+mod imp {
+    pub const CHECKABLE: &[&str] = &[];
+
+    pub fn has_feature(_: &str) -> Option<bool> {
+        None
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64", feature = "std"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agrees_with_std_detection() {
+        assert_eq!(has_feature("avx2"), Some(std::arch::is_x86_feature_detected!("avx2")));
+        assert_eq!(has_feature("fma"), Some(std::arch::is_x86_feature_detected!("fma")));
+        assert_eq!(has_feature("avx512f"), Some(std::arch::is_x86_feature_detected!("avx512f")));
+        assert_eq!(has_feature("avx512vnni"), Some(std::arch::is_x86_feature_detected!("avx512vnni")));
+        assert_eq!(has_feature("avx512bf16"), Some(std::arch::is_x86_feature_detected!("avx512bf16")));
+        assert_eq!(has_feature("sse4.2"), Some(true));
+        assert_eq!(has_feature("no-such-feature"), None);
+        assert_eq!(first_missing(&["sse4.2"]), None);
+    }
+}
