@@ -2,12 +2,15 @@
 //! applied to every lowered kernel (`tir.DefaultSchedule`), chosen by the
 //! kernel's anchor operator:
 //!
-//! - `nn.conv2d`: output channels × output columns register tiles (8 × up to
-//!   two vectors of lanes) accumulated in a kernel-local tile, reduction
-//!   loops outside the tile, columns vectorized, channels unrolled — or, over
-//!   a packed `OIHW<lanes>o` weight, one vector of channels × up to 14
-//!   columns unrolled; the padded input computed per output row
-//!   (`compute_at`); rows in parallel.
+//! - `nn.conv2d`: output channels × output columns register tiles (up to 8
+//!   channels × up to two vectors of lanes) accumulated in a kernel-local
+//!   tile, reduction loops outside the tile, columns vectorized, channels
+//!   unrolled — or, over a packed `OIHW<lanes>o` weight, `v` vectors of
+//!   channels × `c` columns (the fewest loads per FMA that fit the
+//!   registers: 2 × 4 on AVX2 for wide rows, 1 × 14 or 1 × 7 for late
+//!   stages); the padded input computed per output row (`compute_at`), rows
+//!   in parallel — or, for large weights on maps of at most 64 pixels, the
+//!   whole image padded once and channel blocks in parallel.
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
 //!   tiles the same way, the column tile vectorized; tiles in parallel.
 //! - other reductions: the reduction loops moved outside the last output
