@@ -161,6 +161,22 @@ fn simplify_inference_and_expr() {
             }
         "#]],
     );
+    // Small integer powers of floats become products (GELU's x³); others stay.
+    check(
+        "def @main(%x: Tensor[(2, 3), float32], %n: Tensor[(2, 3), int32]) {\n  %0 = power(%x, 3f);\n  %1 = power(%x, 2f);\n  %2 = power(%x, 0.5f);\n  %3 = power(%n, 2);\n  (%0, %1, %2, %3)\n}",
+        &["SimplifyExpr"],
+        expect![[r##"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(2, 3), float32], %n: Tensor[(2, 3), int32]) {
+              %0 = multiply(%x, %x) /* ty=Tensor[(2, 3), float32] */;
+              %1 = multiply(%0, %x) /* ty=Tensor[(2, 3), float32] */;
+              %2 = multiply(%x, %x) /* ty=Tensor[(2, 3), float32] */;
+              %3 = power(%x, 0.5f) /* ty=Tensor[(2, 3), float32] */;
+              %4 = power(%n, 2) /* ty=Tensor[(2, 3), int32] */;
+              (%1, %2, %3, %4) /* ty=(Tensor[(2, 3), float32], Tensor[(2, 3), float32], Tensor[(2, 3), float32], Tensor[(2, 3), int32]) */
+            }
+        "##]],
+    );
 }
 
 #[test]

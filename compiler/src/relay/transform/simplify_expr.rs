@@ -2,6 +2,7 @@
 //!
 //! - `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1` → `x` when the
 //!   constant is all zeros/ones and the result has `x`'s type (so no broadcast is lost);
+//! - `power(x, 2)` → `x * x`, `power(x, 3)` → `x * x * x` (float `x`);
 //! - `negative(negative(x))` → `x`; `cast(x, dtype of x)` → `x`;
 //! - `reshape(reshape(x))` → one `reshape`; a reshape to the same shape → `x`;
 //! - `transpose(transpose(x))` → one `transpose`, or `x` when the permutations cancel.
@@ -29,6 +30,10 @@ fn args(store: &Store, id: ExprId) -> Vec<ExprId> {
 
 fn same_type(store: &Store, a: ExprId, b: ExprId) -> bool {
     matches!((store.checked_type(a), store.checked_type(b)), (Some(x), Some(y)) if x == y)
+}
+
+fn is_float(store: &Store, id: ExprId) -> bool {
+    store.checked_type(id).and_then(Type::as_tensor).is_some_and(|t| t.dtype.is_float())
 }
 
 fn rank(store: &Store, id: ExprId) -> Option<usize> {
@@ -65,6 +70,26 @@ impl ExprMutator for Simplify {
                     return post_args[1];
                 }
                 post
+            }
+            // A GELU's `x³` was a libm `powf` call per element (no vector
+            // form); a product is exact for x² and within an ulp for x³,
+            // and NaN, infinities and signed zeros come out as pow's.
+            "power" if is_float(store, pre) && same_type(store, pre, pre_args[0]) => {
+                let x = post_args[0];
+                let factors = match () {
+                    _ if is_constant_all(store, post_args[1], 2.0) => 2,
+                    _ if is_constant_all(store, post_args[1], 3.0) => 3,
+                    _ => return post,
+                };
+                let span = store.span(post).clone();
+                let mut product = x;
+                for _ in 1..factors {
+                    match store.call_op_at("multiply", vec![product, x], Attrs::default(), span.clone()) {
+                        Ok(p) => product = p,
+                        Err(_) => return post,
+                    }
+                }
+                product
             }
             "negative" => match store.op_name(post_args[0]) {
                 Some("negative") => args(store, post_args[0])[0],
