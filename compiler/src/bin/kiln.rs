@@ -32,6 +32,7 @@ commands:
                                  `cuda [-arch=sm_80]` (NVIDIA GPUs; run/bench need feature `cuda`)
       --opt-level N              optimization level (default 3)
       --weights FILE             bind @main parameters from .safetensors/.npy (repeatable)
+      --input-shape NAME=1x3x224x224  (ONNX) fix the symbolic dimensions of an input (repeatable)
       --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c,ptx (default obj)
       -o DIR                     output directory (default .)
   run FILE        compile in process (JIT, or C) and run on .npy inputs
@@ -196,6 +197,8 @@ struct CompileArgs {
     inputs: Vec<(String, String)>,
     /// `--bind NAME=PATH.npy`: ONNX inputs fixed at build time.
     bound: Vec<(String, String)>,
+    /// `--input-shape NAME=1x3x224x224`: symbolic ONNX input dimensions fixed.
+    input_shapes: Vec<(String, Vec<usize>)>,
     outputs: Vec<String>,
     threads: usize,
     runs: usize,
@@ -215,6 +218,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         out: ".".into(),
         inputs: Vec::new(),
         bound: Vec::new(),
+        input_shapes: Vec::new(),
         outputs: Vec::new(),
         threads: 1,
         runs: 100,
@@ -242,6 +246,14 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
                 let v = value(a)?;
                 let (n, p) = v.split_once('=').ok_or_else(|| format!("--bind takes NAME=PATH.npy, not `{v}`"))?;
                 c.bound.push((n.to_string(), p.to_string()));
+            }
+            "--input-shape" => {
+                let v = value(a)?;
+                let bad = || format!("--input-shape takes NAME=D1xD2x…, e.g. x=1x3x224x224, not `{v}`");
+                let (n, dims) = v.split_once('=').ok_or_else(bad)?;
+                let shape: Vec<usize> =
+                    dims.split('x').map(|d| d.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+                c.input_shapes.push((n.to_string(), shape));
             }
             "--output" => c.outputs.push(value(a)?),
             "--ptx" => c.ptx = Some(value(a)?),
@@ -285,9 +297,13 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
 
 /// Parse, bind weights, type-check, optimize and plan.
 fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::ExecutorPlan), String> {
-    // `kiln run` fixes dynamic ONNX input dimensions from the shapes of the .npy inputs.
-    let mut shapes = Vec::new();
+    // Dynamic ONNX input dimensions: `--input-shape`, else (`kiln run`) the
+    // shapes of the .npy inputs.
+    let mut shapes = c.input_shapes.clone();
     for (name, path) in &c.inputs {
+        if shapes.iter().any(|(n, _)| n == name) {
+            continue;
+        }
         if let Ok(t) = std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| kiln::npy::read_npy(&b)) {
             shapes.push((name.clone(), t.shape().to_vec()));
         }

@@ -12,13 +12,14 @@
 //! - `conv2d(x * s, w)` → `conv2d(x, w * s')` for `groups = 1`, `s` of shape `[Cin,1,1]` or `[1,Cin,1,1]`;
 //! - `dense(x * s, w)` → `dense(x, w * s)`, `s` of shape `[In]` or `[1,In]`.
 //!
-//! A rewrite happens only when the intermediate result has no other use.
+//! A rewrite happens only when the intermediate result has no other use, and
+//! never moves a run-time scale into a constant weight.
 //! Types come from the original nodes (run InferType first).
 
 use rustc_hash::FxHashMap;
 
 use kiln_ir::attrs::{AttrValue, Attrs};
-use kiln_ir::relay::{mutate, post_order, ExprId, ExprMutator, Store, Type};
+use kiln_ir::relay::{mutate, post_order, ExprId, ExprKind, ExprMutator, Store, Type};
 
 /// How many times each node is used inside `func`.
 fn use_counts(store: &Store, func: ExprId) -> FxHashMap<ExprId, usize> {
@@ -31,6 +32,15 @@ fn use_counts(store: &Store, func: ExprId) -> FxHashMap<ExprId, usize> {
 
 fn shape(store: &Store, id: ExprId) -> Option<Vec<usize>> {
     store.checked_type(id).and_then(Type::as_tensor).map(|t| t.shape.clone())
+}
+
+/// Whether folding `scale` into `weight` pays: not when the weight is a
+/// constant and the scale is computed at run time (a squeeze-and-excitation
+/// gate) — the product would then be computed per inference over the larger
+/// weight, and the weight could no longer be packed at build time.
+fn worth_folding(store: &Store, weight: ExprId, scale: ExprId) -> bool {
+    let constant = |id| matches!(store.kind(id), ExprKind::Constant(_));
+    constant(scale) || !constant(weight)
 }
 
 fn args(store: &Store, id: ExprId) -> Vec<ExprId> {
@@ -96,6 +106,9 @@ impl Backward {
         let pre_args = args(store, anchor_pre);
         let w_shape = shape(store, *pre_args.get(1)?)?;
         let [x, w] = args(store, anchor_post)[..] else { return None };
+        if !worth_folding(store, w, scale) {
+            return None;
+        }
         let scaled_w = match op {
             "nn.conv2d" if out.len() == 4 && is_nchw_channel_vector(scale_shape, out[1]) => {
                 let s = reshape(store, scale, &[out[1], 1, 1, 1], anchor_post)?;
@@ -200,6 +213,9 @@ impl ExprMutator for Forward {
                 continue;
             }
             let (x, s) = (mul_post[side], mul_post[other]);
+            if !worth_folding(store, w, s) {
+                continue;
+            }
             let new_w = match op {
                 "nn.conv2d" => {
                     let groups = store.as_call(post).and_then(|c| c.attrs.int("groups").ok());
