@@ -54,13 +54,15 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &kiln_ir::relay::Ca
     let ExprKind::Constant(c) = store.kind(w) else { return None };
     let shape = store.constant_data(*c).shape().to_vec();
     let layout = call.attrs.str("kernel_layout").ok()?;
-    // Few input channels (an image's 3) leave too little reduction per tile to
-    // pay for the channel-major write-back: such layers keep OIHW.
+    // A short reduction per output (an image's 3 channels × 3 × 3) does not
+    // pay for the channel-major write-back: such layers keep OIHW. Few input
+    // channels over a large window (LeNet's 6 × 5 × 5, ResNet's 3 × 7 × 7
+    // stem) do pay, and rows of 10 or 28 columns fit no whole vector.
     if layout != "OIHW"
         || call.attrs.int("groups").ok()? != 1
         || shape.len() != 4
         || shape[0] % block != 0
-        || shape[1] < block
+        || shape[1] * shape[2] * shape[3] < 4 * block
     {
         return None;
     }
