@@ -685,13 +685,44 @@ impl<'ctx> FnGen<'_, 'ctx> {
             _ => return Ok(None),
         };
         let ptr = self.address(buf, std::slice::from_ref(base))?;
+        let i32t = self.ctx.i32_type();
+        let n = *lanes as u32;
+        if span <= 2 * n {
+            // Two overlapping whole vectors — the first `n` elements of the
+            // span and the last `n` — and one two-input shuffle: an odd-sized
+            // `<15 x float>` load was legalized piece by piece (eight inserts).
+            let nt = match elem_type(self.ctx, buf.elem()) {
+                BasicTypeEnum::FloatType(t) => t.vec_type(n),
+                _ => return Ok(None),
+            };
+            let high_offset = span - n;
+            let load = |g: &mut Self, offset: u32, name: &str| -> Result<VectorValue<'ctx>, CodegenError> {
+                // SAFETY: the span's elements are in the buffer (the caller's index).
+                let p = unsafe { g.b.build_gep(ptr, &[g.i64c(offset as i64)], name) };
+                let p = g.e(p)?;
+                let p = g.e(g.b.build_pointer_cast(p, nt.ptr_type(AddressSpace::default()), name))?;
+                let v = g.e(g.b.build_load(p, name))?;
+                if let Some(i) = v.as_instruction_value() {
+                    i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&g.kernel, m))?;
+                }
+                Ok(v.into_vector_value())
+            };
+            let (low, high) = (load(self, 0, "low")?, load(self, high_offset, "high")?);
+            let mask: Vec<IntValue> = (0..n)
+                .map(|k| {
+                    let j = k * s as u32;
+                    i32t.const_int(if j < n { j } else { n + j - high_offset } as u64, false)
+                })
+                .collect();
+            let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
+            return Ok(Some(picked.into()));
+        }
         let ptr = self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "sptr"))?;
         let wide = self.e(self.b.build_load(ptr, "wide"))?;
         if let Some(i) = wide.as_instruction_value() {
             i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
         }
         let wide = wide.into_vector_value();
-        let i32t = self.ctx.i32_type();
         let mask: Vec<IntValue> = (0..*lanes as u64).map(|k| i32t.const_int(k * s as u64, false)).collect();
         let picked =
             self.e(self.b.build_shuffle_vector(wide, vt.get_undef(), VectorType::const_vector(&mask), "strided"))?;
