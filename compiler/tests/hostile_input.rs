@@ -149,6 +149,7 @@ fn absurd_sizes_are_errors_with_a_location() {
 /// A CPU name LLVM 14 does not know made LLVM abort the process ("64-bit
 /// code requested on a subtarget that doesn't support it"); it is now an
 /// error naming the CPU, with the name to use for CPUs newer than LLVM 14.
+/// Unknown `-mattr` features are errors too.
 #[test]
 fn unknown_cpus_are_errors_not_aborts() {
     let dir = tempfile::tempdir().expect("dir");
@@ -160,6 +161,19 @@ fn unknown_cpus_are_errors_not_aborts() {
         assert_eq!(code, 1, "{cpu}: {err}");
         assert!(err.contains(says), "{cpu}: {err}");
     }
+    // An unknown -mattr feature was ignored with a warning: `+avx512` built
+    // without AVX-512. Now an error with the names it may have meant.
+    for (target, says) in [
+        ("llvm -mcpu=znver3 -mattr=+avx512", "does not know the x86 feature `avx512` (similar: avx"),
+        ("llvm -mcpu=znver3 -mattr=avx2", "`+feature` or `-feature`, not `avx2`"),
+        ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1 -mattr=+dotprod,+foo", "AArch64 feature `foo`"),
+    ] {
+        let (code, _, err) = kiln(&["build", &model, "--target", target, "-o", &out]);
+        assert_eq!(code, 1, "{target}: {err}");
+        assert!(err.contains(says), "{target}: {err}");
+    }
+    let (code, _, err) = kiln(&["build", &model, "--target", "llvm -mcpu=znver3 -mattr=+avx2,-fma", "-o", &out]);
+    assert_eq!(code, 0, "known features build: {err}");
 }
 
 /// Gather, GatherElements and GatherND with indices given at run time: an

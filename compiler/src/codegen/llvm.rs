@@ -87,8 +87,12 @@ impl LlvmTarget {
                 return Err(bad(format!("unknown option `{w}`; expected -mcpu=, -mattr=, -mtriple= or -fast-math")));
             }
         }
-        // An unknown CPU would make LLVM abort the whole process later.
-        crate::target::check_llvm_cpu(&t.triple, &t.cpu).map_err(bad)?;
+        // An unknown CPU would make LLVM abort the whole process later; an
+        // unknown feature would be ignored with only a warning.
+        crate::target::check_llvm_cpu(&t.triple, &t.cpu).map_err(&bad)?;
+        for attrs in s.split_whitespace().filter_map(|w| w.strip_prefix("-mattr=")) {
+            crate::target::check_llvm_features(&t.triple, attrs).map_err(&bad)?;
+        }
         Ok(t)
     }
 

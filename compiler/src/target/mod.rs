@@ -10,7 +10,10 @@ mod features;
 mod llvm_cpus;
 
 pub use features::{required_features, TargetDescription};
-pub use llvm_cpus::{check_llvm_cpu, LLVM14_AARCH64_CPUS, LLVM14_X86_CPUS};
+pub use llvm_cpus::{
+    check_llvm_cpu, check_llvm_features, LLVM14_AARCH64_CPUS, LLVM14_AARCH64_FEATURES, LLVM14_X86_CPUS,
+    LLVM14_X86_FEATURES,
+};
 
 use crate::transform::{ConfigValue, PassContext};
 
