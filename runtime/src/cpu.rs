@@ -10,17 +10,20 @@
 /// Whether this CPU (and OS) supports the feature `name`; `None` for a name
 /// this runtime cannot check (the caller then trusts the build).
 pub fn has_feature(name: &str) -> Option<bool> {
-    imp::has_feature(name)
+    imp::Cpu::read().has(name)
 }
 
-/// The first of `required` that this CPU lacks.
+/// The first of `required` that this CPU lacks (the CPU read once: CPUID
+/// leaves the virtual machine on every call).
 pub fn first_missing<'a>(required: &[&'a str]) -> Option<&'a str> {
-    required.iter().copied().find(|f| has_feature(f) == Some(false))
+    let cpu = imp::Cpu::read();
+    required.iter().copied().find(|f| cpu.has(f) == Some(false))
 }
 
-/// The names [`has_feature`] can check on this architecture.
-pub fn checkable_features() -> &'static [&'static str] {
-    imp::CHECKABLE
+/// The features [`has_feature`] can check on this architecture that this CPU has.
+pub fn detected() -> impl Iterator<Item = &'static str> {
+    let cpu = imp::Cpu::read();
+    imp::CHECKABLE.iter().copied().filter(move |f| cpu.has(f) == Some(true))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -54,10 +57,10 @@ mod imp {
         unsafe { __cpuid_count(leaf, sub) }
     }
 
-    /// XCR0: which register states the OS saves (0 when XGETBV is unavailable).
-    fn xcr0() -> u64 {
-        let osxsave = cpuid(1, 0).ecx & (1 << 27) != 0;
-        if !osxsave {
+    /// XCR0: which register states the OS saves (0 when XGETBV is unavailable:
+    /// no OSXSAVE in leaf 1's ECX).
+    fn xcr0(l1: CpuidResult) -> u64 {
+        if l1.ecx & (1 << 27) == 0 {
             return 0;
         }
         #[target_feature(enable = "xsave")]
@@ -69,35 +72,49 @@ mod imp {
         unsafe { read() }
     }
 
-    pub fn has_feature(name: &str) -> Option<bool> {
-        let max_leaf = cpuid(0, 0).eax;
-        let l1 = cpuid(1, 0);
-        let zero = CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 };
-        let (l7, l7_1) = if max_leaf >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (zero, zero) };
-        let xcr0 = xcr0();
-        let avx_state = xcr0 & 0b110 == 0b110;
-        let avx512_state = avx_state && xcr0 & 0b1110_0000 == 0b1110_0000;
-        let amx_state = xcr0 & (0b11 << 17) == 0b11 << 17;
-        let bit = |r: u32, b: u32| r & (1 << b) != 0;
-        Some(match name {
-            "sse4.2" => bit(l1.ecx, 20),
-            "avx" => bit(l1.ecx, 28) && avx_state,
-            "fma" => bit(l1.ecx, 12) && avx_state,
-            "f16c" => bit(l1.ecx, 29) && avx_state,
-            "avx2" => bit(l7.ebx, 5) && avx_state,
-            "avxvnni" => bit(l7_1.eax, 4) && avx_state,
-            "avx512f" => bit(l7.ebx, 16) && avx512_state,
-            "avx512dq" => bit(l7.ebx, 17) && avx512_state,
-            "avx512cd" => bit(l7.ebx, 28) && avx512_state,
-            "avx512bw" => bit(l7.ebx, 30) && avx512_state,
-            "avx512vl" => bit(l7.ebx, 31) && avx512_state,
-            "avx512vnni" => bit(l7.ecx, 11) && avx512_state,
-            "avx512bf16" => bit(l7_1.eax, 5) && avx512_state,
-            "amx-bf16" => bit(l7.edx, 22) && amx_state,
-            "amx-tile" => bit(l7.edx, 24) && amx_state,
-            "amx-int8" => bit(l7.edx, 25) && amx_state,
-            _ => return None,
-        })
+    /// The CPUID leaves and XCR0 the checks read.
+    #[derive(Clone, Copy)]
+    pub struct Cpu {
+        l1: CpuidResult,
+        l7: CpuidResult,
+        l7_1: CpuidResult,
+        xcr0: u64,
+    }
+
+    impl Cpu {
+        pub fn read() -> Cpu {
+            let zero = CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 };
+            let (l7, l7_1) = if cpuid(0, 0).eax >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (zero, zero) };
+            let l1 = cpuid(1, 0);
+            Cpu { l1, l7, l7_1, xcr0: xcr0(l1) }
+        }
+
+        pub fn has(&self, name: &str) -> Option<bool> {
+            let Cpu { l1, l7, l7_1, xcr0 } = *self;
+            let avx_state = xcr0 & 0b110 == 0b110;
+            let avx512_state = avx_state && xcr0 & 0b1110_0000 == 0b1110_0000;
+            let amx_state = xcr0 & (0b11 << 17) == 0b11 << 17;
+            let bit = |r: u32, b: u32| r & (1 << b) != 0;
+            Some(match name {
+                "sse4.2" => bit(l1.ecx, 20),
+                "avx" => bit(l1.ecx, 28) && avx_state,
+                "fma" => bit(l1.ecx, 12) && avx_state,
+                "f16c" => bit(l1.ecx, 29) && avx_state,
+                "avx2" => bit(l7.ebx, 5) && avx_state,
+                "avxvnni" => bit(l7_1.eax, 4) && avx_state,
+                "avx512f" => bit(l7.ebx, 16) && avx512_state,
+                "avx512dq" => bit(l7.ebx, 17) && avx512_state,
+                "avx512cd" => bit(l7.ebx, 28) && avx512_state,
+                "avx512bw" => bit(l7.ebx, 30) && avx512_state,
+                "avx512vl" => bit(l7.ebx, 31) && avx512_state,
+                "avx512vnni" => bit(l7.ecx, 11) && avx512_state,
+                "avx512bf16" => bit(l7_1.eax, 5) && avx512_state,
+                "amx-bf16" => bit(l7.edx, 22) && amx_state,
+                "amx-tile" => bit(l7.edx, 24) && amx_state,
+                "amx-int8" => bit(l7.edx, 25) && amx_state,
+                _ => return None,
+            })
+        }
     }
 }
 
@@ -105,15 +122,25 @@ mod imp {
 mod imp {
     pub const CHECKABLE: &[&str] = &["neon", "dotprod", "bf16", "i8mm", "fullfp16"];
 
-    pub fn has_feature(name: &str) -> Option<bool> {
-        Some(match name {
-            "neon" => std::arch::is_aarch64_feature_detected!("neon"),
-            "dotprod" => std::arch::is_aarch64_feature_detected!("dotprod"),
-            "bf16" => std::arch::is_aarch64_feature_detected!("bf16"),
-            "i8mm" => std::arch::is_aarch64_feature_detected!("i8mm"),
-            "fullfp16" => std::arch::is_aarch64_feature_detected!("fp16"),
-            _ => return None,
-        })
+    /// std caches the detection; nothing to read up front.
+    #[derive(Clone, Copy)]
+    pub struct Cpu;
+
+    impl Cpu {
+        pub fn read() -> Cpu {
+            Cpu
+        }
+
+        pub fn has(&self, name: &str) -> Option<bool> {
+            Some(match name {
+                "neon" => std::arch::is_aarch64_feature_detected!("neon"),
+                "dotprod" => std::arch::is_aarch64_feature_detected!("dotprod"),
+                "bf16" => std::arch::is_aarch64_feature_detected!("bf16"),
+                "i8mm" => std::arch::is_aarch64_feature_detected!("i8mm"),
+                "fullfp16" => std::arch::is_aarch64_feature_detected!("fp16"),
+                _ => return None,
+            })
+        }
     }
 }
 
@@ -121,8 +148,17 @@ mod imp {
 mod imp {
     pub const CHECKABLE: &[&str] = &[];
 
-    pub fn has_feature(_: &str) -> Option<bool> {
-        None
+    #[derive(Clone, Copy)]
+    pub struct Cpu;
+
+    impl Cpu {
+        pub fn read() -> Cpu {
+            Cpu
+        }
+
+        pub fn has(&self, _: &str) -> Option<bool> {
+            None
+        }
     }
 }
 

@@ -575,7 +575,7 @@ fn execute(
     }
     // Code for a CPU feature this machine lacks would die of SIGILL.
     let description = kiln::target::TargetDescription::resolve(&c.target);
-    if let Some(feature) = description.missing_on_this_cpu().first() {
+    if let Some(feature) = description.first_missing_on_this_cpu() {
         return Err(format!(
             "target `{}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
              run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it",

@@ -684,8 +684,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
         let Some(s) = stride.as_int().filter(|s| (2..=4).contains(s)) else { return Ok(None) };
         let span = (*lanes as u32 - 1) * s as u32 + 1;
-        let vt = match elem_type(self.ctx, buf.elem()) {
-            BasicTypeEnum::FloatType(t) if buf.elem() != DataType::Bool => t.vec_type(span),
+        let ft = match elem_type(self.ctx, buf.elem()) {
+            BasicTypeEnum::FloatType(t) if buf.elem() != DataType::Bool => t,
             _ => return Ok(None),
         };
         let ptr = self.address(buf, std::slice::from_ref(base))?;
@@ -695,10 +695,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             // Two overlapping whole vectors — the first `n` elements of the
             // span and the last `n` — and one two-input shuffle: an odd-sized
             // `<15 x float>` load was legalized piece by piece (eight inserts).
-            let nt = match elem_type(self.ctx, buf.elem()) {
-                BasicTypeEnum::FloatType(t) => t.vec_type(n),
-                _ => return Ok(None),
-            };
+            let nt = ft.vec_type(n);
             let high_offset = span - n;
             let load = |g: &mut Self, offset: u32, name: &str| -> Result<VectorValue<'ctx>, CodegenError> {
                 // SAFETY: the span's elements are in the buffer (the caller's index).
@@ -721,6 +718,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
             return Ok(Some(picked.into()));
         }
+        let vt = ft.vec_type(span);
         let ptr = self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "sptr"))?;
         let wide = self.e(self.b.build_load(ptr, "wide"))?;
         if let Some(i) = wide.as_instruction_value() {
@@ -1451,7 +1449,7 @@ impl Jit {
     /// JIT-compile `funcs` for `target`'s CPU and features, which must be
     /// this machine's architecture: an AVX2 build (`-mcpu=znver3`) runs on an
     /// AVX-512 machine too. The caller checks that this CPU has the features
-    /// (`TargetDescription::missing_on_this_cpu`) before running a kernel.
+    /// (`TargetDescription::first_missing_on_this_cpu`) before running a kernel.
     pub fn for_target(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<Jit, CodegenError> {
         Target::initialize_native(&InitializationConfig::default()).map_err(|m| llvm_err(name, m))?;
         let ctx: &'static Context = Box::leak(Box::new(Context::create()));

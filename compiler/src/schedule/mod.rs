@@ -211,7 +211,6 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let lanes = unit.f32_lanes as i64;
     // Where the padded input is computed, and the loops that run in parallel.
     let (mut pad_at, mut par) = (Some(oh.clone()), vec![oh.clone()]);
-    let mut keep_materialized = false;
     let ow_o = match block {
         Some(k) => {
             let tile = packed_conv_tile(oce / k.max(1), owe, unit.registers as i64);
@@ -263,13 +262,10 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
             ow_o
         }
     };
-    match &pad_at {
-        Some(at) => {
-            for pad in materialized(s.func()) {
-                s.compute_at(&pad, at)?;
-            }
+    if let Some(at) = &pad_at {
+        for pad in materialized(s.func()) {
+            s.compute_at(&pad, at)?;
         }
-        None => keep_materialized = true,
     }
     let tile = s.decompose_reduction(&ow_o, true)?;
     tile_kinds(&mut s, &tile)?;
@@ -281,7 +277,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     }
     fuse_parallel(&mut s, &par)?;
     let mut f = s.into_func();
-    if keep_materialized {
+    if pad_at.is_none() {
         f.attrs.insert("keep_materialized".into(), "the padded image".into());
     }
     Ok(f)
@@ -327,9 +323,9 @@ struct PackedConvTile {
 /// and one broadcast input fit the vector registers: `channel_vectors` must
 /// divide the `channel_blocks` and `columns` the row width (no tails inside a
 /// tile). At least 8 accumulators hide the FMA latency when the row allows.
-/// AVX2 (16 registers) gets 2 × 6 or 2 × 7 tiles, AVX-512 (32) 2 × 14 or 3 × 8.
+/// AVX2 (16 registers) gets 2 × 4 on 56- and 28-wide rows and 1 × 14 or
+/// 1 × 7 on late stages; AVX-512 (32) 2 × 14.
 fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
-    let mut best = PackedConvTile { channel_vectors: 1, columns: divisor_at_most(row, (registers - 2).clamp(1, 14)) };
     let cost = |t: &PackedConvTile| {
         let acc = t.channel_vectors * t.columns;
         // Loads per FMA, with a penalty for too few accumulators to cover the latency.
@@ -340,17 +336,20 @@ fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConv
         let short = t.columns < 4 && t.columns < row;
         loads + if acc < 8 || short { 1.0 } else { 0.0 }
     };
-    for v in (1..=4.min(channel_blocks)).filter(|v| channel_blocks % v == 0) {
-        // Accumulators + weight vectors + one broadcast: v·c + v + 1 ≤ registers.
-        // (One accumulator more spills, and its store-to-load round trip
-        // then bounds every reduction step: twice the time.)
-        let columns = divisor_at_most(row, ((registers - v - 1) / v).clamp(1, 14));
-        let t = PackedConvTile { channel_vectors: v, columns };
-        if cost(&t) < cost(&best) {
-            best = t;
-        }
-    }
-    best
+    // Accumulators + weight vectors + one broadcast: v·c + v + 1 ≤ registers.
+    // (One accumulator more spills, and its store-to-load round trip then
+    // bounds every reduction step: twice the time.) The first of equals wins.
+    (1..=4.min(channel_blocks).max(1))
+        .filter(|v| channel_blocks % v == 0)
+        .map(|v| PackedConvTile {
+            channel_vectors: v,
+            columns: divisor_at_most(row, ((registers - v - 1) / v).clamp(1, 14)),
+        })
+        .fold(None, |best: Option<PackedConvTile>, t| match best {
+            Some(b) if cost(&b) <= cost(&t) => Some(b),
+            _ => Some(t),
+        })
+        .unwrap_or(PackedConvTile { channel_vectors: 1, columns: 1 })
 }
 
 /// matmul, dense, batch_matmul: see the module docs.

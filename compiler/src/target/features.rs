@@ -112,10 +112,11 @@ impl TargetDescription {
         }
     }
 
-    /// The features of [`TargetDescription::features`] the running CPU lacks
-    /// (those the runtime can check on this architecture).
-    pub fn missing_on_this_cpu(&self) -> Vec<String> {
-        self.features.iter().filter(|f| kiln_runtime::cpu::has_feature(f) == Some(false)).cloned().collect()
+    /// The first of [`TargetDescription::features`] the running CPU lacks
+    /// (of those the runtime can check on this architecture).
+    pub fn first_missing_on_this_cpu(&self) -> Option<&str> {
+        let names: Vec<&str> = self.features.iter().map(String::as_str).collect();
+        kiln_runtime::cpu::first_missing(&names)
     }
 
     /// A JSON object (for `<model>.json`).
@@ -163,11 +164,7 @@ fn host_cpu_name() -> String {
 
 /// Every checkable feature this machine has.
 fn host_features() -> Vec<String> {
-    kiln_runtime::cpu::checkable_features()
-        .iter()
-        .filter(|f| kiln_runtime::cpu::has_feature(f) == Some(true))
-        .map(|f| f.to_string())
-        .collect()
+    kiln_runtime::cpu::detected().map(String::from).collect()
 }
 
 #[cfg(test)]
@@ -192,7 +189,7 @@ mod tests {
     fn native_is_this_machine_and_runs_here() {
         let d = TargetDescription::resolve("llvm -mcpu=native");
         assert_ne!(d.cpu, "native");
-        assert!(d.missing_on_this_cpu().is_empty(), "{d:?}");
+        assert!(d.first_missing_on_this_cpu().is_none(), "{d:?}");
         assert!(d.to_json().contains("\"cpu\""));
     }
 }
