@@ -150,6 +150,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut anchor: Option<(kiln_ir::relay::OpPattern, &str)> = None;
     let mut transposed_weight = false;
     let mut weight_block = None;
+    let mut groups = 1;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -162,6 +163,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     weight_block = (def.name == "nn.conv2d")
                         .then(|| kiln_ir::relay::op::conv2d_weight_block(&call.attrs).ok().flatten())
                         .flatten();
+                    groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                 }
             }
         }
@@ -175,6 +177,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     if let Some(k) = weight_block {
         prim.attrs.insert("conv2d.weight_block".into(), k.to_string());
+    }
+    if groups > 1 {
+        prim.attrs.insert("conv2d.groups".into(), groups.to_string());
     }
     Ok(prim)
 }

@@ -31,6 +31,9 @@ type Header = (Var, Expr, Expr, ForKind);
 #[derive(Debug, Clone)]
 pub struct Schedule {
     func: PrimFunc,
+    /// Kernel-local stages that whole tiles read past a row's tail, unguarded:
+    /// their region may not stop at the stage's end.
+    read_past_tail: Vec<Buffer>,
 }
 
 /// The loops `decompose_reduction` made.
@@ -205,7 +208,7 @@ fn loop_ranges(s: &Stmt) -> Vec<(Var, i64, i64)> {
 
 impl Schedule {
     pub fn new(func: PrimFunc) -> Schedule {
-        Schedule { func }
+        Schedule { func, read_past_tail: Vec::new() }
     }
 
     pub fn func(&self) -> &PrimFunc {
@@ -439,9 +442,26 @@ impl Schedule {
     /// With `cache`, the tile accumulates in a kernel-local buffer (registers,
     /// after unrolling) and the write-back copies it out before the epilogue.
     pub fn decompose_reduction(&mut self, at: &Var, cache: bool) -> Result<ReductionTile> {
+        self.decompose(at, cache, true)
+    }
+
+    /// [`Schedule::decompose_reduction`] into a kernel-local tile for a split
+    /// whose factor does not divide the extent: the tile computes whole
+    /// (its initialization and update unguarded, so they stay whole vectors)
+    /// and only the write-back checks the tail. The lanes past the end read
+    /// only kernel-local stages — an error if the update reads a global
+    /// buffer along a guarded variable — which must then be placed with
+    /// [`Schedule::compute_at`] so that their region covers those reads.
+    pub fn decompose_reduction_whole_tiles(&mut self, at: &Var) -> Result<ReductionTile> {
+        self.decompose(at, true, false)
+    }
+
+    fn decompose(&mut self, at: &Var, cache: bool, guard_update: bool) -> Result<ReductionTile> {
         let kernel = self.func.name.clone();
         let mut tile = None;
         let out = &mut tile;
+        let mut past_tail = Vec::new();
+        let past = &mut past_tail;
         self.rewrite_loop(at, |l| {
             let err = |m: &str| ScheduleError { kernel: kernel.clone(), message: format!("decompose_reduction: {m}") };
             let (tiles, inner) = peel_chain(l.body, &|_| false);
@@ -509,16 +529,35 @@ impl Schedule {
             // init
             let (init_h, init_map) = fresh("init");
             let (tb, ti) = target(&init_map);
+            let mut past_tail = Vec::new();
+            if !guard_update && !guards.is_empty() {
+                let guarded: Vec<Var> =
+                    tiles.iter().map(|h| h.0.clone()).filter(|v| guards.iter().any(|g| g.uses_var(v))).collect();
+                let mut reads = Vec::new();
+                crate::schedule::collect_loads(&uv, &mut reads);
+                // (The accumulator's own reads go to the tile.)
+                for (b, idx) in reads.into_iter().filter(|(b, _)| *b != acc) {
+                    if idx.iter().any(|i| guarded.iter().any(|v| i.uses_var(v))) {
+                        if b.scope() != Scope::Local {
+                            return Err(err("a whole tile would read a global buffer past the tail"));
+                        }
+                        past_tail.push(b);
+                    }
+                }
+            }
+            let update_guards: &[Expr] = if guard_update { &guards } else { &[] };
             let init_guards: Vec<Expr> =
-                guards.iter().map(|g| g.substitute(&|v| init_map.get(&v.id).cloned())).collect();
+                update_guards.iter().map(|g| g.substitute(&|v| init_map.get(&v.id).cloned())).collect();
             let init_stmt = wrap_guards(Stmt::Store { buffer: tb, indices: ti, value: init_value }, &init_guards);
             let init_vars = init_h.iter().map(|h| h.0.clone()).collect();
             let init_nest = rebuild_chain(init_h, init_stmt);
             // update: R { T { update } }
             let ident = HashMap::new();
             let (ub2, ui2) = target(&ident);
-            let update_stmt =
-                wrap_guards(Stmt::Store { buffer: ub2, indices: ui2, value: retarget_value(&uv, &ident) }, &guards);
+            let update_stmt = wrap_guards(
+                Stmt::Store { buffer: ub2, indices: ui2, value: retarget_value(&uv, &ident) },
+                update_guards,
+            );
             let reduce_vars = reduce_headers.iter().map(|h| h.0.clone()).collect();
             let update_vars = tiles.iter().map(|h| h.0.clone()).collect();
             let update_nest = rebuild_chain(reduce_headers, rebuild_chain(tiles.clone(), update_stmt));
@@ -544,6 +583,7 @@ impl Schedule {
             if let Some(c) = &cache_buf {
                 body = Stmt::Allocate { buffer: c.clone(), body: Box::new(body) };
             }
+            *past = past_tail;
             *out = Some(ReductionTile {
                 init_loops: init_vars,
                 reduce_loops: reduce_vars,
@@ -553,6 +593,7 @@ impl Schedule {
             });
             Ok(loop_stmt(l.var, l.min, l.extent, l.kind, body))
         })?;
+        self.read_past_tail.extend(past_tail);
         tile.ok_or_else(|| self.err("decompose_reduction: nothing decomposed"))
     }
 
@@ -692,8 +733,46 @@ impl Schedule {
                     break;
                 }
             }
-            let (base, ext) = dim.unwrap_or((Expr::int(0), full));
-            region.push((base, ext.min(full)));
+            region.push(dim.unwrap_or((Expr::int(0), full)));
+        }
+        // A region reaches past the source's end in two cases. Guarded reads
+        // (a split's tail) never happen there: the region stops at the end.
+        // Whole tiles over a row's tail read there unguarded: the region goes
+        // past the end where every element there is computed from in-bounds
+        // reads (a padded image clamps its reads), and is an error otherwise —
+        // never a read past a buffer.
+        let past_end: Vec<usize> = (0..region.len()).filter(|&d| region[d].1 > src.shape()[d] as i64).collect();
+        if !past_end.is_empty() && !self.read_past_tail.contains(src) {
+            // Only guarded reads (a split's tail) reach past the end.
+            for &d in &past_end {
+                region[d].1 = src.shape()[d] as i64;
+            }
+        } else if !past_end.is_empty() {
+            let rv: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("r{d}"))).collect();
+            let mut b = Bounds::new();
+            for (r, (_, e)) in rv.iter().zip(&region) {
+                b.bind_loop(r, 0, *e);
+            }
+            let probe =
+                value(&region.iter().zip(&rv).map(|((base, _), r)| base.clone() + Expr::var(r)).collect::<Vec<_>>());
+            let mut loads = Vec::new();
+            crate::schedule::collect_loads(&probe, &mut loads);
+            // (Indices that do not depend on the region past the end were
+            // valid before: only those that do are checked.)
+            let total = loads.iter().all(|(buf, idx)| {
+                idx.iter().zip(buf.shape()).filter(|(i, _)| past_end.iter().any(|&d| i.uses_var(&rv[d]))).all(
+                    |(i, &n)| {
+                        let iv = b.interval(i);
+                        iv.lo.is_some_and(|lo| lo >= 0) && iv.hi.is_some_and(|hi| hi < n as i64)
+                    },
+                )
+            });
+            if !total {
+                return Err(self.err(format!(
+                    "whole tiles read `{}` past its end, and its values there are not all computable",
+                    src.name()
+                )));
+            }
         }
         let local = Buffer::new(name, src.elem(), region.iter().map(|(_, e)| *e as usize).collect(), Scope::Local);
         // The region: loop vars r_d, element base_d + r_d (skipped where the

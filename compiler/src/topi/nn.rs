@@ -30,6 +30,26 @@ fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
     })
 }
 
+/// `pad[n, c, h, phase, w2]`: the padded input with each row split into its
+/// even and odd columns (padded column `2·w2 + phase`). A stride-2 window
+/// then reads contiguous columns of one phase (`w = 2·ow + rx` is phase
+/// `rx % 2`, column `ow + rx / 2`) instead of every other element.
+fn pad_nchw_phases(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
+    let s = x.shape().to_vec();
+    let width = s[3] + (pads[1] + pads[3]) as usize;
+    let shape = [s[0], s[1], s[2] + (pads[0] + pads[2]) as usize, 2, width.div_ceil(2)];
+    let xc = x.clone();
+    compute("pad", &shape, |i| {
+        let h = i[2].clone() - Expr::int(pads[0]);
+        let w = i[4].clone() * Expr::int(2) + i[3].clone() - Expr::int(pads[1]);
+        let inside = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
+        // Clamp the read so that the unselected side never indexes out of bounds.
+        let hc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, h, Expr::int(0)), Expr::int(s[2] as i64 - 1));
+        let wc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, w, Expr::int(0)), Expr::int(s[3] as i64 - 1));
+        select(inside, xc.at(&[i[0].clone(), i[1].clone(), hc, wc]), pad_value)
+    })
+}
+
 fn four(v: &[i64]) -> [i64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
@@ -103,7 +123,13 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
             let o = w.shape()[0] * block.unwrap_or(1);
             let (icpg, kh, kw) = (w.shape()[1], w.shape()[2], w.shape()[3]);
             let opg = (o / groups).max(1) as i64;
-            let padded = pad_nchw(&x, pads, Expr::constant(0.0, dt));
+            // A depthwise window of stride 2 along rows reads a phase-split image.
+            let phases = groups > 1 && icpg == 1 && block.is_none() && strides[1] == 2 && dilation[1] == 1;
+            let padded = if phases {
+                pad_nchw_phases(&x, pads, Expr::constant(0.0, dt))
+            } else {
+                pad_nchw(&x, pads, Expr::constant(0.0, dt))
+            };
             let (rc, rh, rw) = (reduce_axis(icpg, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
             let (c, y, z) = (Expr::var(&rc.0), Expr::var(&rh.0), Expr::var(&rw.0));
             one(compute("conv2d", &shape, |i| {
@@ -111,7 +137,16 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
                 let ic = group * Expr::int(icpg as i64) + c.clone();
                 let h = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
                 let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
-                let data = padded.at(&[i[0].clone(), ic, h, ww]);
+                let data = if phases {
+                    let two = Expr::int(2);
+                    let (phase, column) = (
+                        Expr::bin(BinOp::FloorMod, z.clone(), two.clone()),
+                        i[3].clone() + Expr::bin(BinOp::FloorDiv, z.clone(), two),
+                    );
+                    padded.at(&[i[0].clone(), ic, h, phase, column])
+                } else {
+                    padded.at(&[i[0].clone(), ic, h, ww])
+                };
                 let weight = match block {
                     None => w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]),
                     Some(k) => {

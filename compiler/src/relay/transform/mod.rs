@@ -172,7 +172,9 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
 }
 
 /// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
-/// lower intrinsics, simplify, unroll, vectorize, clean up, parallelize.
+/// lower intrinsics, simplify, unroll, partition loops at constant tests (after
+/// unrolling, which makes tests on small outer loops constant), vectorize,
+/// clean up, parallelize.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "TirPipeline",
@@ -182,8 +184,8 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.FlattenBuffer",
             "tir.LowerIntrinsics",
             "tir.Simplify",
-            "tir.LoopPartition",
             "tir.UnrollLoop",
+            "tir.LoopPartition",
             "tir.VectorizeLoop",
             "tir.RemoveNoOp",
             "tir.ParallelizeOuter",

@@ -38,28 +38,33 @@ fn linear(e: &Expr, v: &Var) -> Option<(i64, Expr)> {
 /// The values of `v` at which a comparison in `e` can change its answer.
 fn cut_points(e: &Expr, v: &Var, out: &mut Vec<i64>) {
     if let Expr::Cmp(op, a, b) = e {
-        // a − b = c·v + r with constant r: the test flips between v = ⌊−r/c⌋ and the next.
+        // a − b = c·v + r with constant r and c ≠ 0; with c > 0 (else both
+        // sides negated and the test mirrored) `c·v + r < 0` holds exactly
+        // for v < ⌈−r/c⌉ and `c·v + r ≤ 0` for v ≤ ⌊−r/c⌋.
         if let Some((c, r)) = linear(&(a.as_ref().clone() - b.as_ref().clone()), v) {
-            if let (Some(r), true) = (simplify(&r, &Bounds::new()).as_int(), c == 1 || c == -1) {
-                let k = -r * c; // c·v + r ⋚ 0  ⇔  v ⋚ −r/c (c = ±1)
+            if let (Some(r), true) = (simplify(&r, &Bounds::new()).as_int(), c != 0) {
+                let (c, r, op) = if c > 0 { (c, r, *op) } else { (-c, -r, mirrored(*op)) };
+                let (floor, ceil) = ((-r).div_euclid(c), -(r.div_euclid(c)));
                 match op {
-                    CmpOp::Lt | CmpOp::Ge => out.push(k),
-                    CmpOp::Le | CmpOp::Gt => out.push(k + 1),
-                    CmpOp::Eq | CmpOp::Ne => out.extend([k, k + 1]),
-                }
-                if c == -1 {
-                    // −v + r ⋚ 0 flips at the same v, seen from the other side.
-                    let last = out.len() - 1;
-                    if matches!(op, CmpOp::Lt | CmpOp::Ge) {
-                        out[last] = k + 1;
-                    } else if matches!(op, CmpOp::Le | CmpOp::Gt) {
-                        out[last] = k;
-                    }
+                    CmpOp::Lt | CmpOp::Ge => out.push(ceil),
+                    CmpOp::Le | CmpOp::Gt => out.push(floor + 1),
+                    CmpOp::Eq | CmpOp::Ne => out.extend([ceil, floor + 1]),
                 }
             }
         }
     }
     e.for_each_child(|c| cut_points(c, v, out));
+}
+
+/// The comparison with its sides swapped (`a < b` ⇔ `b > a`).
+fn mirrored(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Lt => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Lt,
+        CmpOp::Le => CmpOp::Ge,
+        CmpOp::Ge => CmpOp::Le,
+        other => other,
+    }
 }
 
 fn partition(l: For) -> Stmt {
@@ -124,28 +129,37 @@ mod tests {
     use crate::tir::{print_stmt, Buffer, Scope};
     use crate::DataType;
 
-    /// A padded row: `out[w] = 0 ≤ w−1 < 8 ? x[clamp(w−1)] : 0` over w in 0..10.
-    #[test]
-    fn padded_row_splits_into_border_copy_border() {
+    /// A padded row of 8 inputs read at `scale·w − 1`:
+    /// `out[w] = 0 ≤ scale·w−1 < 8 ? x[clamp(scale·w−1)] : 0` over w in 0..len.
+    fn padded_row(scale: i64, len: usize) -> PrimFunc {
         let x = Buffer::new("x", DataType::F32, vec![8], Scope::Global);
-        let out = Buffer::new("out", DataType::F32, vec![10], Scope::Global);
+        let out = Buffer::new("out", DataType::F32, vec![len], Scope::Global);
         let w = Var::index("w");
-        let i = Expr::var(&w) - Expr::int(1);
+        let i = Expr::var(&w) * Expr::int(scale) - Expr::int(1);
         let inside =
             Expr::and(Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::cmp(CmpOp::Lt, i.clone(), Expr::int(8)));
         let clamped = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, i, Expr::int(0)), Expr::int(7));
         let value = Expr::select(inside, Expr::Load(x, vec![clamped]), Expr::float(0.0, DataType::F32));
         let body = Stmt::Store { buffer: out.clone(), indices: vec![Expr::var(&w)], value };
-        let f = PrimFunc {
+        PrimFunc {
             name: "pad".into(),
             params: vec![out],
             num_outputs: 1,
-            body: Stmt::for_loop(w, 10, ForKind::Serial, body),
+            body: Stmt::for_loop(w, len, ForKind::Serial, body),
             attrs: Default::default(),
-        };
+        }
+    }
+
+    /// Border, copy, border: no test or clamp left.
+    fn assert_three_plain_pieces(f: PrimFunc) {
         let text = print_stmt(&partition_loops(f).body);
         assert!(!text.contains("Select") && !text.contains("min(") && !text.contains("max("), "{text}");
         assert_eq!(text.matches("out[").count(), 3, "{text}");
+    }
+
+    #[test]
+    fn padded_row_splits_into_border_copy_border() {
+        assert_three_plain_pieces(padded_row(1, 10));
         // A loop with no constant tests is left alone.
         let v = Var::index("v");
         let b = Buffer::new("b", DataType::F32, vec![4], Scope::Global);
@@ -163,5 +177,17 @@ mod tests {
             attrs: Default::default(),
         };
         assert_eq!(partition_loops(g).body, plain);
+    }
+
+    /// The odd columns of a padded row (a stride-2 phase): `0 ≤ 2w−1 < 8`
+    /// flips at w = 1 and w = 5 — tests with a coefficient other than ±1.
+    #[test]
+    fn strided_padded_row_splits_at_the_rounded_bounds() {
+        assert_three_plain_pieces(padded_row(2, 6));
+        let mut cuts = Vec::new();
+        let v = Var::index("v");
+        // 3 − 2v > 0 holds for v ≤ 1: flips at 2.
+        cut_points(&Expr::cmp(CmpOp::Gt, Expr::int(3) - Expr::var(&v) * Expr::int(2), Expr::int(0)), &v, &mut cuts);
+        assert_eq!(cuts, vec![2]);
     }
 }

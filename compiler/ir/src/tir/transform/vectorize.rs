@@ -8,7 +8,7 @@
 //! request is a hint, never a change of meaning.
 
 use crate::arith::{simplify, Bounds};
-use crate::tir::{BinOp, Expr, For, ForKind, PrimFunc, Stmt, TirType, Var};
+use crate::tir::{BinOp, CmpOp, Expr, For, ForKind, PrimFunc, Stmt, TirType, Var};
 
 fn bcast(e: Expr, lanes: u16) -> Expr {
     if e.ty().lanes == 1 {
@@ -178,7 +178,36 @@ fn lanes_independent(body: &Stmt) -> bool {
     ok
 }
 
+/// `for v in m..m+n { if v + k < c { S } }` is `for v in m..c-k { S }`: the
+/// tail check of a split (or of a whole tile's write-back) becomes a shorter
+/// loop that vectorizes, instead of a serial loop around a condition.
+fn tail_to_extent(l: For) -> Stmt {
+    let (Some(min), Some(ext)) = (l.min.as_int(), l.extent.as_int()) else { return Stmt::For(Box::new(l)) };
+    let Stmt::If { cond: Expr::Cmp(CmpOp::Lt, a, c), else_case: None, .. } = &l.body else {
+        return Stmt::For(Box::new(l));
+    };
+    let offset = match &**a {
+        Expr::Var(v) if *v == l.var => Some(0),
+        Expr::Bin(BinOp::Add, x, y) => match (&**x, &**y) {
+            (Expr::Var(v), k) | (k, Expr::Var(v)) if *v == l.var => k.as_int(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let (Some(k), Some(c)) = (offset, c.as_int()) else { return Stmt::For(Box::new(l)) };
+    let end = (c - k).clamp(min, min + ext);
+    if end == min {
+        return Stmt::nop();
+    }
+    let Stmt::If { then_case, .. } = l.body else { unreachable!("matched above") };
+    Stmt::For(Box::new(For { extent: Expr::int(end - min), body: *then_case, ..l }))
+}
+
 fn vectorize_loop(l: For) -> Stmt {
+    let l = match tail_to_extent(l) {
+        Stmt::For(l) => *l,
+        other => return other,
+    };
     let lanes = l.extent.as_int().filter(|&n| (2..=64).contains(&n));
     let vectorized = lanes.filter(|_| lanes_independent(&l.body)).and_then(|n| {
         let v = Vectorizer { var: &l.var, min: l.min.clone(), lanes: n as u16 };
