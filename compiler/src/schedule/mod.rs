@@ -530,15 +530,33 @@ pub(crate) fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<cra
 }
 
 /// Other reductions: the reduction loops outside the last output axis.
+/// A pooling window is unrolled (up to [`MAX_UNROLLED_WINDOW`] steps) and
+/// the rows vectorized: each step is then a row whose border tests are
+/// constants, which LoopPartition splits off, leaving a plain (strided)
+/// vector in the middle instead of a clamped, tested read per element.
 fn schedule_reduction(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let pooling = matches!(f.attrs.get("anchor").map(String::as_str), Some("nn.max_pool2d" | "nn.avg_pool2d"));
     let mut s = Schedule::new(f);
     if let Some(spatial) = reduction_nest(s.func()) {
         if let [.., at, _] = &spatial[..] {
-            s.decompose_reduction(at, false)?;
+            let tile = s.decompose_reduction(at, false)?;
+            let steps =
+                tile.reduce_loops.iter().map(|v| extent(&s, v).unwrap_or(i64::MAX)).try_fold(1i64, i64::checked_mul);
+            if pooling && steps.is_some_and(|n| n <= MAX_UNROLLED_WINDOW) {
+                for r in &tile.reduce_loops {
+                    s.unroll(r)?;
+                }
+                for row in [tile.init_loops.last(), tile.update_loops.last()].into_iter().flatten() {
+                    s.vectorize(row)?;
+                }
+            }
         }
     }
     Ok(s.into_func())
 }
+
+/// The largest pooling window unrolled (a 3 × 3 or 4 × 4 window).
+const MAX_UNROLLED_WINDOW: i64 = 16;
 
 /// Split every innermost loop that stores one element per iteration by the
 /// vector width and vectorize the inner part (where the width divides it).

@@ -89,7 +89,10 @@ fn partition(l: For) -> Stmt {
             // A piece storing one element per iteration (the copy in a padded
             // row) is marked for VectorizeLoop, which keeps it serial if it can't.
             let extent = w[1] - w[0];
-            let kind = if (4..=64).contains(&extent) && matches!(l.body, Stmt::Store { .. }) {
+            // (A loop the schedule vectorized stays so, piece by piece.)
+            let kind = if l.kind == ForKind::Vectorized
+                || (4..=64).contains(&extent) && matches!(l.body, Stmt::Store { .. })
+            {
                 ForKind::Vectorized
             } else {
                 l.kind
@@ -113,11 +116,11 @@ fn has_loop(s: &Stmt) -> bool {
     found
 }
 
-/// Partition the innermost serial loops of `f` at the constants their bodies test.
+/// Partition the innermost serial (and vectorized) loops of `f` at the constants their bodies test.
 pub fn partition_loops(mut f: PrimFunc) -> PrimFunc {
     let body = std::mem::replace(&mut f.body, Stmt::nop());
     f.body = body.map_post(&mut |s| match s {
-        Stmt::For(l) if l.kind == ForKind::Serial && !has_loop(&l.body) => partition(*l),
+        Stmt::For(l) if matches!(l.kind, ForKind::Serial | ForKind::Vectorized) && !has_loop(&l.body) => partition(*l),
         s => s,
     });
     f
