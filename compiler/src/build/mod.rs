@@ -27,7 +27,11 @@
 //! build, it reuses the artifacts without compiling (the same inputs always
 //! give byte-identical artifacts). `KILN_TARGET` overrides the target,
 //! `KILN_DUMP_IR=dir` dumps the IR after every pass, and `KILN_VERBOSE=1`
-//! makes the build say whether it compiled or reused the model.
+//! makes the build say whether it compiled or reused the model. When cargo
+//! cross-compiles (its `TARGET` is not the machine kiln runs on), an LLVM
+//! target gets cargo's triple and must name the target's CPU: `-mcpu=native`,
+//! the default, is refused there instead of building host code
+//! ([`crate::target::follow_cargo_target`]).
 
 pub mod glue;
 mod weights;
@@ -489,6 +493,14 @@ impl Build {
         if let Some(t) = env_var("KILN_TARGET", emit) {
             build.target = t;
         }
+        // In a build script, cargo's TARGET is the triple the crate is built
+        // for: a cross build compiles the model for it, never for this machine.
+        #[allow(clippy::disallowed_methods)]
+        if let Ok(cargo_target) = std::env::var("TARGET") {
+            build.target =
+                crate::target::follow_cargo_target(&build.target, &cargo_target, crate::target::host_triple())
+                    .map_err(|m| self.model_err(m))?;
+        }
         let dump = env_var("KILN_DUMP_IR", emit).map(PathBuf::from);
         if emit {
             for w in &self.weights {
@@ -697,8 +709,8 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
     // Outside a build script cc needs the target spelled out.
     #[allow(clippy::disallowed_methods)]
     if std::env::var("TARGET").is_err() {
-        let host = crate::build::host_triple();
-        b.target(&host).host(&host).opt_level(2);
+        let host = crate::target::host_triple();
+        b.target(host).host(host).opt_level(2);
     }
     if a.object.is_some() {
         b.object(dir.join(format!("{}.o", a.name)));
@@ -706,11 +718,6 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
         b.file(dir.join(format!("{}.c", a.name))).flag_if_supported("-std=c99").opt_level(2);
     }
     b.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
-}
-
-/// The host's target triple (for builds outside cargo).
-pub(crate) fn host_triple() -> String {
-    format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
 }
 
 fn report_json(name: &str, target: &TargetDescription, plan: &ExecutorPlan) -> String {

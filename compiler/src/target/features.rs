@@ -78,7 +78,7 @@ impl TargetDescription {
         let option = |name: &str| words.iter().rev().find_map(|w| w.strip_prefix(name));
         let unit = VectorUnit::of_target(target);
         let is_llvm = words.first() == Some(&"llvm");
-        let triple = option("-mtriple=").map(str::to_string).unwrap_or_else(host_triple);
+        let triple = option("-mtriple=").unwrap_or(super::host_triple()).to_string();
         let aarch64 = triple.starts_with("aarch64") || triple.starts_with("arm64");
         let requested = if is_llvm { option("-mcpu=").unwrap_or("native") } else { "" };
         let (cpu, mut features): (String, Vec<String>) = match requested {
@@ -138,17 +138,6 @@ impl TargetDescription {
 /// The features of `target` that `kiln_runtime` checks before running.
 pub fn required_features(target: &str) -> Vec<String> {
     TargetDescription::resolve(target).features
-}
-
-fn host_triple() -> String {
-    #[cfg(feature = "llvm")]
-    {
-        inkwell::targets::TargetMachine::get_default_triple().as_str().to_string_lossy().into_owned()
-    }
-    #[cfg(not(feature = "llvm"))]
-    {
-        format!("{}-unknown-{}", std::env::consts::ARCH, std::env::consts::OS)
-    }
 }
 
 fn host_cpu_name() -> String {

@@ -122,6 +122,43 @@ impl VectorUnit {
     }
 }
 
+/// The target triple kiln itself was compiled for: the machine it runs on
+/// (recorded by kiln's build script, spelled as cargo spells it).
+pub fn host_triple() -> &'static str {
+    env!("KILN_HOST_TRIPLE")
+}
+
+/// The target to compile a model for when cargo builds the crate for
+/// `cargo_target` (a build script's `TARGET`) on `host`: unchanged when they
+/// are the same machine; for a cross build an LLVM target gets
+/// `-mtriple=<cargo_target>`, and `-mcpu=native` (this machine's CPU, also
+/// the default) is an error — the target's CPU must be named. C is compiled
+/// by `cc`, which follows `TARGET` itself.
+pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Result<String, String> {
+    let words: Vec<&str> = target.split_whitespace().collect();
+    if cargo_target == host || words.first() != Some(&"llvm") {
+        return Ok(target.to_string());
+    }
+    let option = |name: &str| words.iter().rev().find_map(|w| w.strip_prefix(name));
+    match option("-mtriple=") {
+        Some(t) if t == cargo_target => return Ok(target.to_string()),
+        Some(t) => {
+            return Err(format!(
+                "the target `{target}` names triple `{t}`, but cargo builds this crate for `{cargo_target}`"
+            ))
+        }
+        None => {}
+    }
+    if option("-mcpu=").unwrap_or("native") == "native" {
+        return Err(format!(
+            "cargo builds this crate for `{cargo_target}` on `{host}`: `-mcpu=native` (the default) is this \
+             machine's CPU; name the target's CPU, e.g. `llvm -mcpu=generic` or `llvm -mcpu=cortex-a72`, \
+             with Build::target or KILN_TARGET"
+        ));
+    }
+    Ok(format!("{target} -mtriple={cargo_target}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +173,32 @@ mod tests {
         assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
         assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
         assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
+    }
+
+    #[test]
+    fn cross_builds_follow_cargos_target_triple() {
+        let host = "x86_64-unknown-linux-gnu";
+        let arm = "aarch64-unknown-linux-gnu";
+        // Native builds, C and CUDA targets: unchanged.
+        assert_eq!(follow_cargo_target("llvm -mcpu=native", host, host).unwrap(), "llvm -mcpu=native");
+        assert_eq!(follow_cargo_target("c", arm, host).unwrap(), "c");
+        // Cross: the triple is cargo's; a named CPU is kept.
+        assert_eq!(
+            follow_cargo_target("llvm -mcpu=cortex-a72", arm, host).unwrap(),
+            "llvm -mcpu=cortex-a72 -mtriple=aarch64-unknown-linux-gnu"
+        );
+        assert_eq!(
+            follow_cargo_target("llvm -mcpu=neoverse-n1 -mtriple=aarch64-unknown-linux-gnu", arm, host).unwrap(),
+            "llvm -mcpu=neoverse-n1 -mtriple=aarch64-unknown-linux-gnu"
+        );
+        // This machine's CPU (named or by default) and a conflicting triple are errors.
+        for t in ["llvm", "llvm -mcpu=native"] {
+            let e = follow_cargo_target(t, arm, host).unwrap_err();
+            assert!(e.contains("native") && e.contains(arm), "{e}");
+        }
+        let e = follow_cargo_target("llvm -mcpu=znver3 -mtriple=x86_64-unknown-linux-gnu", arm, host).unwrap_err();
+        assert!(e.contains("x86_64-unknown-linux-gnu") && e.contains(arm), "{e}");
+        assert_eq!(host_triple(), env!("KILN_HOST_TRIPLE"));
+        assert!(!host_triple().is_empty());
     }
 }
