@@ -1,0 +1,236 @@
+//! Stage placement: `compute_at`, `compute_inline` and `cache_read` — a
+//! materialized stage recomputed, or a read buffer copied, over the region its
+//! readers touch (region inference over the loads below a loop), and the check
+//! that keeps whole tiles from reading past a stage.
+
+use std::collections::HashMap;
+
+use kiln_ir::arith::{simplify, Bounds};
+
+use super::{
+    collect_loads, innermost_store, loop_ranges, map_loads, peel_chain, rebuild_chain, retarget_buffer, wrap_guards,
+    Header, Result, Schedule,
+};
+use crate::tir::{Buffer, CmpOp, Expr, ForKind, Scope, Stmt, Var};
+
+impl Schedule {
+    /// The producer nest `for a… { P[a…] = f(a…) }` of the materialized
+    /// (kernel-local) buffer `producer`: its position, axes and value.
+    /// Returns, per dimension, the loop variable indexing it (`None` for a unit
+    /// dimension indexed by 0), and the stored value.
+    fn producer_nest(&self, producer: &Buffer) -> Result<(Vec<Option<Var>>, Expr)> {
+        let mut found = None;
+        self.func.body.visit(&mut |s| {
+            if found.is_some() {
+                return;
+            }
+            if let Stmt::For(_) = s {
+                if let Some((b, _)) = innermost_store(s) {
+                    if b == producer {
+                        found = Some(s.clone());
+                    }
+                }
+            }
+        });
+        let nest = found.ok_or_else(|| self.err(format!("no producer nest of `{}`", producer.name())))?;
+        let (headers, body) = peel_chain(nest, &|_| false);
+        let Stmt::Store { indices, value, .. } = body else { unreachable!("innermost_store matched") };
+        let axes: Vec<Var> = headers.iter().map(|h| h.0.clone()).collect();
+        let dims: Vec<Option<Var>> = indices
+            .iter()
+            .zip(producer.shape())
+            .map(|(i, &n)| match i {
+                // A unit dimension may be indexed by a loop fused around the nest.
+                Expr::Var(v) if axes.contains(v) || n == 1 => Some(Some(v.clone())),
+                Expr::Int(0, _) if n == 1 => Some(None),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                self.err(format!("`{}` is not computed by a plain loop nest over its own indices", producer.name()))
+            })?;
+        if indices.len() != producer.shape().len()
+            || dims.iter().flatten().filter(|v| axes.contains(v)).count() != axes.len()
+        {
+            return Err(
+                self.err(format!("`{}` is not computed by a plain loop nest over its own indices", producer.name()))
+            );
+        }
+        Ok((dims, value))
+    }
+
+    /// Remove the producer nest of `producer` and its allocation.
+    fn remove_producer(&mut self, producer: &Buffer) {
+        let body = std::mem::replace(&mut self.func.body, Stmt::nop());
+        self.func.body = body.map_post(&mut |s| match s {
+            Stmt::Allocate { buffer, body } if buffer == *producer => *body,
+            s @ Stmt::For(_) if innermost_store(&s).is_some_and(|(b, _)| b == producer) => Stmt::nop(),
+            // Loops left empty (the producer's part of a nest FuseSiblingLoops merged).
+            Stmt::For(l) if l.body.is_nop() => Stmt::nop(),
+            Stmt::Seq(v) => Stmt::seq(v),
+            s => s,
+        });
+    }
+
+    /// Inline a materialized producer into its readers (its loads become its value).
+    pub fn compute_inline(&mut self, producer: &Buffer) -> Result<()> {
+        let (dims, value) = self.producer_nest(producer)?;
+        self.remove_producer(producer);
+        let body = std::mem::replace(&mut self.func.body, Stmt::nop());
+        self.func.body = body.map_exprs(&mut |e| {
+            map_loads(&e, &|b, idx| {
+                (b == producer).then(|| {
+                    value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| idx[k].clone()))
+                })
+            })
+        });
+        Ok(())
+    }
+
+    /// Compute the materialized producer inside loop `at`: only the region its
+    /// readers below `at` touch, into a kernel-local buffer of that region's size.
+    pub fn compute_at(&mut self, producer: &Buffer, at: &Var) -> Result<Buffer> {
+        let (dims, value) = self.producer_nest(producer)?;
+        self.loop_of(at)?;
+        let make = move |elem: &[Expr]| {
+            value.substitute(&|v| dims.iter().position(|a| a.as_ref() == Some(v)).map(|k| elem[k].clone()))
+        };
+        // Place first (it checks everything), then drop the full-size stage.
+        let local = self.stage_region(producer, at, &format!("{}_at", producer.name()), &make)?;
+        self.remove_producer(producer);
+        Ok(local)
+    }
+
+    /// Copy the region of `buffer` that the code below loop `at` reads into a
+    /// kernel-local buffer at the start of `at`'s body, and read the copy
+    /// (TVM's `cache_read`): a strided operand becomes one contiguous panel.
+    pub fn cache_read(&mut self, buffer: &Buffer, at: &Var) -> Result<Buffer> {
+        let src = buffer.clone();
+        let make = move |elem: &[Expr]| Expr::Load(src.clone(), elem.to_vec());
+        self.stage_region(buffer, at, &format!("{}_shared", buffer.name()), &make)
+    }
+
+    /// The shared half of `compute_at` and `cache_read`: region inference over
+    /// the loads of `src` below `at`, a local buffer of the region's shape
+    /// filled with `value(element)`, and the loads redirected to it.
+    fn stage_region(&mut self, src: &Buffer, at: &Var, name: &str, value: &dyn Fn(&[Expr]) -> Expr) -> Result<Buffer> {
+        let at_loop = self.loop_of(at)?.clone();
+        let reads = collect_loads(&at_loop.body, src);
+        if reads.is_empty() {
+            return Err(self.err(format!("compute_at: nothing below `{}` reads `{}`", at.name, src.name())));
+        }
+        let inner = loop_ranges(&at_loop.body);
+        let mut inner_bounds = Bounds::new();
+        for (v, min, ext) in &inner {
+            inner_bounds.bind_loop(v, *min, *ext);
+        }
+        let at_min: HashMap<u32, Expr> = inner.iter().map(|(v, min, _)| (v.id, Expr::int(*min))).collect();
+        // Per dimension: base (a function of the loops outside `at`) and extent.
+        let mut region = Vec::new();
+        for d in 0..src.shape().len() {
+            let full = src.shape()[d] as i64;
+            let mut dim: Option<(Expr, i64)> = None;
+            for idx in &reads {
+                let base = simplify(&idx[d].substitute(&|v| at_min.get(&v.id).cloned()), &Bounds::new());
+                let offset = simplify(&(idx[d].clone() - base.clone()), &Bounds::new());
+                let mut vars = Vec::new();
+                collect_vars(&offset, &mut vars);
+                let uses_outer = vars.iter().any(|v| !inner.iter().any(|(w, ..)| w == v));
+                let iv = inner_bounds.interval(&offset);
+                let candidate = match (iv.lo, iv.hi) {
+                    (Some(0), Some(hi)) if !uses_outer => Some((base, hi + 1)),
+                    _ => None,
+                };
+                dim = match (dim, candidate) {
+                    (None, Some(c)) => Some(c),
+                    (Some((b, e)), Some((b2, e2))) if b == b2 => Some((b, e.max(e2))),
+                    _ => Some((Expr::int(0), full)),
+                };
+                if dim.as_ref().is_some_and(|(b, e)| b.as_int() == Some(0) && *e == full) {
+                    break;
+                }
+            }
+            region.push(dim.unwrap_or((Expr::int(0), full)));
+        }
+        // A region reaches past the source's end in two cases. Guarded reads
+        // (a split's tail) never happen there: the region stops at the end.
+        // Whole tiles over a row's tail read there unguarded: the region goes
+        // past the end where every element there is computed from in-bounds
+        // reads (a padded image clamps its reads), and is an error otherwise —
+        // never a read past a buffer.
+        let past_end: Vec<usize> = (0..region.len()).filter(|&d| region[d].1 > src.shape()[d] as i64).collect();
+        if !past_end.is_empty() && !self.read_past_tail.contains(src) {
+            // Only guarded reads (a split's tail) reach past the end.
+            for &d in &past_end {
+                region[d].1 = src.shape()[d] as i64;
+            }
+        } else if !past_end.is_empty() {
+            let rv: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("r{d}"))).collect();
+            let mut b = Bounds::new();
+            for (r, (_, e)) in rv.iter().zip(&region) {
+                b.bind_loop(r, 0, *e);
+            }
+            let probe =
+                value(&region.iter().zip(&rv).map(|((base, _), r)| base.clone() + Expr::var(r)).collect::<Vec<_>>());
+            let mut loads = Vec::new();
+            crate::schedule::collect_loads(&probe, &mut loads);
+            // (Indices that do not depend on the region past the end were
+            // valid before: only those that do are checked.)
+            let total = loads.iter().all(|(buf, idx)| {
+                idx.iter().zip(buf.shape()).filter(|(i, _)| past_end.iter().any(|&d| i.uses_var(&rv[d]))).all(
+                    |(i, &n)| {
+                        let iv = b.interval(i);
+                        iv.lo.is_some_and(|lo| lo >= 0) && iv.hi.is_some_and(|hi| hi < n as i64)
+                    },
+                )
+            });
+            if !total {
+                return Err(self.err(format!(
+                    "whole tiles read `{}` past its end, and its values there are not all computable",
+                    src.name()
+                )));
+            }
+        }
+        let local = Buffer::new(name, src.elem(), region.iter().map(|(_, e)| *e as usize).collect(), Scope::Local);
+        // The region: loop vars r_d, element base_d + r_d (skipped where the
+        // region reaches past the source's extent).
+        let rvars: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("{}_r{d}", src.name()))).collect();
+        let elem: Vec<Expr> = region
+            .iter()
+            .zip(&rvars)
+            .map(|((b, _), r)| simplify(&(b.clone() + Expr::var(r)), &Bounds::new()))
+            .collect();
+        let in_range: Vec<Expr> = elem
+            .iter()
+            .zip(src.shape())
+            .zip(&region)
+            .filter(|(_, (b, _))| b.as_int().is_none())
+            .map(|((e, &n), _)| Expr::cmp(CmpOp::Lt, e.clone(), Expr::int(n as i64)))
+            .collect();
+        let store =
+            Stmt::Store { buffer: local.clone(), indices: rvars.iter().map(Expr::var).collect(), value: value(&elem) };
+        let headers: Vec<Header> = rvars
+            .iter()
+            .zip(&region)
+            .map(|(r, (_, e))| (r.clone(), Expr::int(0), Expr::int(*e), ForKind::Serial))
+            .collect();
+        let fill = rebuild_chain(headers, wrap_guards(store, &in_range));
+        let bases: Vec<Expr> = region.iter().map(|(b, _)| b.clone()).collect();
+        let (p, l) = (src.clone(), local.clone());
+        self.rewrite_loop(at, move |mut lp| {
+            let body = std::mem::replace(&mut lp.body, Stmt::nop());
+            let body = retarget_buffer(body, &p, &l, &|idx| {
+                idx.iter().zip(&bases).map(|(i, b)| simplify(&(i.clone() - b.clone()), &Bounds::new())).collect()
+            });
+            lp.body = Stmt::Allocate { buffer: l.clone(), body: Box::new(Stmt::seq(vec![fill, body])) };
+            Ok(Stmt::For(Box::new(lp)))
+        })?;
+        Ok(local)
+    }
+}
+fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
+    if let Expr::Var(v) = e {
+        out.push(v.clone());
+    }
+    e.for_each_child(|c| collect_vars(c, out));
+}
