@@ -307,11 +307,9 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     if block.is_some() && heavy_epilogue(&s, &tile) {
         columns_last_in_writeback(&mut s, &tile)?;
     }
-    // Rows in parallel: fuse the batch loop (when directly above) with the rows.
-    if let (Some(n), true) = (outer.last(), par[0] == *oh) {
-        if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oh) {
-            par.insert(0, n.clone());
-        }
+    // Rows in parallel, with the batch loop when directly above them.
+    if par[0] == *oh {
+        par = with_batch_loop(&s, outer.last(), oh)?;
     }
     fuse_parallel(&mut s, &par)?;
     let mut f = s.into_func();
@@ -382,14 +380,18 @@ fn schedule_depthwise(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
     for r in &tile.reduce_loops {
         s.unroll(r)?;
     }
-    let mut par = vec![oc.clone()];
-    if let Some(n) = outer.last() {
-        if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *oc) {
-            par.insert(0, n.clone());
-        }
-    }
+    let par = with_batch_loop(&s, outer.last(), oc)?;
     fuse_parallel(&mut s, &par)?;
     Ok(s.into_func())
+}
+
+/// The loops to run in parallel from `first`: `[batch, first]` when the
+/// batch loop is directly above `first` (fused into one), else `[first]`.
+fn with_batch_loop(s: &Schedule, batch: Option<&Var>, first: &Var) -> Result<Vec<Var>, ScheduleError> {
+    match batch {
+        Some(n) if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *first) => Ok(vec![n.clone(), first.clone()]),
+        _ => Ok(vec![first.clone()]),
+    }
 }
 
 /// Whether the write-back of `tile` calls an intrinsic (the exponential of

@@ -75,7 +75,7 @@ impl TargetDescription {
     /// Resolves `target` (`native` reads this machine).
     pub fn resolve(target: &str) -> TargetDescription {
         let words: Vec<&str> = target.split_whitespace().collect();
-        let option = |name: &str| words.iter().rev().find_map(|w| w.strip_prefix(name));
+        let option = |name| super::target_option(target, name);
         let unit = VectorUnit::of_target(target);
         let is_llvm = words.first() == Some(&"llvm");
         let triple = option("-mtriple=").unwrap_or(super::host_triple()).to_string();

@@ -122,6 +122,12 @@ impl VectorUnit {
     }
 }
 
+/// The value of option `name` (`-mcpu=`, `-mtriple=`, …) in a target string;
+/// the last one where it is repeated, as the LLVM backend reads it.
+pub(crate) fn target_option<'a>(target: &'a str, name: &str) -> Option<&'a str> {
+    target.split_whitespace().rev().find_map(|w| w.strip_prefix(name))
+}
+
 /// The target triple kiln itself was compiled for: the machine it runs on
 /// (recorded by kiln's build script, spelled as cargo spells it).
 pub fn host_triple() -> &'static str {
@@ -135,11 +141,10 @@ pub fn host_triple() -> &'static str {
 /// the default) is an error — the target's CPU must be named. C is compiled
 /// by `cc`, which follows `TARGET` itself.
 pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Result<String, String> {
-    let words: Vec<&str> = target.split_whitespace().collect();
-    if cargo_target == host || words.first() != Some(&"llvm") {
+    if cargo_target == host || target.split_whitespace().next() != Some("llvm") {
         return Ok(target.to_string());
     }
-    let option = |name: &str| words.iter().rev().find_map(|w| w.strip_prefix(name));
+    let option = |name| target_option(target, name);
     match option("-mtriple=") {
         Some(t) if t == cargo_target => return Ok(target.to_string()),
         Some(t) => {

@@ -18,16 +18,19 @@ fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
     }
     let s = x.shape().to_vec();
     let shape = [s[0], s[1], s[2] + (pads[0] + pads[2]) as usize, s[3] + (pads[1] + pads[3]) as usize];
-    let xc = x.clone();
-    compute("pad", &shape, |i| {
-        let h = i[2].clone() - Expr::int(pads[0]);
-        let w = i[3].clone() - Expr::int(pads[1]);
-        let inside = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
-        // Clamp the read so that the unselected side never indexes out of bounds.
-        let hc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, h, Expr::int(0)), Expr::int(s[2] as i64 - 1));
-        let wc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, w, Expr::int(0)), Expr::int(s[3] as i64 - 1));
-        select(inside, xc.at(&[i[0].clone(), i[1].clone(), hc, wc]), pad_value)
-    })
+    compute("pad", &shape, |i| padded_at(x, pads, &pad_value, [&i[0], &i[1], &i[2], &i[3]]))
+}
+
+/// `x` at padded position `[n, c, h, w]`, `pad_value` outside.
+fn padded_at(x: &Tensor, pads: [i64; 4], pad_value: &Expr, [n, c, h, w]: [&Expr; 4]) -> Expr {
+    let s = x.shape();
+    let h = h.clone() - Expr::int(pads[0]);
+    let w = w.clone() - Expr::int(pads[1]);
+    let inside = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
+    // Clamp the read so that the unselected side never indexes out of bounds.
+    let hc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, h, Expr::int(0)), Expr::int(s[2] as i64 - 1));
+    let wc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, w, Expr::int(0)), Expr::int(s[3] as i64 - 1));
+    select(inside, x.at(&[n.clone(), c.clone(), hc, wc]), pad_value.clone())
 }
 
 /// `pad[n, c, h, phase, w2]`: the padded input with each row split into its
@@ -38,15 +41,9 @@ fn pad_nchw_phases(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
     let s = x.shape().to_vec();
     let width = s[3] + (pads[1] + pads[3]) as usize;
     let shape = [s[0], s[1], s[2] + (pads[0] + pads[2]) as usize, 2, width.div_ceil(2)];
-    let xc = x.clone();
     compute("pad", &shape, |i| {
-        let h = i[2].clone() - Expr::int(pads[0]);
-        let w = i[4].clone() * Expr::int(2) + i[3].clone() - Expr::int(pads[1]);
-        let inside = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
-        // Clamp the read so that the unselected side never indexes out of bounds.
-        let hc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, h, Expr::int(0)), Expr::int(s[2] as i64 - 1));
-        let wc = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, w, Expr::int(0)), Expr::int(s[3] as i64 - 1));
-        select(inside, xc.at(&[i[0].clone(), i[1].clone(), hc, wc]), pad_value)
+        let w = i[4].clone() * Expr::int(2) + i[3].clone();
+        padded_at(x, pads, &pad_value, [&i[0], &i[1], &i[2], &w])
     })
 }
 

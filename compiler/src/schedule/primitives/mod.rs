@@ -531,7 +531,6 @@ impl Schedule {
             // init
             let (init_h, init_map) = fresh("init");
             let (tb, ti) = target(&init_map);
-            let mut past_tail = Vec::new();
             if !guard_update && !guards.is_empty() {
                 let guarded: Vec<Var> =
                     tiles.iter().map(|h| h.0.clone()).filter(|v| guards.iter().any(|g| g.uses_var(v))).collect();
@@ -543,7 +542,7 @@ impl Schedule {
                         if b.scope() != Scope::Local {
                             return Err(err("a whole tile would read a global buffer past the tail"));
                         }
-                        past_tail.push(b);
+                        past.push(b);
                     }
                 }
             }
@@ -585,7 +584,6 @@ impl Schedule {
             if let Some(c) = &cache_buf {
                 body = Stmt::Allocate { buffer: c.clone(), body: Box::new(body) };
             }
-            *past = past_tail;
             *out = Some(ReductionTile {
                 init_loops: init_vars,
                 reduce_loops: reduce_vars,

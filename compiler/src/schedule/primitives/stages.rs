@@ -159,42 +159,20 @@ impl Schedule {
         // reads (a padded image clamps its reads), and is an error otherwise —
         // never a read past a buffer.
         let past_end: Vec<usize> = (0..region.len()).filter(|&d| region[d].1 > src.shape()[d] as i64).collect();
-        if !past_end.is_empty() && !self.read_past_tail.contains(src) {
-            // Only guarded reads (a split's tail) reach past the end.
-            for &d in &past_end {
-                region[d].1 = src.shape()[d] as i64;
-            }
-        } else if !past_end.is_empty() {
-            let rv: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("r{d}"))).collect();
-            let mut b = Bounds::new();
-            for (r, (_, e)) in rv.iter().zip(&region) {
-                b.bind_loop(r, 0, *e);
-            }
-            let probe =
-                value(&region.iter().zip(&rv).map(|((base, _), r)| base.clone() + Expr::var(r)).collect::<Vec<_>>());
-            let mut loads = Vec::new();
-            crate::schedule::collect_loads(&probe, &mut loads);
-            // (Indices that do not depend on the region past the end were
-            // valid before: only those that do are checked.)
-            let total = loads.iter().all(|(buf, idx)| {
-                idx.iter().zip(buf.shape()).filter(|(i, _)| past_end.iter().any(|&d| i.uses_var(&rv[d]))).all(
-                    |(i, &n)| {
-                        let iv = b.interval(i);
-                        iv.lo.is_some_and(|lo| lo >= 0) && iv.hi.is_some_and(|hi| hi < n as i64)
-                    },
-                )
-            });
-            if !total {
-                return Err(self.err(format!(
-                    "whole tiles read `{}` past its end, and its values there are not all computable",
-                    src.name()
-                )));
-            }
-        }
-        let local = Buffer::new(name, src.elem(), region.iter().map(|(_, e)| *e as usize).collect(), Scope::Local);
         // The region: loop vars r_d, element base_d + r_d (skipped where the
         // region reaches past the source's extent).
         let rvars: Vec<Var> = (0..region.len()).map(|d| Var::index(&format!("{}_r{d}", src.name()))).collect();
+        if !self.read_past_tail.contains(src) {
+            for &d in &past_end {
+                region[d].1 = src.shape()[d] as i64;
+            }
+        } else if !computable_past_end(&region, &rvars, &past_end, value) {
+            return Err(self.err(format!(
+                "whole tiles read `{}` past its end, and its values there are not all computable",
+                src.name()
+            )));
+        }
+        let local = Buffer::new(name, src.elem(), region.iter().map(|(_, e)| *e as usize).collect(), Scope::Local);
         let elem: Vec<Expr> = region
             .iter()
             .zip(&rvars)
@@ -228,6 +206,30 @@ impl Schedule {
         Ok(local)
     }
 }
+/// Whether `value` at every element of `region` (base + `rvars`) reads in
+/// bounds along the dimensions `past_end` (those past the source's end;
+/// indices that do not depend on them were valid before).
+fn computable_past_end(
+    region: &[(Expr, i64)],
+    rvars: &[Var],
+    past_end: &[usize],
+    value: &dyn Fn(&[Expr]) -> Expr,
+) -> bool {
+    let mut bounds = Bounds::new();
+    for (r, (_, e)) in rvars.iter().zip(region) {
+        bounds.bind_loop(r, 0, *e);
+    }
+    let elem: Vec<Expr> = region.iter().zip(rvars).map(|((base, _), r)| base.clone() + Expr::var(r)).collect();
+    let mut loads = Vec::new();
+    crate::schedule::collect_loads(&value(&elem), &mut loads);
+    loads.iter().all(|(buf, idx)| {
+        idx.iter().zip(buf.shape()).filter(|(i, _)| past_end.iter().any(|&d| i.uses_var(&rvars[d]))).all(|(i, &n)| {
+            let iv = bounds.interval(i);
+            iv.lo.is_some_and(|lo| lo >= 0) && iv.hi.is_some_and(|hi| hi < n as i64)
+        })
+    })
+}
+
 fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
     if let Expr::Var(v) = e {
         out.push(v.clone());
