@@ -77,7 +77,7 @@ def @main(%x: Tensor[(1, 16, 9, 11), float32], %w1: Tensor[(32, 16, 3, 3), float
   add(%3, %4)
 }
 "#;
-    check_packed(text, &["w1", "b1", "w2", "w3"], 3, false);
+    check_packed(text, &["w1", "b1", "w2", "w3"], ("conv2d.weight_block", 3), false);
 }
 
 /// A packed convolution with a SiLU epilogue (`x · sigmoid(x)`, YOLOv8's
@@ -92,7 +92,34 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), floa
   multiply(%1, sigmoid(%1))
 }
 "#;
-    check_packed(text, &["w1", "b1"], 1, true);
+    check_packed(text, &["w1", "b1"], ("conv2d.weight_block", 1), true);
+}
+
+/// Products with constant weights take AlterOpLayout's column panels
+/// (`nn.contrib_dense_pack`, weight `[units / b, in, b]`): dense and matmul
+/// weights of either orientation, a single row (a classifier's GEMV: 80
+/// columns are five vectors of 8 or of 16), rows of a 3-D input, and an
+/// epilogue; 20 columns fit no panel of whole vectors and keep the
+/// transposed matmul. All equal the interpreter on LLVM and C, for 8- and
+/// 16-lane units.
+#[test]
+fn packed_dense_weights_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 24), float32], %w1: Tensor[(80, 24), float32], %w2: Tensor[(80, 48), float32],
+          %b2: Tensor[(48), float32], %w3: Tensor[(20, 48), float32]) {
+  %0 = nn.dense(%x, %w1);
+  %1 = nn.matmul(%0, %w2);
+  %2 = nn.relu(add(%1, %b2));
+  nn.matmul(%2, %w3, transpose_b=True)
+}
+"#;
+    check_packed(text, &["w1", "w2", "b2", "w3"], ("dense_pack.panel", 2), false);
+    let rows = r#"#[version = "0.0.5"]
+def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
+  sigmoid(nn.matmul(%y, %w, transpose_b=True))
+}
+"#;
+    check_packed(rows, &["w"], ("dense_pack.panel", 1), true);
 }
 
 /// Whether some kernel reads its accumulator tile across the channel lanes
@@ -105,10 +132,12 @@ fn writes_back_along_columns(kernels: &[kiln::tir::PrimFunc]) -> bool {
 }
 
 /// Compiles `text` with the named parameters bound as constant weights (so
-/// that `packed` convolutions take the packed path) for 8- and 16-lane vector
+/// that `packed.1` kernels take a packed path, each marked by attribute
+/// `packed.0` with a whole number of vectors) for 8- and 16-lane vector
 /// units, and compares LLVM and C, 1 and 2 threads, with the interpreter
-/// (`transcendental`: at the tolerance of polynomial exp/tanh).
-fn check_packed(text: &str, weights: &[&str], packed: usize, transcendental: bool) {
+/// (`transcendental`: at the tolerance of polynomial exp/tanh; only an
+/// intrinsic epilogue of a convolution writes back along the columns).
+fn check_packed(text: &str, weights: &[&str], packed: (&str, usize), transcendental: bool) {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("packed.relay");
     std::fs::write(&file, text).expect("write");
@@ -130,11 +159,12 @@ fn check_packed(text: &str, weights: &[&str], packed: usize, transcendental: boo
         let mut ctx = PassContext::new().with_opt_level(3);
         unit.configure(&mut ctx);
         let (_, plan) = kiln::build::optimize_and_plan(bound.clone(), std::sync::Arc::new(ctx)).expect("compile");
-        let block = unit.f32_lanes.to_string();
-        let n = plan.kernels.iter().filter(|k| k.attrs.get("conv2d.weight_block") == Some(&block)).count();
-        assert_eq!(n, packed, "every convolution takes the packed path with {block} lanes");
-        // Only the intrinsic (sigmoid) epilogue writes back along the columns.
-        assert_eq!(writes_back_along_columns(&plan.kernels), transcendental);
+        let lanes = unit.f32_lanes;
+        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
+        let n = plan.kernels.iter().filter(|k| k.attrs.get(packed.0).is_some_and(whole_vectors)).count();
+        assert_eq!(n, packed.1, "kernels packed ({}) with {lanes} lanes", packed.0);
+        let convolution = packed.0 == "conv2d.weight_block";
+        assert_eq!(writes_back_along_columns(&plan.kernels), transcendental && convolution);
         let jit = kiln::codegen::llvm::Jit::new("packed", &plan.kernels).expect("jit");
         let c = CLibrary::build(&plan.kernels);
         for threads in [1, 2] {

@@ -151,6 +151,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut transposed_weight = false;
     let mut weight_block = None;
     let mut groups = 1;
+    let mut panel = None;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -164,6 +165,11 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                         .then(|| kiln_ir::relay::op::conv2d_weight_block(&call.attrs).ok().flatten())
                         .flatten();
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
+                    // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
+                    panel = (def.name == "nn.contrib_dense_pack")
+                        .then(|| call.args.get(1).and_then(|&w| store.checked_type(w)))
+                        .flatten()
+                        .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(2).copied()));
                 }
             }
         }
@@ -177,6 +183,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     if let Some(k) = weight_block {
         prim.attrs.insert("conv2d.weight_block".into(), k.to_string());
+    }
+    if let Some(b) = panel {
+        prim.attrs.insert("dense_pack.panel".into(), b.to_string());
     }
     if groups > 1 {
         prim.attrs.insert("conv2d.groups".into(), groups.to_string());

@@ -505,8 +505,26 @@ fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConv
         .unwrap_or(PackedConvTile { channel_vectors: 1, columns: 1 })
 }
 
+/// The register tile of a matrix product with `rows` × `cols` outputs:
+/// `mi` rows (up to 4) × `jb` columns, whole vectors where the columns allow
+/// (any number of them: 1000 columns take 5 vectors of 8), accumulators in
+/// half the registers (the rest hold A's broadcasts and B's rows). Also
+/// AlterOpLayout's panel width for a constant weight.
+pub fn matmul_tile(rows: i64, cols: i64, unit: VectorUnit) -> (i64, i64) {
+    let mi = divisor_at_most(rows, 4);
+    let lanes = unit.f32_lanes as i64;
+    let accumulators = (unit.registers as i64 / 2).max(1);
+    let jb = (1..=8)
+        .rev()
+        .map(|v| v * lanes)
+        .find(|&b| cols % b == 0 && mi * b <= accumulators * lanes)
+        .unwrap_or_else(|| divisor_at_most(cols, lanes));
+    (mi, jb)
+}
+
 /// matmul, dense, batch_matmul: see the module docs.
 fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
+    let panel = f.attrs.get("dense_pack.panel").and_then(|b| b.parse::<i64>().ok());
     let mut s = Schedule::new(f);
     let spatial = reduction_nest(s.func())
         .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no reduction nest".into() })?;
@@ -514,14 +532,10 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
         return Err(ScheduleError { kernel: s.func().name.clone(), message: "not a matrix product".into() });
     };
     let (ie, je) = (extent(&s, i).unwrap_or(1), extent(&s, j).unwrap_or(1));
-    let mi = divisor_at_most(ie, 4);
-    let lanes = unit.f32_lanes as i64;
-    // Accumulators: half the registers (the rest hold A's broadcasts and B's rows).
-    let accumulators = (unit.registers as i64 / 2).max(1);
-    let jb = [8 * lanes, 4 * lanes, 2 * lanes, lanes]
-        .into_iter()
-        .find(|&b| je % b == 0 && mi * b <= accumulators * lanes)
-        .unwrap_or_else(|| divisor_at_most(je, lanes));
+    let (mi, jb) = matmul_tile(ie, je, unit);
+    // Over a packed weight the column tile is one panel (AlterOpLayout chose
+    // its width by the same rule), contiguous per reduction step.
+    let jb = panel.unwrap_or(jb);
     let (i_o, i_i) = s.split(i, mi as usize)?;
     let (j_o, j_i) = s.split(j, jb as usize)?;
     // Column blocks outside row blocks: one block of B's columns stays in
@@ -535,7 +549,7 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let mut par: Vec<Var> = outer.to_vec();
     par.push(j_o.clone());
     match column_operand(s.func(), &tile) {
-        Some(b) if extent(&s, &i_o).unwrap_or(1) >= 4 => {
+        Some(b) if panel.is_none() && extent(&s, &i_o).unwrap_or(1) >= 4 => {
             s.cache_read(&b, &j_o)?;
         }
         // Without a panel, row blocks parallelize too.
@@ -635,7 +649,7 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> Pr
             "nn.conv2d" => schedule_conv2d(f.clone(), unit).or_else(|_| schedule_reduction(f.clone())),
             // A weight read along its rows (dense, transpose_b) is not contiguous
             // in the output columns: LLVM's vectorizer does better on the plain reduction.
-            "nn.matmul" | "nn.batch_matmul" if !f.attrs.contains_key("transpose_b") => {
+            "nn.matmul" | "nn.batch_matmul" | "nn.contrib_dense_pack" if !f.attrs.contains_key("transpose_b") => {
                 schedule_matmul(f.clone(), unit).or_else(|_| schedule_reduction(f.clone()))
             }
             _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone()),

@@ -96,6 +96,23 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
                 sum(lhs * rhs, &[k.clone()])
             }))
         }
+        "nn.contrib_dense_pack" => {
+            // Weight [units / b, in, b]: column j is lane j % b of panel j / b.
+            let (shape, _) = out_tensor(out)?;
+            let (x, w) = (tensor(0)?, tensor(1)?);
+            let b = Expr::int(w.shape()[2] as i64);
+            let k = reduce_axis(x.shape()[x.ndim() - 1], "k");
+            let kv = Expr::var(&k.0);
+            one(compute("dense_pack", &shape, |i| {
+                let n = i.len();
+                let mut idx = i[..n - 1].to_vec();
+                idx.push(kv.clone());
+                let j = i[n - 1].clone();
+                let (panel, lane) =
+                    (Expr::bin(BinOp::FloorDiv, j.clone(), b.clone()), Expr::bin(BinOp::FloorMod, j, b.clone()));
+                sum(x.at(&idx) * w.at(&[panel, kv.clone(), lane]), &[k.clone()])
+            }))
+        }
         "nn.batch_matmul" => {
             let (shape, _) = out_tensor(out)?;
             let (a, b) = (tensor(0)?, tensor(1)?);

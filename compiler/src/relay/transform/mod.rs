@@ -58,9 +58,9 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         FunctionPass::new(
             PassInfo::new("AlterOpLayout", 3, &["InferType"]),
             |m: &mut IRModule, f, ctx: &PassContext| {
-                // Packed convolution weights hold one vector of output channels.
-                let block = crate::target::VectorUnit::of_context(ctx).f32_lanes;
-                Ok(alter_op_layout::alter_op_layout(&mut m.store, f, block))
+                // Packed weights are sized from the target's vector unit.
+                let unit = crate::target::VectorUnit::of_context(ctx);
+                Ok(alter_op_layout::alter_op_layout(&mut m.store, f, unit))
             },
         )
         .arc(),

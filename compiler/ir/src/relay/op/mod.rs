@@ -21,7 +21,7 @@ mod select;
 mod transform;
 pub(crate) mod util;
 
-pub use nn::conv2d_weight_block;
+pub use nn::{conv2d_weight_block, dense_pack_block};
 pub use util::broadcast_shapes;
 
 /// How an operator may fuse with its neighbours (TVM's `OpPatternKind`;

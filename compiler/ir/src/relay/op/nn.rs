@@ -60,6 +60,78 @@ fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
 }
 
+/// The panel width `b` named by a `nn.contrib_dense_pack` weight layout
+/// `NC<b>n`; None for TVM's default `NC` (the width is the weight's last axis).
+pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, String> {
+    let layout = attrs.str("weight_layout")?;
+    if layout == "NC" {
+        return Ok(None);
+    }
+    layout
+        .strip_prefix("NC")
+        .and_then(|r| r.strip_suffix('n'))
+        .and_then(|b| b.parse::<usize>().ok())
+        .filter(|&b| b >= 1)
+        .map(Some)
+        .ok_or_else(|| format!("unsupported weight_layout `{layout}`; expected NC or NC<b>n"))
+}
+
+/// `nn.contrib_dense_pack`: `data · weightᵀ` over a weight packed in panels,
+/// `[units / b, in, b]` (TVM's `NC<b>n`): the `b` columns of each panel are
+/// contiguous for every reduction step.
+fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
+    let dtype = same_dtype(x.dtype, w.dtype)?;
+    let named = dense_pack_block(attrs)?;
+    if x.rank() < 1 || w.rank() != 3 || named.is_some_and(|b| w.shape[2] != b) {
+        let b = named.map_or("b".to_string(), |b| b.to_string());
+        return Err(format!(
+            "dense_pack needs data of rank >= 1 and a weight [units/{b}, in, {b}], found {} and {}",
+            shape_str(&x.shape),
+            shape_str(&w.shape)
+        ));
+    }
+    let k = x.shape[x.rank() - 1];
+    if w.shape[1] != k {
+        return Err(format!(
+            "data {} and weight {} disagree on the reduction size ({k} vs {})",
+            shape_str(&x.shape),
+            shape_str(&w.shape),
+            w.shape[1]
+        ));
+    }
+    let units = w.shape[0] * w.shape[2];
+    if let Some(u) = attrs.opt_int("units")? {
+        if u as usize != units {
+            return Err(format!("units={u} but the weight holds {units} columns"));
+        }
+    }
+    let mut shape = x.shape.clone();
+    *shape.last_mut().ok_or("empty shape")? = units;
+    Ok(Type::tensor(shape, dtype))
+}
+
+fn eval_dense_pack(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let ty = rel_dense_pack(
+        &[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())],
+        attrs,
+    )?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let (k, b) = (w.shape()[1], w.shape()[2]);
+    let units = w.shape()[0] * b;
+    let rows = x.numel() / k.max(1);
+    let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
+    let mut o = vec![0.0; rows * units];
+    for r in 0..rows {
+        for u in 0..units {
+            let panel = (u / b) * k * b + u % b;
+            o[r * units + u] = (0..k).map(|i| xv[r * k + i] * wv[panel + i * b]).sum();
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
+}
+
 /// (rows, reduction, columns) of a matmul and whether the operands are transposed.
 fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Vec<usize>, usize, usize), String> {
     if b.rank() != 2 || a.rank() < 2 || (ta && a.rank() != 2) {
@@ -631,6 +703,18 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "`data · weightᵀ`; weight is [units, in].",
         )
         .attr(AttrSpec::opt_int("units")),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_dense_pack",
+            &["data", "weight"],
+            OutEWiseFusable,
+            rel_dense_pack,
+            eval_dense_pack,
+            "`data · weightᵀ` over a weight packed in column panels: [units/b, in, b] (`NC<b>n`).",
+        )
+        .attr(AttrSpec::opt_int("units"))
+        .attr(AttrSpec::str("weight_layout", "NC")),
     );
     defs.push(
         OpDef::new(
