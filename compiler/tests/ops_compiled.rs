@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 
 use kiln::backend::host;
 use kiln::relay::{eval_function, infer_module, parse_module, Value};
+use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 
 #[test]
@@ -77,7 +78,7 @@ def @main(%x: Tensor[(1, 16, 9, 11), float32], %w1: Tensor[(32, 16, 3, 3), float
   add(%3, %4)
 }
 "#;
-    check_packed(text, &["w1", "b1", "w2", "w3"], ("conv2d.weight_block", 3), false);
+    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &packed("conv2d.weight_block", 3, false));
 }
 
 /// A packed convolution with a SiLU epilogue (`x · sigmoid(x)`, YOLOv8's
@@ -92,7 +93,7 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), floa
   multiply(%1, sigmoid(%1))
 }
 "#;
-    check_packed(text, &["w1", "b1"], ("conv2d.weight_block", 1), true);
+    check_compiled(text, &["w1", "b1"], true, &packed("conv2d.weight_block", 1, true));
 }
 
 /// Products with constant weights take AlterOpLayout's column panels
@@ -113,13 +114,52 @@ def @main(%x: Tensor[(1, 24), float32], %w1: Tensor[(80, 24), float32], %w2: Ten
   nn.matmul(%2, %w3, transpose_b=True)
 }
 "#;
-    check_packed(text, &["w1", "w2", "b2", "w3"], ("dense_pack.panel", 2), false);
+    check_compiled(text, &["w1", "w2", "b2", "w3"], false, &packed("dense_pack.panel", 2, false));
     let rows = r#"#[version = "0.0.5"]
 def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
   sigmoid(nn.matmul(%y, %w, transpose_b=True))
 }
 "#;
-    check_packed(rows, &["w"], ("dense_pack.panel", 1), true);
+    check_compiled(rows, &["w"], true, &packed("dense_pack.panel", 1, true));
+}
+
+/// Reductions along contiguous rows accumulate per vector lane
+/// (`rfactor_lanes`: a local `*_rf` partial, folded after the row, the
+/// rest of the row as a serial tail): softmax and log-softmax rows of 37
+/// (whole vectors of 8 and 16 plus a tail), a row maximum, minimum, sum and
+/// mean of 50, and a row of 6 (shorter than a vector: serial). All equal the
+/// interpreter on LLVM and C, for 8- and 16-lane units.
+#[test]
+fn row_reductions_on_vector_lanes_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32]) {
+  %0 = nn.softmax(%x);
+  %1 = max(%y, axis=[2]);
+  %2 = min(%y, axis=[2], keepdims=True);
+  %3 = sum(%y, axis=[-1]);
+  %4 = mean(%y, axis=[2]);
+  (%0, %1, %2, %3, %4, sum(%z, axis=[1]))
+}
+"#;
+    check_compiled(text, &[], true, &|kernels, lanes| {
+        let partials: usize =
+            kernels.iter().map(|k| kiln::tir::print_prim_func(k).matches("_rf = T.alloc_buffer").count()).sum();
+        // softmax: its maximum and sum; then max, min, sum and mean: one each.
+        assert_eq!(partials, 6, "row reductions on vector lanes with {lanes} lanes");
+    });
+}
+
+/// An `inspect` for [`check_compiled`]: `n` kernels packed (attribute `attr`
+/// holding a whole number of vectors); only an intrinsic epilogue of a
+/// packed convolution (`transcendental`) writes back along the columns.
+fn packed(attr: &'static str, n: usize, transcendental: bool) -> impl Fn(&[PrimFunc], usize) {
+    move |kernels, lanes| {
+        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
+        let found = kernels.iter().filter(|k| k.attrs.get(attr).is_some_and(whole_vectors)).count();
+        assert_eq!(found, n, "kernels packed ({attr}) with {lanes} lanes");
+        let convolution = attr == "conv2d.weight_block";
+        assert_eq!(writes_back_along_columns(kernels), transcendental && convolution);
+    }
 }
 
 /// Whether some kernel reads its accumulator tile across the channel lanes
@@ -131,13 +171,12 @@ fn writes_back_along_columns(kernels: &[kiln::tir::PrimFunc]) -> bool {
     })
 }
 
-/// Compiles `text` with the named parameters bound as constant weights (so
-/// that `packed.1` kernels take a packed path, each marked by attribute
-/// `packed.0` with a whole number of vectors) for 8- and 16-lane vector
-/// units, and compares LLVM and C, 1 and 2 threads, with the interpreter
-/// (`transcendental`: at the tolerance of polynomial exp/tanh; only an
-/// intrinsic epilogue of a convolution writes back along the columns).
-fn check_packed(text: &str, weights: &[&str], packed: (&str, usize), transcendental: bool) {
+/// Compiles `text` with the named parameters (the last ones) bound as
+/// constant weights for 8- and 16-lane vector units, hands the kernels and
+/// the lanes to `inspect`, and compares LLVM and C, 1 and 2 threads, with
+/// the interpreter (`transcendental`: at the tolerance of polynomial
+/// exp/tanh).
+fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &dyn Fn(&[PrimFunc], usize)) {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("packed.relay");
     std::fs::write(&file, text).expect("write");
@@ -149,7 +188,8 @@ fn check_packed(text: &str, weights: &[&str], packed: (&str, usize), transcenden
     flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
     let mut b = kiln::Build::new("packed");
     b.relay_file(&file);
-    for (name, t) in weights.iter().zip(&all[1..]) {
+    let n_inputs = all.len() - weights.len();
+    for (name, t) in weights.iter().zip(&all[n_inputs..]) {
         b.weight(name, t.clone());
     }
     let bound = b.prepare().expect("bind");
@@ -159,17 +199,12 @@ fn check_packed(text: &str, weights: &[&str], packed: (&str, usize), transcenden
         let mut ctx = PassContext::new().with_opt_level(3);
         unit.configure(&mut ctx);
         let (_, plan) = kiln::build::optimize_and_plan(bound.clone(), std::sync::Arc::new(ctx)).expect("compile");
-        let lanes = unit.f32_lanes;
-        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
-        let n = plan.kernels.iter().filter(|k| k.attrs.get(packed.0).is_some_and(whole_vectors)).count();
-        assert_eq!(n, packed.1, "kernels packed ({}) with {lanes} lanes", packed.0);
-        let convolution = packed.0 == "conv2d.weight_block";
-        assert_eq!(writes_back_along_columns(&plan.kernels), transcendental && convolution);
+        inspect(&plan.kernels, unit.f32_lanes);
         let jit = kiln::codegen::llvm::Jit::new("packed", &plan.kernels).expect("jit");
         let c = CLibrary::build(&plan.kernels);
         for threads in [1, 2] {
             let (llvm_out, c_out) =
-                (host::run(&plan, &jit, &all[..1], threads), host::run(&plan, &c, &all[..1], threads));
+                (host::run(&plan, &jit, &all[..n_inputs], threads), host::run(&plan, &c, &all[..n_inputs], threads));
             compare("packed", "llvm", &llvm_out.expect("run"), &want, transcendental);
             compare("packed", "C", &c_out.expect("run"), &want, transcendental);
         }

@@ -18,7 +18,12 @@
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
 //!   tiles the same way, the column tile vectorized; tiles in parallel.
 //! - other reductions: the reduction loops moved outside the last output
-//!   axis, so that consecutive iterations write consecutive outputs.
+//!   axis, so that consecutive iterations write consecutive outputs —
+//!   unless they reduce a row of contiguous elements (softmax, layer norm,
+//!   a row's sum or maximum, a dense product over a run-time weight): such a
+//!   row stays innermost and accumulates per vector lane
+//!   ([`Schedule::rfactor_lanes`]), and the loops that store contiguous
+//!   elements beside it (softmax's normalized row) are vectorized.
 //! - everything: innermost store loops split by the vector width and
 //!   vectorized; the outer loop of a single-nest kernel parallel when the
 //!   work pays for the threads (`tir.ParallelizeOuter`).
@@ -589,11 +594,18 @@ pub(crate) fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<cra
 /// the rows vectorized: each step is then a row whose border tests are
 /// constants, which LoopPartition splits off, leaving a plain (strided)
 /// vector in the middle instead of a clamped, tested read per element.
-fn schedule_reduction(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let pooling = matches!(f.attrs.get("anchor").map(String::as_str), Some("nn.max_pool2d" | "nn.avg_pool2d"));
     let mut s = Schedule::new(f);
     if let Some(spatial) = reduction_nest(s.func()) {
-        if let [.., at, _] = &spatial[..] {
+        // A reduction along contiguous elements (a row: softmax, layer norm)
+        // stays innermost and runs on vector lanes (`vectorize_rows`); so
+        // does one whose last output axis has one element (nothing to make
+        // consecutive).
+        if let [.., at, last] = &spatial[..] {
+            if extent(&s, last) == Some(1) || (!pooling && reduces_a_row(s.func(), unit.f32_lanes as i64)) {
+                return Ok(s.into_func());
+            }
             let tile = s.decompose_reduction(at, false)?;
             let steps =
                 tile.reduce_loops.iter().map(|v| extent(&s, v).unwrap_or(i64::MAX)).try_fold(1i64, i64::checked_mul);
@@ -608,6 +620,84 @@ fn schedule_reduction(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         }
     }
     Ok(s.into_func())
+}
+
+/// The innermost loops of a reduction kernel on whole vectors: a reduction
+/// along contiguous elements (a softmax's row maximum and sum, a layer
+/// norm's mean) accumulates per lane ([`Schedule::rfactor_lanes`]); a loop
+/// that stores contiguous elements (the softmax's normalized row) is
+/// vectorized. Loops already vectorized or unrolled stay as they are.
+fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
+    let lanes = unit.f32_lanes;
+    let mut reductions = Vec::new();
+    let mut stores = Vec::new();
+    f.body.visit(&mut |st| {
+        let Stmt::For(l) = st else { return };
+        let Stmt::Store { indices, value, .. } = &l.body else { return };
+        let n = l.extent.as_int().unwrap_or(0);
+        if l.kind != ForKind::Serial || n < lanes as i64 {
+            return;
+        }
+        if indices.iter().all(|i| !i.uses_var(&l.var)) {
+            if reads_contiguously(value, &l.var) {
+                reductions.push(l.var.clone());
+            }
+        } else if contiguous(indices, &l.var) && reads_contiguously(value, &l.var) {
+            stores.push((l.var.clone(), n));
+        }
+    });
+    let mut s = Schedule::new(f);
+    for k in reductions {
+        // Not every update is a sum, maximum or minimum: those stay serial.
+        let _ = s.rfactor_lanes(&k, lanes);
+    }
+    for (v, n) in stores {
+        let done = match n % lanes as i64 {
+            0 if n == lanes as i64 => s.vectorize(&v),
+            0 => s.split(&v, lanes).and_then(|(_, inner)| s.vectorize(&inner)),
+            _ => Ok(()),
+        };
+        debug_assert!(done.is_ok(), "{done:?}");
+    }
+    s.into_func()
+}
+
+/// Whether `indices` step by one element along `v`: only the last one uses
+/// it, as `v` plus a term without it.
+fn contiguous(indices: &[crate::tir::Expr], v: &Var) -> bool {
+    let Some((last, rest)) = indices.split_last() else { return false };
+    let offset = kiln_ir::arith::simplify(&(last.clone() - crate::tir::Expr::var(v)), &kiln_ir::arith::Bounds::new());
+    rest.iter().all(|i| !i.uses_var(v)) && !offset.uses_var(v)
+}
+
+/// Whether every load of `e` that varies along `v` reads contiguous elements.
+fn reads_contiguously(e: &crate::tir::Expr, v: &Var) -> bool {
+    let mut loads = Vec::new();
+    collect_loads(e, &mut loads);
+    loads.iter().all(|(_, idx)| idx.iter().all(|i| !i.uses_var(v)) || contiguous(idx, v))
+}
+
+/// Whether the (first) reduction's innermost loop reads contiguous
+/// elements, at least a vector of them.
+fn reduces_a_row(f: &PrimFunc, lanes: i64) -> bool {
+    let Some((k, n)) = reduction_loops(f).pop() else { return false };
+    if n < lanes {
+        return false;
+    }
+    let mut row = false;
+    f.body.visit(&mut |st| {
+        if let Stmt::For(l) = st {
+            if l.var == k {
+                if let Stmt::Store { value, .. } = &l.body {
+                    let mut loads = Vec::new();
+                    collect_loads(value, &mut loads);
+                    row = loads.iter().any(|(_, idx)| idx.iter().any(|i| i.uses_var(&k)))
+                        && reads_contiguously(value, &k);
+                }
+            }
+        }
+    });
+    row
 }
 
 /// The largest pooling window unrolled (a 3 × 3 or 4 × 4 window).
@@ -646,13 +736,13 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> Pr
         Err(ScheduleError { kernel: f.name.clone(), message: "opt level 0".into() })
     } else {
         match anchor.as_str() {
-            "nn.conv2d" => schedule_conv2d(f.clone(), unit).or_else(|_| schedule_reduction(f.clone())),
+            "nn.conv2d" => schedule_conv2d(f.clone(), unit).or_else(|_| schedule_reduction(f.clone(), unit)),
             // A weight read along its rows (dense, transpose_b) is not contiguous
             // in the output columns: LLVM's vectorizer does better on the plain reduction.
             "nn.matmul" | "nn.batch_matmul" | "nn.contrib_dense_pack" if !f.attrs.contains_key("transpose_b") => {
-                schedule_matmul(f.clone(), unit).or_else(|_| schedule_reduction(f.clone()))
+                schedule_matmul(f.clone(), unit).or_else(|_| schedule_reduction(f.clone(), unit))
             }
-            _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone()),
+            _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone(), unit).map(|g| vectorize_rows(g, unit)),
             _ => Ok(vectorize_inner(f.clone(), unit)),
         }
     };

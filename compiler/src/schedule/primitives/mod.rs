@@ -2,12 +2,14 @@
 //! what kiln's strategies use): split, fuse, reorder, loop kinds (vectorize,
 //! parallel, unroll, bind), `decompose_reduction` (with an optional cache
 //! write of the output tile into a kernel-local accumulator), `compute_at`
-//! and `compute_inline` of a materialized producer stage (those in `stages.rs`).
+//! and `compute_inline` of a materialized producer stage (those in `stages.rs`),
+//! `rfactor_lanes` (a reduction split into per-lane partials, `rfactor.rs`).
 //!
 //! Loops are named by their variables; every primitive either rewrites the
 //! kernel into an equivalent one or returns an error naming the kernel and
 //! what does not hold, leaving the schedule unchanged.
 
+mod rfactor;
 mod stages;
 
 use std::collections::HashMap;
