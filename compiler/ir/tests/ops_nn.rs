@@ -79,6 +79,26 @@ fn dense_and_matmul() {
 }
 
 #[test]
+fn dense_pack() {
+    let nc2n = [("weight_layout", AttrValue::Str("NC2n".into()))];
+    assert_eq!(rel("nn.contrib_dense_pack", &[ty(&[2, 3]), ty(&[2, 3, 2])], &nc2n).unwrap(), ty(&[2, 4]));
+    // TVM's default layout `NC`: the panel width is the weight's last axis.
+    assert_eq!(rel("nn.contrib_dense_pack", &[ty(&[1, 5, 3]), ty(&[3, 3, 4])], &[]).unwrap(), ty(&[1, 5, 12]));
+    let err = |x: &[usize], w: &[usize], a: &[(&str, AttrValue)]| rel("nn.contrib_dense_pack", &[ty(x), ty(w)], a);
+    assert!(err(&[2, 3], &[2, 4, 2], &nc2n).unwrap_err().contains("reduction size"));
+    assert!(err(&[2, 3], &[2, 3, 4], &nc2n).unwrap_err().contains("[units/2, in, 2]"));
+    assert!(err(&[2, 3], &[4, 3], &[]).unwrap_err().contains("[units/b, in, b]"));
+    assert!(err(&[2, 3], &[2, 3, 2], &[("units", AttrValue::Int(5))]).unwrap_err().contains("units=5"));
+    let bad = [("weight_layout", AttrValue::Str("NK2n".into()))];
+    assert!(err(&[2, 3], &[2, 3, 2], &bad).unwrap_err().contains("unsupported weight_layout"));
+    // The dense product of [[1, 2], [3, 4]] and [[1, 0], [1, 1], [0, 2], [2, 1]]ᵀ,
+    // its weight in panels of 2 columns: [[[1, 1], [0, 1]], [[0, 2], [2, 1]]].
+    let x = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let w = t(&[2, 2, 2], &[1.0, 1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 1.0]);
+    assert_eq!(vals(&eval("nn.contrib_dense_pack", &[x, w], &nc2n)), vec![1.0, 3.0, 4.0, 4.0, 3.0, 7.0, 8.0, 10.0]);
+}
+
+#[test]
 fn batch_matmul() {
     assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 5, 4])], &[]).unwrap(), ty(&[2, 3, 5]));
     assert_eq!(rel("nn.batch_matmul", &[ty(&[1, 3, 4]), ty(&[6, 5, 4])], &[]).unwrap(), ty(&[6, 3, 5]));

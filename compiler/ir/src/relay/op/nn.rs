@@ -14,6 +14,21 @@ fn out(t: Tensor) -> Result<Value, String> {
 
 // ---- dense, matmul, batch_matmul ------------------------------------------------
 
+/// The data's last axis and a dense weight's axis 1 (`[units, in]`, or
+/// `[units/b, in, b]` packed) are the same reduction.
+fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), String> {
+    let k = x.shape[x.rank() - 1];
+    if w.shape[1] != k {
+        return Err(format!(
+            "data {} and weight {} disagree on the reduction size ({k} vs {})",
+            shape_str(&x.shape),
+            shape_str(&w.shape),
+            w.shape[1]
+        ));
+    }
+    Ok(())
+}
+
 fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
@@ -24,15 +39,7 @@ fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             shape_str(&w.shape)
         ));
     }
-    let k = x.shape[x.rank() - 1];
-    if w.shape[1] != k {
-        return Err(format!(
-            "data {} and weight {} disagree on the reduction size ({k} vs {})",
-            shape_str(&x.shape),
-            shape_str(&w.shape),
-            w.shape[1]
-        ));
-    }
+    same_reduction(x, w)?;
     if let Some(units) = attrs.opt_int("units")? {
         if units as usize != w.shape[0] {
             return Err(format!("units={units} but the weight has {} rows", w.shape[0]));
@@ -91,15 +98,7 @@ fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             shape_str(&w.shape)
         ));
     }
-    let k = x.shape[x.rank() - 1];
-    if w.shape[1] != k {
-        return Err(format!(
-            "data {} and weight {} disagree on the reduction size ({k} vs {})",
-            shape_str(&x.shape),
-            shape_str(&w.shape),
-            w.shape[1]
-        ));
-    }
+    same_reduction(x, w)?;
     let units = w.shape[0] * w.shape[2];
     if let Some(u) = attrs.opt_int("units")? {
         if u as usize != units {
