@@ -67,20 +67,26 @@ fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
 }
 
-/// The panel width `b` named by a `nn.contrib_dense_pack` weight layout
-/// `NC<b>n`; None for TVM's default `NC` (the width is the weight's last axis).
-pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, String> {
-    let layout = attrs.str("weight_layout")?;
-    if layout == "NC" {
+/// The block of a blocked layout attribute: `base` → None, `base<k>axis`
+/// (e.g. `OIHW16o`, `NC8n`) → `k`; anything else is an error.
+fn layout_block(attrs: &Attrs, key: &str, base: &str, axis: char) -> Result<Option<usize>, String> {
+    let layout = attrs.str(key)?;
+    if layout == base {
         return Ok(None);
     }
     layout
-        .strip_prefix("NC")
-        .and_then(|r| r.strip_suffix('n'))
-        .and_then(|b| b.parse::<usize>().ok())
-        .filter(|&b| b >= 1)
+        .strip_prefix(base)
+        .and_then(|r| r.strip_suffix(axis))
+        .and_then(|k| k.parse::<usize>().ok())
+        .filter(|&k| k >= 1)
         .map(Some)
-        .ok_or_else(|| format!("unsupported weight_layout `{layout}`; expected NC or NC<b>n"))
+        .ok_or_else(|| format!("unsupported {key} `{layout}`; expected {base} or {base}<k>{axis}"))
+}
+
+/// The panel width `b` named by a `nn.contrib_dense_pack` weight layout
+/// `NC<b>n`; None for TVM's default `NC` (the width is the weight's last axis).
+pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, String> {
+    layout_block(attrs, "weight_layout", "NC", 'n')
 }
 
 /// `nn.contrib_dense_pack`: `data · weightᵀ` over a weight packed in panels,
@@ -337,17 +343,7 @@ fn window_out(
 /// `OIHW16o` (weight `[O/16, I, KH, KW, 16]`, what AlterOpLayout makes of a
 /// constant weight so that the kernel reads 16 output channels at once) → 16.
 pub fn conv2d_weight_block(attrs: &Attrs) -> Result<Option<usize>, String> {
-    let layout = attrs.str("kernel_layout")?;
-    if layout == "OIHW" {
-        return Ok(None);
-    }
-    layout
-        .strip_prefix("OIHW")
-        .and_then(|r| r.strip_suffix('o'))
-        .and_then(|k| k.parse::<usize>().ok())
-        .filter(|&k| k >= 1)
-        .map(Some)
-        .ok_or_else(|| format!("unsupported kernel_layout `{layout}`; expected OIHW or OIHW<k>o"))
+    layout_block(attrs, "kernel_layout", "OIHW", 'o')
 }
 
 /// The weight's [O, I, KH, KW], from an OIHW or OIHW<k>o weight shape.
