@@ -123,6 +123,36 @@ def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
     check_compiled(rows, &["w"], true, &packed("dense_pack.panel", 1, true));
 }
 
+/// 3 × 3 stride-1 convolutions with constant weights and 64 channels each
+/// way become Winograd convolutions on 8-lane targets (AlterOpLayout's cost
+/// rule): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
+/// (16 tiles, cutting the last tile), with bias, ReLU and a residual add
+/// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
+/// direct convolution, and so does every one on 16 lanes (not measured).
+/// All equal the interpreter on LLVM and C.
+#[test]
+fn winograd_convolutions_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32],
+          %w1: Tensor[(64, 64, 3, 3), float32], %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
+          %w3: Tensor[(64, 64, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
+  %1 = nn.relu(nn.bias_add(%0, %b1));
+  %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
+  %3 = nn.relu(add(%2, %y));
+  (%1, %3, nn.conv2d(%y, %w3))
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+        let mut tiles: Vec<&str> =
+            kernels.iter().filter_map(|k| k.attrs.get("winograd.tile").map(String::as_str)).collect();
+        tiles.sort_unstable();
+        // An input and an output transform per Winograd convolution.
+        let want: &[&str] = if lanes == 8 { &["2", "2", "4", "4"] } else { &[] };
+        assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
+    });
+}
+
 /// Reductions along contiguous rows accumulate per vector lane
 /// (`rfactor_lanes`: a local `*_rf` partial, folded after the row, the
 /// rest of the row as a serial tail): softmax and log-softmax rows of 37

@@ -248,3 +248,85 @@ fn conv2d_with_a_packed_weight() {
         .unwrap_err();
     assert!(e.contains("groups=1"), "{e}");
 }
+
+/// Deterministic values in [-1, 1) for a tensor of `shape`.
+fn wave(shape: &[usize], seed: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|i| ((i as f64 * 0.618 + seed) * 7.3).sin()).collect();
+    t(shape, &v)
+}
+
+/// A convolution through the four Winograd operators (weight, input and
+/// output transforms around a batched product, tiles back to NCHW) equals
+/// `nn.conv2d`: F(2 × 2) and F(4 × 4), padded and unpadded, an asymmetric
+/// padding, two images, maps that cut the last tile, and vector-padding tiles.
+#[test]
+fn winograd_convolution_equals_conv2d() {
+    let cases: [(i64, [i64; 4], [usize; 4], usize); 4] = [
+        (2, [1, 1, 1, 1], [1, 3, 7, 7], 0),
+        (4, [0, 0, 0, 0], [2, 3, 9, 10], 3),
+        (4, [1, 0, 2, 1], [1, 3, 6, 5], 16),
+        (2, [0, 1, 0, 1], [1, 2, 4, 3], 1),
+    ];
+    for (m, pads, xs, extra) in cases {
+        let (x, w) = (wave(&xs, 0.3), wave(&[5, xs[1], 3, 3], 1.7));
+        let want = vals(&eval("nn.conv2d", &[x.clone(), w.clone()], &[("padding", ints(&pads))]));
+        let tile = ("tile_size", AttrValue::Int(m));
+        let u = eval("nn.contrib_conv2d_winograd_weight_transform", &[w], std::slice::from_ref(&tile));
+        let Value::Tensor(u) = u else { panic!("a tensor") };
+        let alpha = (m + 2) as usize;
+        assert_eq!(u.shape(), &[alpha, alpha, 5, xs[1]]);
+        let u = t(&[alpha * alpha, 5, xs[1]], &u.to_f64_vec());
+        let (oh, ow) = (xs[2] + (pads[0] + pads[2]) as usize - 2, xs[3] + (pads[1] + pads[3]) as usize - 2);
+        let m_ = m as usize;
+        let real = xs[0] * oh.div_ceil(m_) * ow.div_ceil(m_);
+        let tiles = ("tiles", AttrValue::Int((real + extra) as i64));
+        let v = eval("nn.contrib_winograd_input_transform", &[x], &[tile.clone(), ("padding", ints(&pads)), tiles]);
+        let Value::Tensor(v) = v else { panic!("a tensor") };
+        assert_eq!(v.shape(), &[alpha * alpha, xs[1], real + extra]);
+        // The padding tiles are zero.
+        let vv = v.to_f64_vec();
+        assert!((0..alpha * alpha * xs[1])
+            .all(|r| vv[r * (real + extra) + real..(r + 1) * (real + extra)].iter().all(|&z| z == 0.0)));
+        let no = AttrValue::Bool(false);
+        let prod = eval("nn.batch_matmul", &[u, v], &[("transpose_a", no.clone()), ("transpose_b", no)]);
+        let Value::Tensor(prod) = prod else { panic!("a tensor") };
+        let y = eval("nn.contrib_winograd_output_transform", &[prod], std::slice::from_ref(&tile));
+        let Value::Tensor(y) = y else { panic!("a tensor") };
+        assert_eq!(y.shape(), &[m_ * m_, 5, real + extra]);
+        let dims = [("batch", xs[0]), ("height", oh), ("width", ow)].map(|(k, d)| (k, AttrValue::Int(d as i64)));
+        let got = eval("nn.contrib_winograd_tiles_to_nchw", &[y], &[&[tile][..], &dims[..]].concat());
+        let got = vals(&got);
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-4, "F({m}) pads {pads:?} {xs:?}: {a} vs {b}");
+        }
+    }
+}
+
+/// The Winograd operators' type relations refuse what they cannot compute.
+#[test]
+fn winograd_operators_refuse_bad_shapes_and_attributes() {
+    let tile = |m: i64| ("tile_size", AttrValue::Int(m));
+    let err = rel("nn.contrib_conv2d_winograd_weight_transform", &[ty(&[4, 3, 3, 3])], &[tile(3)]).unwrap_err();
+    assert!(err.contains("tile_size must be 2 or 4"), "{err}");
+    let err = rel("nn.contrib_conv2d_winograd_weight_transform", &[ty(&[4, 3, 5, 5])], &[tile(2)]).unwrap_err();
+    assert!(err.contains("3 × 3"), "{err}");
+    // 7 × 7 output (no padding on a 9 × 9 input) in 2 × 2 tiles: 16 tiles.
+    let err =
+        rel("nn.contrib_winograd_input_transform", &[ty(&[1, 3, 9, 9])], &[tile(2), ("tiles", AttrValue::Int(15))])
+            .unwrap_err();
+    assert!(err.contains("cover the 16 tiles"), "{err}");
+    let err = rel("nn.contrib_winograd_input_transform", &[ty(&[1, 3, 2, 2])], &[tile(2)]).unwrap_err();
+    assert!(err.contains("does not fit"), "{err}");
+    let err = rel("nn.contrib_winograd_output_transform", &[ty(&[36, 8, 16])], &[tile(2)]).unwrap_err();
+    assert!(err.contains("[16, K, tiles]"), "{err}");
+    let dims = [("batch", 1), ("height", 7), ("width", 7)].map(|(k, d)| (k, AttrValue::Int(d)));
+    let err = rel("nn.contrib_winograd_tiles_to_nchw", &[ty(&[4, 8, 15])], &[&[tile(2)][..], &dims[..]].concat())
+        .unwrap_err();
+    assert!(err.contains("≥16"), "{err}");
+    assert_eq!(
+        rel("nn.contrib_winograd_tiles_to_nchw", &[ty(&[4, 8, 16])], &[&[tile(2)][..], &dims[..]].concat()),
+        Ok(ty(&[1, 8, 7, 7]))
+    );
+}

@@ -152,6 +152,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut weight_block = None;
     let mut groups = 1;
     let mut panel = None;
+    let mut winograd_tile = None;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -170,6 +171,11 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                         .then(|| call.args.get(1).and_then(|&w| store.checked_type(w)))
                         .flatten()
                         .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(2).copied()));
+                    let transform = matches!(
+                        def.name,
+                        "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform"
+                    );
+                    winograd_tile = transform.then(|| call.attrs.int("tile_size").ok()).flatten();
                 }
             }
         }
@@ -186,6 +192,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     if let Some(b) = panel {
         prim.attrs.insert("dense_pack.panel".into(), b.to_string());
+    }
+    if let Some(m) = winograd_tile {
+        prim.attrs.insert("winograd.tile".into(), m.to_string());
     }
     if groups > 1 {
         prim.attrs.insert("conv2d.groups".into(), groups.to_string());

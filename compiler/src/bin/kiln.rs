@@ -344,7 +344,7 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     let m = b.prepare().map_err(|e| e.to_string())?;
     let mut ctx = PassContext::new().with_opt_level(c.opt_level);
     // Tiles and packed layouts sized for the CPU the target names.
-    kiln::target::VectorUnit::of_target(&c.target).configure(&mut ctx);
+    kiln::target::configure_context(&c.target, &mut ctx);
     let ctx = Arc::new(ctx);
     if kiln::build::is_cuda_target(&c.target) {
         return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));

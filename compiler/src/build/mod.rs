@@ -347,7 +347,7 @@ impl Build {
         let mut ctx = PassContext::new().with_opt_level(self.opt_level);
         ctx.disabled = self.disabled.clone();
         // Tiles and packed layouts sized for the CPU the target names.
-        crate::target::VectorUnit::of_target(&self.target).configure(&mut ctx);
+        crate::target::configure_context(&self.target, &mut ctx);
         let timing = Arc::new(crate::transform::instrument::PassTimingInstrument::new());
         let mut instruments: Vec<Arc<dyn PassInstrument>> = vec![timing.clone()];
         if let Some(dir) = dump_ir {
@@ -626,7 +626,7 @@ impl Artifacts {
 
 /// Whether a target string names an NVIDIA GPU (`cuda [-arch=sm_NN]`).
 pub fn is_cuda_target(target: &str) -> bool {
-    target.split_whitespace().next() == Some("cuda")
+    crate::target::is_cuda(target)
 }
 
 /// The compiler's middle: the default pipeline under `ctx`, then the

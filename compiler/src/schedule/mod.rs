@@ -17,6 +17,8 @@
 //!   are computed to the next whole vector and written back to the row's end.
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
 //!   tiles the same way, the column tile vectorized; tiles in parallel.
+//! - the Winograd input and output transforms (`winograd.rs`): per channel,
+//!   a vector of tiles at a time, the tile positions unrolled.
 //! - other reductions: the reduction loops moved outside the last output
 //!   axis, so that consecutive iterations write consecutive outputs —
 //!   unless they reduce a row of contiguous elements (softmax, layer norm,
@@ -35,6 +37,7 @@
 
 pub mod gpu;
 pub mod primitives;
+mod winograd;
 
 use crate::target::VectorUnit;
 use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};
@@ -741,6 +744,9 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> Pr
             // in the output columns: LLVM's vectorizer does better on the plain reduction.
             "nn.matmul" | "nn.batch_matmul" | "nn.contrib_dense_pack" if !f.attrs.contains_key("transpose_b") => {
                 schedule_matmul(f.clone(), unit).or_else(|_| schedule_reduction(f.clone(), unit))
+            }
+            "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform" => {
+                winograd::schedule_transform(f.clone(), unit)
             }
             _ if reduction_nest(&f).is_some() => schedule_reduction(f.clone(), unit).map(|g| vectorize_rows(g, unit)),
             _ => Ok(vectorize_inner(f.clone(), unit)),

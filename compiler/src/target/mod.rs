@@ -122,6 +122,22 @@ impl VectorUnit {
     }
 }
 
+/// Whether `target` names an NVIDIA GPU (`cuda [-arch=…]`).
+pub fn is_cuda(target: &str) -> bool {
+    target.split_whitespace().next() == Some("cuda")
+}
+
+/// Configures `ctx` for `target`, keeping what the user set: the vector
+/// unit's keys ([`VectorUnit::configure`]), and on GPUs no Winograd rewrite
+/// (its transforms have no GPU schedule; the direct convolutions do).
+pub fn configure_context(target: &str, ctx: &mut PassContext) {
+    VectorUnit::of_target(target).configure(ctx);
+    if is_cuda(target) && ctx.config("relay.AlterOpLayout.winograd").is_none() {
+        // A registered boolean key: setting it cannot fail.
+        let _ = ctx.set_config("relay.AlterOpLayout.winograd", ConfigValue::Bool(false));
+    }
+}
+
 /// The value of option `name` (`-mcpu=`, `-mtriple=`, …) in a target string;
 /// the last one where it is repeated, as the LLVM backend reads it.
 pub(crate) fn target_option<'a>(target: &'a str, name: &str) -> Option<&'a str> {

@@ -15,6 +15,7 @@ use crate::tir::{BinOp, CmpOp, Combiner, Expr, Intrinsic, TirType};
 
 mod nn;
 mod transform;
+mod winograd;
 
 /// A TE value: one tensor, or a tuple of them.
 #[derive(Clone, Debug)]
@@ -453,6 +454,10 @@ pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Re
                 }
             }
         }
+        "nn.contrib_conv2d_winograd_weight_transform"
+        | "nn.contrib_winograd_input_transform"
+        | "nn.contrib_winograd_output_transform"
+        | "nn.contrib_winograd_tiles_to_nchw" => winograd::compute_winograd(op, inputs, attrs, out),
         _ if op.starts_with("nn.") && op != "nn.batch_flatten" => nn::compute_nn(op, inputs, attrs, out),
         _ => transform::compute_transform(op, inputs, attrs, out),
     }

@@ -22,7 +22,7 @@ fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
 }
 
 /// `x` at padded position `[n, c, h, w]`, `pad_value` outside.
-fn padded_at(x: &Tensor, pads: [i64; 4], pad_value: &Expr, [n, c, h, w]: [&Expr; 4]) -> Expr {
+pub(super) fn padded_at(x: &Tensor, pads: [i64; 4], pad_value: &Expr, [n, c, h, w]: [&Expr; 4]) -> Expr {
     let s = x.shape();
     let h = h.clone() - Expr::int(pads[0]);
     let w = w.clone() - Expr::int(pads[1]);

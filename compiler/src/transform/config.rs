@@ -81,6 +81,11 @@ fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
             ConfigKind::Int,
             "the most memory one FoldConstant evaluation may take: result + 16 bytes per element (default 256 MiB)",
         );
+        add(
+            "relay.AlterOpLayout.winograd",
+            ConfigKind::Bool,
+            "rewrite 3 × 3 stride-1 convolutions with constant weights as Winograd convolutions where the cost rule picks them (default true; false keeps every convolution direct)",
+        );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");
         add(

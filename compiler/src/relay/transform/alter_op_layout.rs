@@ -10,7 +10,13 @@
 //!   prefetcher; the classifier of MobileNetV2 streamed its 5 MB at 9 GB/s),
 //!   and no panel copy at run time. Where no whole-vector panel divides the
 //!   columns, `nn.matmul(x, transpose(W))` keeps the columns contiguous.
-//! - `nn.conv2d` with a constant OIHW weight becomes `OIHW<lanes>o`.
+//! - `nn.conv2d` with a constant OIHW weight becomes `OIHW<lanes>o` — or,
+//!   for a 3 × 3 stride-1 convolution where [`winograd_tile`] picks it, a
+//!   Winograd F(m × m, 3 × 3) convolution: the weight transformed at build
+//!   time, input and output transforms around a `nn.batch_matmul` over the
+//!   α² tile positions (`kiln_ir::relay::op::winograd_matrices`). The
+//!   configuration key `relay.AlterOpLayout.winograd=false` keeps every
+//!   convolution direct.
 //!
 //! FoldConstant then turns the reshapes and transposes into the packed constant.
 
@@ -22,6 +28,7 @@ use crate::target::VectorUnit;
 
 struct Alter {
     unit: VectorUnit,
+    winograd: bool,
 }
 
 impl ExprMutator for Alter {
@@ -29,7 +36,12 @@ impl ExprMutator for Alter {
         let Some(name) = store.op_name(post) else { return post };
         let Some(call) = store.as_call(post).cloned() else { return post };
         if name == "nn.conv2d" {
-            return pack_conv2d_weight(store, post, &call, self.unit.f32_lanes).unwrap_or(post);
+            return self
+                .winograd
+                .then(|| winograd_conv2d(store, pre, post, &call, self.unit))
+                .flatten()
+                .or_else(|| pack_conv2d_weight(store, post, &call, self.unit.f32_lanes))
+                .unwrap_or(post);
         }
         let transposed_weight = match name {
             "nn.dense" => true,
@@ -143,7 +155,97 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &Call, block: usize
     store.call_op_at("nn.conv2d", vec![x, packed], attrs, span).ok()
 }
 
-/// Rewrite one function; returns the new function handle.
-pub fn alter_op_layout(store: &mut Store, func: ExprId, unit: VectorUnit) -> ExprId {
-    mutate(store, func, &mut Alter { unit })
+/// The most bytes of transformed weights (α²·K·C floats) a Winograd
+/// convolution may stream per call: ResNet-18's last stage at m = 2 (16.8 MB)
+/// still wins over its direct convolution, which reads 9.4 MB.
+const WINOGRAD_MAX_WEIGHT_BYTES: usize = 20 << 20;
+
+/// The Winograd output tile `m` (4 or 2) and the tile count padded to whole
+/// product columns, for a 3 × 3 stride-1 convolution of `c` → `k` channels
+/// onto `n` maps of `oh` × `ow` — or `None` where the direct convolution is
+/// the better choice. The rule: the product must do at most 0.6× the direct
+/// convolution's multiply-adds (α²·tiles vs 9·OH·OW, the tile count rounded
+/// up to two vectors, the matmul tile's columns), with at least 64 channels
+/// each way (the transforms cost per channel, the product per channel
+/// pair), and transformed weights of at most [`WINOGRAD_MAX_WEIGHT_BYTES`];
+/// the larger tile first (fewer products). Only 8-lane targets (AVX2) are
+/// measured; other widths keep direct convolutions.
+pub fn winograd_tile(n: usize, c: usize, k: usize, oh: usize, ow: usize, unit: VectorUnit) -> Option<(usize, usize)> {
+    if unit.f32_lanes != 8 || c < 64 || k < 64 {
+        return None;
+    }
+    let block = 2 * unit.f32_lanes;
+    [4usize, 2].into_iter().find_map(|m| {
+        let alpha = m + 2;
+        let tiles = (n * oh.div_ceil(m) * ow.div_ceil(m)).div_ceil(block) * block;
+        let cheaper = 10 * alpha * alpha * tiles <= 6 * 9 * n * oh * ow;
+        let weights = alpha * alpha * k * c * 4;
+        (cheaper && weights <= WINOGRAD_MAX_WEIGHT_BYTES).then_some((m, tiles))
+    })
+}
+
+/// A 3 × 3 stride-1 `nn.conv2d` with a constant OIHW weight as a Winograd
+/// convolution, where [`winograd_tile`] picks one (see the module docs).
+fn winograd_conv2d(store: &mut Store, pre: ExprId, post: ExprId, call: &Call, unit: VectorUnit) -> Option<ExprId> {
+    let [x, w] = call.args[..] else { return None };
+    let ExprKind::Constant(c) = store.kind(w) else { return None };
+    let wshape = store.constant_data(*c).shape().to_vec();
+    let a = &call.attrs;
+    let ones = |name: &str| a.ints(name).is_ok_and(|v| v.iter().all(|&s| s == 1));
+    if a.str("kernel_layout").ok()? != "OIHW"
+        || a.str("data_layout").ok()? != "NCHW"
+        || a.int("groups").ok()? != 1
+        || !ones("strides")
+        || !ones("dilation")
+        || wshape.len() != 4
+        || wshape[2..] != [3, 3]
+    {
+        return None;
+    }
+    let pre_call = store.as_call(pre)?;
+    let x_ty = store.checked_type(*pre_call.args.first()?)?.as_tensor()?.clone();
+    let out_ty = store.checked_type(pre)?.as_tensor()?.clone();
+    if x_ty.dtype != kiln_ir::DataType::F32 || x_ty.shape.len() != 4 || out_ty.shape.len() != 4 {
+        return None;
+    }
+    let padding = crate::topi::expand_ints(a, "padding", 4).ok()?;
+    let (k, ch) = (wshape[0], wshape[1]);
+    let [n, _, oh, ow] = out_ty.shape[..] else { return None };
+    let (m, tiles) = winograd_tile(n, ch, k, oh, ow, unit)?;
+    let alpha = (m + 2) as i64;
+    let span = store.span(post).clone();
+    let int = AttrValue::Int;
+    let tile = ("tile_size", int(m as i64));
+    let u = store
+        .call_op_at(
+            "nn.contrib_conv2d_winograd_weight_transform",
+            vec![w],
+            Attrs::from_pairs([tile.clone()]),
+            span.clone(),
+        )
+        .ok()?;
+    let shape = AttrValue::Ints(vec![alpha * alpha, k as i64, ch as i64]);
+    let u = store.call_op_at("reshape", vec![u], Attrs::from_pairs([("newshape", shape)]), span.clone()).ok()?;
+    let attrs = Attrs::from_pairs([tile.clone(), ("padding", AttrValue::Ints(padding)), ("tiles", int(tiles as i64))]);
+    let v = store.call_op_at("nn.contrib_winograd_input_transform", vec![x], attrs, span.clone()).ok()?;
+    let no = AttrValue::Bool(false);
+    let attrs = Attrs::from_pairs([("transpose_a", no.clone()), ("transpose_b", no)]);
+    let products = store.call_op_at("nn.batch_matmul", vec![u, v], attrs, span.clone()).ok()?;
+    let y = store
+        .call_op_at(
+            "nn.contrib_winograd_output_transform",
+            vec![products],
+            Attrs::from_pairs([tile.clone()]),
+            span.clone(),
+        )
+        .ok()?;
+    let attrs =
+        Attrs::from_pairs([tile, ("batch", int(n as i64)), ("height", int(oh as i64)), ("width", int(ow as i64))]);
+    store.call_op_at("nn.contrib_winograd_tiles_to_nchw", vec![y], attrs, span).ok()
+}
+
+/// Rewrite one function; returns the new function handle. `winograd`
+/// allows the Winograd rewrite of 3 × 3 convolutions.
+pub fn alter_op_layout(store: &mut Store, func: ExprId, unit: VectorUnit, winograd: bool) -> ExprId {
+    mutate(store, func, &mut Alter { unit, winograd })
 }

@@ -60,7 +60,8 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             |m: &mut IRModule, f, ctx: &PassContext| {
                 // Packed weights are sized from the target's vector unit.
                 let unit = crate::target::VectorUnit::of_context(ctx);
-                Ok(alter_op_layout::alter_op_layout(&mut m.store, f, unit))
+                let winograd = ctx.config_bool("relay.AlterOpLayout.winograd").unwrap_or(true);
+                Ok(alter_op_layout::alter_op_layout(&mut m.store, f, unit, winograd))
             },
         )
         .arc(),

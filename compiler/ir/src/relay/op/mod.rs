@@ -20,9 +20,11 @@ mod reduce;
 mod select;
 mod transform;
 pub(crate) mod util;
+mod winograd;
 
 pub use nn::{conv2d_weight_block, dense_pack_block};
 pub use util::broadcast_shapes;
+pub use winograd::{winograd_matrices, WinogradMatrices, WinogradTiles};
 
 /// How an operator may fuse with its neighbours (TVM's `OpPatternKind`;
 /// the order matters: a fused group's pattern is the maximum of its members').
@@ -142,6 +144,7 @@ impl OpRegistry {
         reduce::register(&mut defs);
         transform::register(&mut defs);
         select::register(&mut defs);
+        winograd::register(&mut defs);
         let mut ops = IndexMap::new();
         for d in defs {
             let name = d.name;

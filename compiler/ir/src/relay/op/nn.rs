@@ -282,7 +282,7 @@ fn eval_bias_add(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 
 /// An integer list attribute of `n` values, expanding TVM's short forms
 /// (one value for all; for 4-value padding, 2 values mean [top/bottom, left/right]).
-fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
+pub(super) fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
     let v = attrs.ints(name)?.to_vec();
     let v = match (v.len(), n) {
         (k, n) if k == n => v,
@@ -313,7 +313,7 @@ fn check_nchw(t: &TensorType, what: &str) -> Result<(), String> {
 /// Output positions of a sliding window. With `ceil`, a partial last window
 /// counts only if it starts inside the input or its leading padding (as in
 /// PyTorch and ONNX Runtime), never wholly in the trailing padding.
-fn window_out(
+pub(super) fn window_out(
     size: usize,
     pads: (i64, i64),
     kernel: usize,

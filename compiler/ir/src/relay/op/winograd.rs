@@ -1,0 +1,359 @@
+//! Winograd convolution F(m × m, 3 × 3) as three operators around a batched
+//! matrix product (AlterOpLayout's rewrite of a 3 × 3, stride-1 `nn.conv2d`):
+//!
+//! ```text
+//! U = nn.contrib_conv2d_winograd_weight_transform(W)   [α, α, K, C]  G·g·Gᵀ (folded at build time)
+//! V = nn.contrib_winograd_input_transform(x)            [α², C, T]   Bᵀ·d·B per tile
+//! M = nn.batch_matmul(reshape(U, [α², K, C]), V)        [α², K, T]
+//! Y = nn.contrib_winograd_output_transform(M)           [m², K, T]   Aᵀ·M·A per tile
+//! y = nn.contrib_winograd_tiles_to_nchw(Y)              [N, K, OH, OW]
+//! ```
+//!
+//! with α = m + 2 and `T` the `N·⌈OH/m⌉·⌈OW/m⌉` tiles of the output, padded
+//! up to whole vector columns of the product (the extra tiles are zero).
+//! The matrices are Lavin and Gray's (points 0, ±1 for m = 2; 0, ±1, ±2
+//! for m = 4). Every tensor between the transforms keeps the tiles
+//! innermost, so that the transforms run on vectors of tiles. The weight
+//! transform is TVM's operator of the same name; the others are kiln's (TVM
+//! keeps them inside one `contrib_conv2d_winograd_without_weight_transform`
+//! compute).
+
+use super::nn::{ints_n, window_out};
+use super::util::{float_dtype, shape_str, tensor_arg, tensor_val};
+use super::{OpDef, OpPattern};
+use crate::attrs::{AttrSpec, Attrs};
+use crate::relay::ty::Type;
+use crate::relay::value::Value;
+use crate::tensor::Tensor;
+
+/// The transform matrices of F(m × m, 3 × 3), row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WinogradMatrices {
+    /// Output tile size m.
+    pub m: usize,
+    /// Input tile size α = m + 2.
+    pub alpha: usize,
+    /// Aᵀ: m × α (output transform).
+    pub at: Vec<Vec<f64>>,
+    /// G: α × 3 (weight transform).
+    pub g: Vec<Vec<f64>>,
+    /// Bᵀ: α × α (input transform).
+    pub bt: Vec<Vec<f64>>,
+}
+
+/// The matrices for output tile `m` (2 or 4), or why there are none.
+pub fn winograd_matrices(m: i64) -> Result<WinogradMatrices, String> {
+    let rows = |r: &[&[f64]]| r.iter().map(|row| row.to_vec()).collect::<Vec<_>>();
+    match m {
+        2 => Ok(WinogradMatrices {
+            m: 2,
+            alpha: 4,
+            at: rows(&[&[1., 1., 1., 0.], &[0., 1., -1., -1.]]),
+            g: rows(&[&[1., 0., 0.], &[0.5, 0.5, 0.5], &[0.5, -0.5, 0.5], &[0., 0., 1.]]),
+            bt: rows(&[&[1., 0., -1., 0.], &[0., 1., 1., 0.], &[0., -1., 1., 0.], &[0., 1., 0., -1.]]),
+        }),
+        4 => Ok(WinogradMatrices {
+            m: 4,
+            alpha: 6,
+            at: rows(&[
+                &[1., 1., 1., 1., 1., 0.],
+                &[0., 1., -1., 2., -2., 0.],
+                &[0., 1., 1., 4., 4., 0.],
+                &[0., 1., -1., 8., -8., 1.],
+            ]),
+            g: rows(&[
+                &[1. / 4., 0., 0.],
+                &[-1. / 6., -1. / 6., -1. / 6.],
+                &[-1. / 6., 1. / 6., -1. / 6.],
+                &[1. / 24., 1. / 12., 1. / 6.],
+                &[1. / 24., -1. / 12., 1. / 6.],
+                &[0., 0., 1.],
+            ]),
+            bt: rows(&[
+                &[4., 0., -5., 0., 1., 0.],
+                &[0., -4., -4., 1., 1., 0.],
+                &[0., 4., -4., -1., 1., 0.],
+                &[0., -2., -1., 2., 1., 0.],
+                &[0., 2., -1., -2., 1., 0.],
+                &[0., 4., 0., -5., 0., 1.],
+            ]),
+        }),
+        _ => Err(format!("tile_size must be 2 or 4, found {m}")),
+    }
+}
+
+/// The tiling of a Winograd convolution's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WinogradTiles {
+    pub batch: usize,
+    pub height: usize,
+    pub width: usize,
+    /// Tiles along the output's rows and columns.
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl WinogradTiles {
+    pub fn new(batch: usize, height: usize, width: usize, m: usize) -> Self {
+        WinogradTiles { batch, height, width, rows: height.div_ceil(m), cols: width.div_ceil(m) }
+    }
+
+    /// The tiles holding output pixels (`N·⌈OH/m⌉·⌈OW/m⌉`).
+    pub fn count(&self) -> usize {
+        self.batch * self.rows * self.cols
+    }
+}
+
+/// The `tiles` attribute: at least the real tiles, at most one padding
+/// block (a vector multiple) more than them.
+fn padded_tiles(attrs: &Attrs, real: usize) -> Result<usize, String> {
+    match attrs.opt_int("tiles")? {
+        None => Ok(real),
+        Some(t) if t >= real as i64 && t <= 2 * real as i64 + 64 => Ok(t as usize),
+        Some(t) => Err(format!("tiles={t} must cover the {real} tiles of the output (and pad them by at most 64)")),
+    }
+}
+
+fn checked_shape(dims: &[usize]) -> Result<Vec<usize>, String> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= i64::MAX as usize)
+        .map(|_| dims.to_vec())
+        .ok_or_else(|| format!("the result of shape {} is too large", shape_str(dims)))
+}
+
+// ---- weight transform -------------------------------------------------------------
+
+fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let w = tensor_arg(args, 0, "weight")?;
+    float_dtype(w, "weight")?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    if w.rank() != 4 || w.shape[2] != 3 || w.shape[3] != 3 {
+        return Err(format!("weight must be OIHW with a 3 × 3 kernel, found shape {}", shape_str(&w.shape)));
+    }
+    Ok(Type::tensor(checked_shape(&[t.alpha, t.alpha, w.shape[0], w.shape[1]])?, w.dtype))
+}
+
+fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let w = tensor_val(args, 0)?;
+    let ty = rel_weight_transform(&[Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let (k, c, a) = (w.shape()[0], w.shape()[1], t.alpha);
+    let g = w.to_f64_vec();
+    let mut u = vec![0.0; a * a * k * c];
+    for kc in 0..k * c {
+        let g = &g[kc * 9..kc * 9 + 9];
+        // G·g (α × 3), then (G·g)·Gᵀ.
+        let gg: Vec<f64> = (0..a * 3).map(|e| (0..3).map(|r| t.g[e / 3][r] * g[r * 3 + e % 3]).sum()).collect();
+        for xi in 0..a {
+            for nu in 0..a {
+                u[(xi * a + nu) * k * c + kc] = (0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum();
+            }
+        }
+    }
+    let ty = ty.as_tensor().ok_or("not a tensor")?;
+    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
+}
+
+// ---- input transform --------------------------------------------------------------
+
+/// The output tiling of the convolution whose input is `x` [N, C, H, W].
+fn input_tiling(x: &[usize], attrs: &Attrs) -> Result<(WinogradTiles, [i64; 4]), String> {
+    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+    let p = ints_n(attrs, "padding", 4)?;
+    let height = window_out(x[2], (p[0], p[2]), 3, 1, 1, false)?;
+    let width = window_out(x[3], (p[1], p[3]), 3, 1, 1, false)?;
+    Ok((WinogradTiles::new(x[0], height, width, m), [p[0], p[1], p[2], p[3]]))
+}
+
+fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    float_dtype(x, "data")?;
+    if x.rank() != 4 {
+        return Err(format!("data must be 4-D (NCHW), found shape {}", shape_str(&x.shape)));
+    }
+    let alpha = winograd_matrices(attrs.int("tile_size")?)?.alpha;
+    let (tiles, _) = input_tiling(&x.shape, attrs)?;
+    let t = padded_tiles(attrs, tiles.count())?;
+    Ok(Type::tensor(checked_shape(&[alpha * alpha, x.shape[1], t])?, x.dtype))
+}
+
+fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let ty = rel_input_transform(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
+    let ty = ty.as_tensor().ok_or("not a tensor")?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let (tiles, pad) = input_tiling(x.shape(), attrs)?;
+    let (c, h, w, a, m) = (x.shape()[1], x.shape()[2] as i64, x.shape()[3] as i64, t.alpha, t.m as i64);
+    let total = ty.shape[2];
+    let xv = x.to_f64_vec();
+    let mut v = vec![0.0; a * a * c * total];
+    for p in 0..tiles.count() {
+        let (n, ty_, tx) = (p / (tiles.rows * tiles.cols), (p / tiles.cols) % tiles.rows, p % tiles.cols);
+        for ch in 0..c {
+            let d = |i: usize, j: usize| {
+                let (y, xx) = (ty_ as i64 * m + i as i64 - pad[0], tx as i64 * m + j as i64 - pad[1]);
+                if (0..h).contains(&y) && (0..w).contains(&xx) {
+                    xv[((n * c + ch) * h as usize + y as usize) * w as usize + xx as usize]
+                } else {
+                    0.0
+                }
+            };
+            for xi in 0..a {
+                for nu in 0..a {
+                    let mut s = 0.0;
+                    for i in 0..a {
+                        for j in 0..a {
+                            s += t.bt[xi][i] * t.bt[nu][j] * d(i, j);
+                        }
+                    }
+                    v[((xi * a + nu) * c + ch) * total + p] = s;
+                }
+            }
+        }
+    }
+    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &v)))
+}
+
+// ---- output transform -------------------------------------------------------------
+
+fn rel_output_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    float_dtype(x, "data")?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    if x.rank() != 3 || x.shape[0] != t.alpha * t.alpha {
+        return Err(format!(
+            "data must be [{}, K, tiles] (α², channels, tiles), found shape {}",
+            t.alpha * t.alpha,
+            shape_str(&x.shape)
+        ));
+    }
+    Ok(Type::tensor([t.m * t.m, x.shape[1], x.shape[2]], x.dtype))
+}
+
+fn eval_output_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let ty = rel_output_transform(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
+    let ty = ty.as_tensor().ok_or("not a tensor")?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let (a, m, kt) = (t.alpha, t.m, x.shape()[1] * x.shape()[2]);
+    let xv = x.to_f64_vec();
+    let mut y = vec![0.0; m * m * kt];
+    for r in 0..m {
+        for s in 0..m {
+            for e in 0..kt {
+                let mut acc = 0.0;
+                for xi in 0..a {
+                    for nu in 0..a {
+                        acc += t.at[r][xi] * t.at[s][nu] * xv[(xi * a + nu) * kt + e];
+                    }
+                }
+                y[(r * m + s) * kt + e] = acc;
+            }
+        }
+    }
+    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &y)))
+}
+
+// ---- tiles to NCHW ----------------------------------------------------------------
+
+/// The output tiling named by the attributes of `nn.contrib_winograd_tiles_to_nchw`.
+fn output_tiling(attrs: &Attrs) -> Result<WinogradTiles, String> {
+    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+    let dims = [attrs.int("batch")?, attrs.int("height")?, attrs.int("width")?];
+    if dims.iter().any(|&d| d < 1 || d > i32::MAX as i64) {
+        return Err(format!("batch, height and width must be positive, found {dims:?}"));
+    }
+    Ok(WinogradTiles::new(dims[0] as usize, dims[1] as usize, dims[2] as usize, m))
+}
+
+fn rel_tiles_to_nchw(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+    let x = tensor_arg(args, 0, "data")?;
+    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+    let tiles = output_tiling(attrs)?;
+    if x.rank() != 3 || x.shape[0] != m * m || x.shape[2] < tiles.count() {
+        return Err(format!(
+            "data must be [{}, K, ≥{}] (m², channels, tiles), found shape {}",
+            m * m,
+            tiles.count(),
+            shape_str(&x.shape)
+        ));
+    }
+    Ok(Type::tensor(checked_shape(&[tiles.batch, x.shape[1], tiles.height, tiles.width])?, x.dtype))
+}
+
+fn eval_tiles_to_nchw(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+    let x = tensor_val(args, 0)?;
+    let ty = rel_tiles_to_nchw(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
+    let ty = ty.as_tensor().ok_or("not a tensor")?;
+    let tiles = output_tiling(attrs)?;
+    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+    let (k, total, h, w) = (x.shape()[1], x.shape()[2], tiles.height, tiles.width);
+    let xv = x.to_f64_vec();
+    let mut y = vec![0.0; ty.shape.iter().product()];
+    for n in 0..tiles.batch {
+        for ch in 0..k {
+            for yy in 0..h {
+                for xx in 0..w {
+                    let p = (n * tiles.rows + yy / m) * tiles.cols + xx / m;
+                    let q = (yy % m) * m + xx % m;
+                    y[((n * k + ch) * h + yy) * w + xx] = xv[(q * k + ch) * total + p];
+                }
+            }
+        }
+    }
+    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &y)))
+}
+
+pub(super) fn register(defs: &mut Vec<OpDef>) {
+    use OpPattern::*;
+    defs.push(
+        OpDef::new(
+            "nn.contrib_conv2d_winograd_weight_transform",
+            &["weight"],
+            Opaque,
+            rel_weight_transform,
+            eval_weight_transform,
+            "Winograd weight transform G·g·Gᵀ of an OIHW 3 × 3 weight: [α, α, O, I] (folded at build time).",
+        )
+        .attr(AttrSpec::int("tile_size", 4)),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_winograd_input_transform",
+            &["data"],
+            OutEWiseFusable,
+            rel_input_transform,
+            eval_input_transform,
+            "Winograd input transform Bᵀ·d·B of every α × α input tile (3 × 3, stride 1): [α², C, tiles].",
+        )
+        .attr(AttrSpec::int("tile_size", 4))
+        .attr(AttrSpec::ints("padding", &[0, 0, 0, 0]))
+        .attr(AttrSpec::opt_int("tiles")),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_winograd_output_transform",
+            &["data"],
+            OutEWiseFusable,
+            rel_output_transform,
+            eval_output_transform,
+            "Winograd output transform Aᵀ·M·A of every tile's products [α², K, tiles]: [m², K, tiles].",
+        )
+        .attr(AttrSpec::int("tile_size", 4)),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_winograd_tiles_to_nchw",
+            &["data"],
+            Injective,
+            rel_tiles_to_nchw,
+            eval_tiles_to_nchw,
+            "The m × m output tiles [m², K, tiles] of a Winograd convolution as an NCHW map [batch, K, height, width] (cropped).",
+        )
+        .attr(AttrSpec::int("tile_size", 4))
+        .attr(AttrSpec::int("batch", 1))
+        .attr(AttrSpec::int("height", 1))
+        .attr(AttrSpec::int("width", 1)),
+    );
+}

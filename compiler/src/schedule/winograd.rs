@@ -1,0 +1,49 @@
+//! Schedules of the Winograd transforms (`nn.contrib_winograd_input_transform`,
+//! `nn.contrib_winograd_output_transform`; the product between them is a
+//! `nn.batch_matmul` and takes the matmul schedule).
+//!
+//! Both computes select their transform row by the element's position in its
+//! tile; the schedule unrolls the positions inside a vector of tiles, so
+//! that each vector of tiles is read once and every unrolled copy folds to
+//! its own linear combination (see `topi::winograd`). The output's
+//! `nn.contrib_winograd_tiles_to_nchw` (with the epilogue) is injective and
+//! takes the default schedule.
+
+use super::{extent, fuse_parallel, loop_chain, Schedule, ScheduleError};
+use crate::target::VectorUnit;
+use crate::tir::PrimFunc;
+
+fn tile_size(s: &Schedule) -> Result<usize, ScheduleError> {
+    s.func()
+        .attrs
+        .get("winograd.tile")
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no winograd.tile attribute".into() })
+}
+
+/// A transform `[positions, channels, tiles]`: per channel (in parallel) and
+/// vector of tiles, the positions unrolled, each a vector over the tiles
+/// (contiguous in every tensor between the transforms; the tile count is a
+/// whole number of vectors, AlterOpLayout pads it).
+pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let [q, c, p] = &loop_chain(&s.func().body)[..] else {
+        return Err(ScheduleError {
+            kernel: s.func().name.clone(),
+            message: "not a [positions, C, tiles] nest".into(),
+        });
+    };
+    tile_size(&s)?;
+    let lanes = unit.f32_lanes;
+    let tiles = extent(&s, p).unwrap_or(0);
+    if tiles % lanes as i64 == 0 {
+        let (p_o, p_i) = s.split(p, lanes)?;
+        s.reorder(&[c.clone(), p_o, q.clone(), p_i.clone()])?;
+        s.vectorize(&p_i)?;
+    } else {
+        s.reorder(&[c.clone(), p.clone(), q.clone()])?;
+    }
+    s.unroll(q)?;
+    fuse_parallel(&mut s, std::slice::from_ref(c))?;
+    Ok(s.into_func())
+}

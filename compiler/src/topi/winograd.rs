@@ -1,0 +1,158 @@
+//! Computes of the Winograd input and output transforms (see
+//! `kiln_ir::relay::op::winograd_matrices`).
+//!
+//! A transform matrix is a function of the output element's position in its
+//! tile (ξ, ν for the input transform; the pixel's row and column in the
+//! tile for the output transform). The computes write it as a chain of
+//! selects on that position, each branch the explicit linear combination of
+//! its row — no multiplication by 0 or ±1. The schedules unroll the position
+//! loops; each copy then folds its selects (UnrollLoop simplifies) to the one
+//! combination it needs, and LLVM shares the loads and partial sums between
+//! copies.
+
+use kiln_ir::attrs::Attrs;
+use kiln_ir::relay::op::{winograd_matrices, WinogradTiles};
+use kiln_ir::relay::Type;
+use kiln_ir::DataType;
+
+use super::nn::padded_at;
+use super::{expand_ints, out_tensor, select, zero, TeValue};
+use crate::te::{compute, Tensor};
+use crate::tir::{BinOp, CmpOp, Expr};
+
+/// `Σ coef·term`, skipping zero coefficients and multiplications by ±1.
+fn linear(terms: impl IntoIterator<Item = (f64, Expr)>, dt: DataType) -> Expr {
+    let mut acc: Option<Expr> = None;
+    for (c, e) in terms {
+        if c == 0.0 {
+            continue;
+        }
+        let negative = c < 0.0;
+        let e = if c.abs() == 1.0 { e } else { Expr::constant(c.abs(), dt) * e };
+        acc = Some(match (acc, negative) {
+            (None, false) => e,
+            (None, true) => Expr::bin(BinOp::Sub, zero(dt), e),
+            (Some(a), false) => a + e,
+            (Some(a), true) => Expr::bin(BinOp::Sub, a, e),
+        });
+    }
+    acc.unwrap_or_else(|| zero(dt))
+}
+
+/// `branches[index]` as a select chain (the last branch is the default).
+fn by_index(index: &Expr, mut branches: Vec<Expr>) -> Expr {
+    let mut e = branches.pop().expect("at least one branch");
+    while let Some(b) = branches.pop() {
+        e = select(Expr::cmp(CmpOp::Eq, index.clone(), Expr::int(branches.len() as i64)), b, e);
+    }
+    e
+}
+
+fn div(a: Expr, c: usize) -> Expr {
+    Expr::bin(BinOp::FloorDiv, a, Expr::int(c as i64))
+}
+
+fn rem(a: Expr, c: usize) -> Expr {
+    Expr::bin(BinOp::FloorMod, a, Expr::int(c as i64))
+}
+
+/// `U[ξ, ν, k, c] = (G·g·Gᵀ)[ξ, ν]` of the 3 × 3 kernel `g = W[k, c]`.
+/// (AlterOpLayout's weights are constants, folded by the interpreter; this
+/// compute serves a weight known only at run time.)
+fn weight_transform(w: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+    let (shape, dt) = out_tensor(out)?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    Ok(compute("winograd_weight", &shape, |i| {
+        let (xi, nu, k, c) = (&i[0], &i[1], &i[2], &i[3]);
+        let g = |r: usize, s: usize| w.at(&[k.clone(), c.clone(), Expr::int(r as i64), Expr::int(s as i64)]);
+        // (g·Gᵀ)[r, ν], by ν.
+        let right: Vec<Expr> = (0..3)
+            .map(|r| by_index(nu, (0..t.alpha).map(|v| linear((0..3).map(|s| (t.g[v][s], g(r, s))), dt)).collect()))
+            .collect();
+        by_index(xi, (0..t.alpha).map(|x| linear((0..3).map(|r| (t.g[x][r], right[r].clone())), dt)).collect())
+    }))
+}
+
+/// `V[ξ·α + ν, c, p] = (Bᵀ·d·B)[ξ, ν]` for tile `p` of channel `c`.
+fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+    let (shape, dt) = out_tensor(out)?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let p4 = expand_ints(attrs, "padding", 4)?;
+    let pads = [p4[0], p4[1], p4[2], p4[3]];
+    let s = x.shape();
+    let tiles = WinogradTiles::new(
+        s[0],
+        (s[2] as i64 + pads[0] + pads[2] - 2) as usize,
+        (s[3] as i64 + pads[1] + pads[3] - 2) as usize,
+        t.m,
+    );
+    let (a, m, real) = (t.alpha, t.m as i64, tiles.count());
+    Ok(compute("winograd_input", &shape, |i| {
+        let (q, c, p) = (&i[0], &i[1], &i[2]);
+        // Tiles past the real ones (vector padding) read the last image, then give 0.
+        let n = Expr::bin(BinOp::Min, div(p.clone(), tiles.rows * tiles.cols), Expr::int(s[0] as i64 - 1));
+        let (ty, tx) = (rem(div(p.clone(), tiles.cols), tiles.rows), rem(p.clone(), tiles.cols));
+        let d = |i: usize, j: usize| {
+            let h = ty.clone() * Expr::int(m) + Expr::int(i as i64);
+            let w = tx.clone() * Expr::int(m) + Expr::int(j as i64);
+            padded_at(x, pads, &zero(dt), [&n, c, &h, &w])
+        };
+        // Row i of Bᵀ·d·B's right factor: (d·B)[i, ν], by ν.
+        let nu = rem(q.clone(), a);
+        let right: Vec<Expr> = (0..a)
+            .map(|i| by_index(&nu, (0..a).map(|v| linear((0..a).map(|j| (t.bt[v][j], d(i, j))), dt)).collect()))
+            .collect();
+        let xi = div(q.clone(), a);
+        let v = by_index(&xi, (0..a).map(|r| linear((0..a).map(|i| (t.bt[r][i], right[i].clone())), dt)).collect());
+        if shape[2] > real {
+            select(Expr::cmp(CmpOp::Lt, p.clone(), Expr::int(real as i64)), v, zero(dt))
+        } else {
+            v
+        }
+    }))
+}
+
+/// `Y[r·m + s, k, p] = (Aᵀ·M·A)[r, s]` of tile `p`.
+fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+    let (shape, dt) = out_tensor(out)?;
+    let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let (a, m) = (t.alpha, t.m);
+    Ok(compute("winograd_output", &shape, |i| {
+        let (q, k, p) = (&i[0], &i[1], &i[2]);
+        let at = |xi: usize, nu: usize| mt.at(&[Expr::int((xi * a + nu) as i64), k.clone(), p.clone()]);
+        // (M·A)[ξ, s], by the tile column s.
+        let col = rem(q.clone(), m);
+        let right: Vec<Expr> = (0..a)
+            .map(|xi| by_index(&col, (0..m).map(|s| linear((0..a).map(|nu| (t.at[s][nu], at(xi, nu))), dt)).collect()))
+            .collect();
+        let row = div(q.clone(), m);
+        by_index(&row, (0..m).map(|r| linear((0..a).map(|xi| (t.at[r][xi], right[xi].clone())), dt)).collect())
+    }))
+}
+
+/// `y[n, k, y, x] = Y[(y % m)·m + x % m, k, tile of (n, y, x)]`.
+fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+    let (shape, _) = out_tensor(out)?;
+    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+    let tiles = WinogradTiles::new(shape[0], shape[2], shape[3], m);
+    Ok(compute("winograd_nchw", &shape, |i| {
+        let (n, k, y, x) = (&i[0], &i[1], &i[2], &i[3]);
+        let p = (n.clone() * Expr::int(tiles.rows as i64) + div(y.clone(), m)) * Expr::int(tiles.cols as i64)
+            + div(x.clone(), m);
+        let q = rem(y.clone(), m) * Expr::int(m as i64) + rem(x.clone(), m);
+        yt.at(&[q, k.clone(), p])
+    }))
+}
+
+/// The compute of a Winograd transform operator.
+pub(super) fn compute_winograd(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
+    let x = inputs.first().ok_or("missing argument 0")?.tensor()?;
+    let t = match op {
+        "nn.contrib_conv2d_winograd_weight_transform" => weight_transform(x, attrs, out)?,
+        "nn.contrib_winograd_input_transform" => input_transform(x, attrs, out)?,
+        "nn.contrib_winograd_output_transform" => output_transform(x, attrs, out)?,
+        "nn.contrib_winograd_tiles_to_nchw" => tiles_to_nchw(x, attrs, out)?,
+        _ => return Err(format!("no Winograd compute for `{op}`")),
+    };
+    Ok(TeValue::Tensor(t))
+}
