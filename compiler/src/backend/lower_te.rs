@@ -181,7 +181,8 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
         }
     }
     let anchor_name = anchor.map_or("", |(_, n)| n);
-    let materialize = |t: &Tensor| anchor_name == "nn.conv2d" && t.name() == "pad";
+    let padded_anchor = matches!(anchor_name, "nn.conv2d" | "nn.contrib_winograd_input_transform");
+    let materialize = |t: &Tensor| padded_anchor && t.name() == "pad";
     let mut prim = te::lower_with(name, &inputs, &outputs, &materialize).map_err(|e| err(e.to_string()))?;
     prim.attrs.insert("anchor".into(), anchor_name.to_string());
     if transposed_weight {

@@ -32,6 +32,8 @@ commands:
                                  `cuda [-arch=sm_80]` (NVIDIA GPUs; run/bench need feature `cuda`)
       --opt-level N              optimization level (default 3)
       --weights FILE             bind @main parameters from .safetensors/.npy (repeatable)
+      --config KEY=VALUE         set a pass configuration key, as for opt (repeatable; e.g.
+                                 relay.AlterOpLayout.winograd=false keeps convolutions direct)
       --input-shape NAME=1x3x224x224  (ONNX) fix the symbolic dimensions of an input (repeatable)
       --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c,ptx (default obj)
       -o DIR                     output directory (default .)
@@ -40,7 +42,7 @@ commands:
       --bind NAME=PATH.npy       (ONNX) fix an input at build time: it becomes a constant, so
                                  shapes, axes or scales fed as inputs are known to the compiler
       --output PATH.npy          where to write each output, in order (repeatable)
-      --weights FILE, --target T, --opt-level N as for build
+      --weights FILE, --target T, --opt-level N, --config as for build
       --threads N                threads for the parallel kernels (default 1)
       --ptx FILE                 (cuda) run this PTX, from `kiln build --target cuda --emit ptx`
                                  on a machine with LLVM, instead of compiling it here
@@ -107,6 +109,22 @@ fn selection(names: &[String]) -> Selection {
     }
 }
 
+/// `--config KEY=VALUE` options, each checked against the registered key's kind.
+fn set_config(ctx: &mut PassContext, config: &[(String, String)]) -> Result<(), String> {
+    for (k, v) in config {
+        let kind = kiln::transform::config_kind(k).map_err(|e| e.to_string())?;
+        let value = ConfigValue::parse(kind, v).ok_or_else(|| format!("config key `{k}` takes a {kind}, not `{v}`"))?;
+        ctx.set_config(k, value).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// `--config KEY=VALUE`, split at the first `=`.
+fn config_option(v: &str) -> Result<(String, String), String> {
+    let (k, x) = v.split_once('=').ok_or_else(|| format!("--config takes KEY=VALUE, not `{v}`"))?;
+    Ok((k.to_string(), x.to_string()))
+}
+
 fn parse_opt_args(args: &[String]) -> Result<OptArgs, String> {
     let mut o = OptArgs { opt_level: 2, ..Default::default() };
     let mut it = args.iter();
@@ -122,11 +140,7 @@ fn parse_opt_args(args: &[String]) -> Result<OptArgs, String> {
             }
             "--disable" => o.disable.push(value(a)?),
             "--require" => o.require.push(value(a)?),
-            "--config" => {
-                let v = value(a)?;
-                let (k, x) = v.split_once('=').ok_or_else(|| format!("--config takes KEY=VALUE, not `{v}`"))?;
-                o.config.push((k.to_string(), x.to_string()));
-            }
+            "--config" => o.config.push(config_option(&value(a)?)?),
             "--print-ir-before" => o.before.push(value(a)?),
             "--print-ir-after" => o.after.push(value(a)?),
             "--time-passes" => o.time = true,
@@ -158,11 +172,7 @@ fn opt(args: &[String]) -> Result<(), String> {
     let mut ctx = PassContext::new().with_opt_level(o.opt_level);
     ctx.disabled = o.disable.clone();
     ctx.required = o.require.clone();
-    for (k, v) in &o.config {
-        let kind = kiln::transform::config_kind(k).map_err(|e| e.to_string())?;
-        let value = ConfigValue::parse(kind, v).ok_or_else(|| format!("config key `{k}` takes a {kind}, not `{v}`"))?;
-        ctx.set_config(k, value).map_err(|e| e.to_string())?;
-    }
+    set_config(&mut ctx, &o.config)?;
     let timing = Arc::new(PassTimingInstrument::new());
     let mut instruments: Vec<Arc<dyn PassInstrument>> = Vec::new();
     if o.verify {
@@ -206,6 +216,8 @@ struct CompileArgs {
     profile: bool,
     /// `--ptx FILE`: prebuilt PTX for a `cuda` run (this kiln may lack LLVM).
     ptx: Option<String>,
+    /// `--config KEY=VALUE`: pass configuration.
+    config: Vec<(String, String)>,
 }
 
 fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
@@ -224,6 +236,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
         runs: 100,
         profile: false,
         ptx: None,
+        config: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -257,6 +270,7 @@ fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String>
             }
             "--output" => c.outputs.push(value(a)?),
             "--ptx" => c.ptx = Some(value(a)?),
+            "--config" => c.config.push(config_option(&value(a)?)?),
             "--profile" => c.profile = true,
             "--runs" => {
                 let v = value(a)?;
@@ -343,7 +357,8 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     }
     let m = b.prepare().map_err(|e| e.to_string())?;
     let mut ctx = PassContext::new().with_opt_level(c.opt_level);
-    // Tiles and packed layouts sized for the CPU the target names.
+    set_config(&mut ctx, &c.config)?;
+    // Tiles and packed layouts sized for the CPU the target names (unless set above).
     kiln::target::configure_context(&c.target, &mut ctx);
     let ctx = Arc::new(ctx);
     if kiln::build::is_cuda_target(&c.target) {

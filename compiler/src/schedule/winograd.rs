@@ -9,9 +9,21 @@
 //! `nn.contrib_winograd_tiles_to_nchw` (with the epilogue) is injective and
 //! takes the default schedule.
 
-use super::{extent, fuse_parallel, loop_chain, Schedule, ScheduleError};
+use super::{extent, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError};
 use crate::target::VectorUnit;
-use crate::tir::PrimFunc;
+use crate::tir::{PrimFunc, Stmt};
+
+/// The nest that writes the kernel's output: after the allocations, the
+/// last statement (a materialized padded image comes first).
+fn last_nest(mut s: &Stmt) -> &Stmt {
+    loop {
+        s = match s {
+            Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => body,
+            Stmt::Seq(v) if !v.is_empty() => &v[v.len() - 1],
+            _ => return s,
+        };
+    }
+}
 
 fn tile_size(s: &Schedule) -> Result<usize, ScheduleError> {
     s.func()
@@ -27,7 +39,7 @@ fn tile_size(s: &Schedule) -> Result<usize, ScheduleError> {
 /// whole number of vectors, AlterOpLayout pads it).
 pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
-    let [q, c, p] = &loop_chain(&s.func().body)[..] else {
+    let [q, c, p] = &loop_chain(last_nest(&s.func().body))[..] else {
         return Err(ScheduleError {
             kernel: s.func().name.clone(),
             message: "not a [positions, C, tiles] nest".into(),
@@ -44,6 +56,10 @@ pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFu
         s.reorder(&[c.clone(), p.clone(), q.clone()])?;
     }
     s.unroll(q)?;
+    // The input transform's padded image, one channel at a time.
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, c)?;
+    }
     fuse_parallel(&mut s, std::slice::from_ref(c))?;
     Ok(s.into_func())
 }

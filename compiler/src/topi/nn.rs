@@ -12,7 +12,7 @@ fn at2(t: &Tensor, a: Expr, b: Expr) -> Expr {
 }
 
 /// `pad[n, c, h, w]`: `x` with `pad_value` outside, for pooling and convolution.
-fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
+pub(super) fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
     if pads == [0; 4] {
         return x.clone();
     }
@@ -22,7 +22,7 @@ fn pad_nchw(x: &Tensor, pads: [i64; 4], pad_value: Expr) -> Tensor {
 }
 
 /// `x` at padded position `[n, c, h, w]`, `pad_value` outside.
-pub(super) fn padded_at(x: &Tensor, pads: [i64; 4], pad_value: &Expr, [n, c, h, w]: [&Expr; 4]) -> Expr {
+fn padded_at(x: &Tensor, pads: [i64; 4], pad_value: &Expr, [n, c, h, w]: [&Expr; 4]) -> Expr {
     let s = x.shape();
     let h = h.clone() - Expr::int(pads[0]);
     let w = w.clone() - Expr::int(pads[1]);

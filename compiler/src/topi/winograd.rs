@@ -15,7 +15,7 @@ use kiln_ir::relay::op::{winograd_matrices, WinogradTiles};
 use kiln_ir::relay::Type;
 use kiln_ir::DataType;
 
-use super::nn::padded_at;
+use super::nn::pad_nchw;
 use super::{expand_ints, out_tensor, select, zero, TeValue};
 use crate::te::{compute, Tensor};
 use crate::tir::{BinOp, CmpOp, Expr};
@@ -87,6 +87,11 @@ fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Stri
         t.m,
     );
     let (a, m, real) = (t.alpha, t.m as i64, tiles.count());
+    // The padded image covers every tile whole (zeros past the map): the
+    // schedule computes it once per channel, and the tiles read it plainly.
+    let (h, w) = ((tiles.rows * t.m + 2) as i64, (tiles.cols * t.m + 2) as i64);
+    let far = [pads[0], pads[1], h - s[2] as i64 - pads[0], w - s[3] as i64 - pads[1]];
+    let padded = pad_nchw(x, far, zero(dt));
     Ok(compute("winograd_input", &shape, |i| {
         let (q, c, p) = (&i[0], &i[1], &i[2]);
         // Tiles past the real ones (vector padding) read the last image, then give 0.
@@ -95,7 +100,7 @@ fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Stri
         let d = |i: usize, j: usize| {
             let h = ty.clone() * Expr::int(m) + Expr::int(i as i64);
             let w = tx.clone() * Expr::int(m) + Expr::int(j as i64);
-            padded_at(x, pads, &zero(dt), [&n, c, &h, &w])
+            padded.at(&[n.clone(), c.clone(), h, w])
         };
         // Row i of Bᵀ·d·B's right factor: (d·B)[i, ν], by ν.
         let nu = rem(q.clone(), a);

@@ -138,7 +138,24 @@ fn floor_div_mod(a: Expr, c: i64, div: bool, ty: TirType, bounds: &Bounds) -> Ex
 
 /// Simplify `e` given the variable ranges in `bounds`.
 pub fn simplify(e: &Expr, bounds: &Bounds) -> Expr {
-    let s = e.map_children(|c| simplify(c, bounds));
+    // A select whose condition folds keeps only the chosen side, simplified
+    // alone: unrolled select chains (a Winograd transform's rows) would
+    // otherwise simplify every branch of every copy.
+    if let Expr::Select(c, a, b) = e {
+        let c = simplify(c, bounds);
+        return match c.as_int() {
+            Some(v) => simplify(if v != 0 { a } else { b }, bounds),
+            None => simplify_node(
+                Expr::Select(Box::new(c), Box::new(simplify(a, bounds)), Box::new(simplify(b, bounds))),
+                bounds,
+            ),
+        };
+    }
+    simplify_node(e.map_children(|c| simplify(c, bounds)), bounds)
+}
+
+/// One node of [`simplify`] whose children are simplified already.
+fn simplify_node(s: Expr, bounds: &Bounds) -> Expr {
     let ty = s.ty();
     match s {
         Expr::Bin(op, a, b) if is_index_type(ty) => {
