@@ -56,6 +56,9 @@ fn user_errors_exit_1_with_a_location() {
         vec![],
         vec!["opt", MLP, "--disable", "FoldConstnt"],
         vec!["opt", MLP, "--config", "nope=1"],
+        vec!["build", MLP, "--config", "relay.AlterOpLayout.winograd=maybe"],
+        vec!["run", MLP, "--config", "nope=1"],
+        vec!["bench", MLP, "--config", "no-equals-sign"],
         vec!["opt", MLP, "--opt-level", "x"],
     ] {
         let (code, _, err) = kiln(&args);
@@ -104,6 +107,11 @@ fn build_emits_two_vectorized_kernels_for_the_mlp() {
     let asm = std::fs::read_to_string(dir.path().join("mlp.s")).expect("asm");
     assert!(asm.contains("ymm"), "AVX2 vector code expected");
     assert!(std::fs::read(dir.path().join("mlp.o")).expect("obj").starts_with(b"\x7fELF"));
+    // Pass configuration reaches the pipeline: one operator per kernel.
+    let (code, _, err) = kiln(&["build", MLP, "--config", "relay.FuseOps.max_depth=1", "--emit", "tir", "-o", &out]);
+    assert_eq!(code, 0, "{err}");
+    let tir = std::fs::read_to_string(dir.path().join("mlp.tir")).expect("tir");
+    assert!(tir.matches("@T.prim_func").count() > 2, "{tir}");
     let (code, _, err) = kiln(&["build", MLP, "--emit", "wasm"]);
     assert_eq!(code, 1);
     assert!(err.contains("unknown --emit kind `wasm`"), "{err}");
