@@ -123,7 +123,7 @@ def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
     check_compiled(rows, &["w"], true, &packed("dense_pack.panel", 1, true));
 }
 
-/// 3 × 3 stride-1 convolutions with constant weights and 64 channels each
+/// 3 × 3 stride-1 convolutions with constant weights and 64 (≥ 32) channels each
 /// way become Winograd convolutions on 8-lane targets (AlterOpLayout's cost
 /// rule): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
 /// (16 tiles, cutting the last tile), with bias, ReLU and a residual add
