@@ -54,19 +54,20 @@ impl DataType {
         }
     }
 
-    /// Parse a TVM name (`float32`) or a Rust name (`f32`).
+    /// Parse a TVM name (`float32`, or TVM's 32-bit shorthands `float`,
+    /// `int`, `uint`) or a Rust name (`f32`).
     pub fn from_name(name: &str) -> Option<DataType> {
         Some(match name {
-            "float32" | "f32" => DataType::F32,
+            "float32" | "f32" | "float" => DataType::F32,
             "float16" | "f16" => DataType::F16,
             "float64" | "f64" => DataType::F64,
             "int64" | "i64" => DataType::I64,
-            "int32" | "i32" => DataType::I32,
+            "int32" | "i32" | "int" => DataType::I32,
             "int16" | "i16" => DataType::I16,
             "int8" | "i8" => DataType::I8,
             "uint8" | "u8" => DataType::U8,
             "uint16" | "u16" => DataType::U16,
-            "uint32" | "u32" => DataType::U32,
+            "uint32" | "u32" | "uint" => DataType::U32,
             "uint64" | "u64" => DataType::U64,
             "bool" => DataType::Bool,
             _ => return None,

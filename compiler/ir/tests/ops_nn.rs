@@ -100,13 +100,18 @@ fn dense_pack() {
 
 #[test]
 fn batch_matmul() {
-    assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 5, 4])], &[]).unwrap(), ty(&[2, 3, 5]));
-    assert_eq!(rel("nn.batch_matmul", &[ty(&[1, 3, 4]), ty(&[6, 5, 4])], &[]).unwrap(), ty(&[6, 3, 5]));
-    assert!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[3, 5, 4])], &[]).unwrap_err().contains("do not broadcast"));
+    let tb = [("transpose_b", AttrValue::Bool(true))];
+    assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 5, 4])], &tb).unwrap(), ty(&[2, 3, 5]));
+    assert_eq!(rel("nn.batch_matmul", &[ty(&[1, 3, 4]), ty(&[6, 5, 4])], &tb).unwrap(), ty(&[6, 3, 5]));
+    assert!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[3, 5, 4])], &tb).unwrap_err().contains("do not broadcast"));
     assert!(rel("nn.batch_matmul", &[ty(&[3, 4]), ty(&[5, 4])], &[]).unwrap_err().contains("3-D"));
     let a = t(&[1, 1, 2], &[1.0, 2.0]);
     let b = t(&[1, 2, 2], &[3.0, 4.0, 5.0, 6.0]);
-    assert_eq!(vals(&eval("nn.batch_matmul", &[a, b], &[])), vec![11.0, 17.0]);
+    assert_eq!(vals(&eval("nn.batch_matmul", &[a.clone(), b.clone()], &tb)), vec![11.0, 17.0]);
+    // TVM's BatchMatmulAttrs default: no transpose (`nn.batch_matmul(%a, %b)`
+    // in Relay text is a·b), as test_ir_parser.py's programs read it.
+    assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 4, 5])], &[]).unwrap(), ty(&[2, 3, 5]));
+    assert_eq!(vals(&eval("nn.batch_matmul", &[a, b], &[])), vec![13.0, 16.0]);
 }
 
 #[test]

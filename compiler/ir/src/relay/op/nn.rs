@@ -731,10 +731,10 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             OutEWiseFusable,
             rel_batch_matmul,
             eval_batch_matmul,
-            "Batched matrix product of 3-D tensors.",
+            "Batched matrix product of 3-D tensors (TVM's attribute defaults: neither operand transposed).",
         )
         .attr(AttrSpec::bool("transpose_a", false))
-        .attr(AttrSpec::bool("transpose_b", true)),
+        .attr(AttrSpec::bool("transpose_b", false)),
     );
     defs.push(
         OpDef::new(
