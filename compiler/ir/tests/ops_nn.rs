@@ -335,3 +335,18 @@ fn winograd_operators_refuse_bad_shapes_and_attributes() {
         Ok(ty(&[1, 8, 7, 7]))
     );
 }
+
+/// TVM's `out_dtype` on the products and the convolution: empty or the
+/// operands' dtype is accepted; another dtype is refused, never ignored.
+#[test]
+fn out_dtype_is_the_operands_dtype_or_refused() {
+    let od = |v: &str| [("out_dtype", AttrValue::Str(v.into()))];
+    for v in ["", "float32", "float"] {
+        assert_eq!(rel("nn.conv2d", &[ty(&[1, 2, 5, 5]), ty(&[3, 2, 3, 3])], &od(v)), Ok(ty(&[1, 3, 3, 3])), "{v}");
+        assert_eq!(rel("nn.dense", &[ty(&[2, 4]), ty(&[3, 4])], &od(v)), Ok(ty(&[2, 3])), "{v}");
+    }
+    let err = rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 4, 5])], &od("int32")).unwrap_err();
+    assert!(err.contains("out_dtype=int32 differs from the operands' float32"), "{err}");
+    let err = rel("nn.matmul", &[ty(&[2, 4]), ty(&[4, 3])], &od("float128")).unwrap_err();
+    assert!(err.contains("unknown out_dtype \"float128\""), "{err}");
+}

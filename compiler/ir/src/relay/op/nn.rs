@@ -29,9 +29,26 @@ fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), String> {
     Ok(())
 }
 
+/// TVM's `out_dtype` of the products and the convolution: empty (the
+/// operands' dtype) or that same dtype. kiln computes in the operands' dtype
+/// and refuses another one rather than ignoring it.
+fn check_out_dtype(attrs: &Attrs, dtype: crate::dtype::DataType) -> Result<(), String> {
+    match attrs.str("out_dtype")? {
+        "" => Ok(()),
+        name => match crate::dtype::DataType::from_name(name) {
+            Some(d) if d == dtype => Ok(()),
+            Some(d) => Err(format!(
+                "out_dtype={d} differs from the operands' {dtype}: kiln computes in the operands' dtype (cast the result instead)"
+            )),
+            None => Err(format!("unknown out_dtype \"{name}\"")),
+        },
+    }
+}
+
 fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
+    check_out_dtype(attrs, dtype)?;
     if x.rank() < 1 || w.rank() != 2 {
         return Err(format!(
             "dense needs data of rank >= 1 and a 2-D weight, found {} and {}",
@@ -95,6 +112,7 @@ pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, String> {
 fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
+    check_out_dtype(attrs, dtype)?;
     let named = dense_pack_block(attrs)?;
     if x.rank() < 1 || w.rank() != 3 || named.is_some_and(|b| w.shape[2] != b) {
         let b = named.map_or("b".to_string(), |b| b.to_string());
@@ -158,6 +176,7 @@ fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Ve
 fn rel_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
+    check_out_dtype(attrs, dtype)?;
     let (mut shape, _, cols) = matmul_dims(a, b, attrs.bool("transpose_a")?, attrs.bool("transpose_b")?)?;
     if let Some(units) = attrs.opt_int("units")? {
         if units as usize != cols {
@@ -193,6 +212,7 @@ fn eval_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
+    check_out_dtype(attrs, dtype)?;
     if a.rank() != 3 || b.rank() != 3 {
         return Err(format!(
             "batch_matmul needs 3-D operands, found {} and {}",
@@ -361,6 +381,7 @@ fn conv2d_weight_dims(w: &TensorType, attrs: &Attrs) -> Result<[usize; 4], Strin
 fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
+    check_out_dtype(attrs, dtype)?;
     if attrs.str("data_layout")? != "NCHW" {
         return Err(format!("only NCHW data is supported, found {}", attrs.str("data_layout")?));
     }
@@ -697,7 +718,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_dense,
             "`data · weightᵀ`; weight is [units, in].",
         )
-        .attr(AttrSpec::opt_int("units")),
+        .attr(AttrSpec::opt_int("units"))
+        .attr(AttrSpec::str("out_dtype", "")),
     );
     defs.push(
         OpDef::new(
@@ -709,7 +731,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "`data · weightᵀ` over a weight packed in column panels: [units/b, in, b] (`NC<b>n`).",
         )
         .attr(AttrSpec::opt_int("units"))
-        .attr(AttrSpec::str("weight_layout", "NC")),
+        .attr(AttrSpec::str("weight_layout", "NC"))
+        .attr(AttrSpec::str("out_dtype", "")),
     );
     defs.push(
         OpDef::new(
@@ -722,7 +745,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         )
         .attr(AttrSpec::opt_int("units"))
         .attr(AttrSpec::bool("transpose_a", false))
-        .attr(AttrSpec::bool("transpose_b", false)),
+        .attr(AttrSpec::bool("transpose_b", false))
+        .attr(AttrSpec::str("out_dtype", "")),
     );
     defs.push(
         OpDef::new(
@@ -734,7 +758,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "Batched matrix product of 3-D tensors (TVM's attribute defaults: neither operand transposed).",
         )
         .attr(AttrSpec::bool("transpose_a", false))
-        .attr(AttrSpec::bool("transpose_b", false)),
+        .attr(AttrSpec::bool("transpose_b", false))
+        .attr(AttrSpec::str("out_dtype", "")),
     );
     defs.push(
         OpDef::new(
@@ -763,7 +788,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::opt_int("channels"))
         .attr(AttrSpec::opt_ints("kernel_size"))
         .attr(AttrSpec::str("data_layout", "NCHW"))
-        .attr(AttrSpec::str("kernel_layout", "OIHW")),
+        .attr(AttrSpec::str("kernel_layout", "OIHW"))
+        .attr(AttrSpec::str("out_dtype", "")),
     );
     let pools: [(&'static str, super::EvalFn, &'static str); 2] = [
         ("nn.max_pool2d", eval_max_pool2d, "2-D max pooling, NCHW."),
