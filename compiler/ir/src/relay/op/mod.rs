@@ -15,6 +15,7 @@ use crate::relay::value::Value;
 
 mod bitwise;
 mod elemwise;
+mod matmul;
 mod nn;
 mod reduce;
 mod select;
@@ -22,7 +23,8 @@ mod transform;
 pub(crate) mod util;
 mod winograd;
 
-pub use nn::{conv2d_weight_block, dense_pack_block};
+pub use matmul::dense_pack_block;
+pub use nn::conv2d_weight_block;
 pub use util::broadcast_shapes;
 pub use winograd::{winograd_matrices, WinogradMatrices, WinogradTiles};
 
@@ -140,6 +142,7 @@ impl OpRegistry {
         let mut defs = Vec::new();
         bitwise::register(&mut defs);
         elemwise::register(&mut defs);
+        matmul::register(&mut defs);
         nn::register(&mut defs);
         reduce::register(&mut defs);
         transform::register(&mut defs);
