@@ -58,3 +58,28 @@ fn matmul_reduction_runs() {
         }
     }
 }
+
+/// The smallest int64 is written as `(-INT64_C(9223372036854775807) - 1)`:
+/// `INT64_C(-9223372036854775808)` negates a literal that does not fit
+/// (a compiler warning, and undefined in strict C).
+#[test]
+fn the_smallest_int64_constant_is_valid_c() {
+    type KernelI64 = unsafe extern "C" fn(*const i64, *mut i64, i64, i64);
+    let a = placeholder("a", &[3], DataType::I64);
+    let min = Expr::Int(i64::MIN, kiln::tir::TirType::scalar(DataType::I64));
+    let out = compute("clamp_low", &[3], |i| {
+        Expr::select(Expr::cmp(kiln::tir::CmpOp::Lt, a.at(i), Expr::Int(0, min.ty())), min.clone(), a.at(i))
+    });
+    let f = simplify_prim_func(flatten_buffers(lower("clamp_low", &[a], &[out]).expect("lower")));
+    let source = kiln::codegen::c::codegen_module(std::slice::from_ref(&f)).expect("C");
+    assert!(
+        source.contains("(-INT64_C(9223372036854775807) - 1)") && !source.contains("9223372036854775808"),
+        "{source}"
+    );
+    let lib = CLibrary::build(&[f]);
+    let k: libloading::Symbol<KernelI64> = unsafe { lib.library().get(b"clamp_low") }.expect("symbol");
+    let input = [5i64, -1, 0];
+    let mut got = [0i64; 3];
+    unsafe { k(input.as_ptr(), got.as_mut_ptr(), 0, 1) };
+    assert_eq!(got, [5, i64::MIN, 0]);
+}

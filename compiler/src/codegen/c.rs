@@ -101,6 +101,8 @@ impl Emitter<'_> {
         }
         Ok(match e {
             Expr::Int(v, t) => match t.elem {
+                // `INT64_C(-9223372036854775808)` negates a literal that overflows int64_t.
+                DataType::I64 if *v == i64::MIN => "(-INT64_C(9223372036854775807) - 1)".into(),
                 DataType::I64 => format!("INT64_C({v})"),
                 DataType::U64 => format!("UINT64_C({})", *v as u64),
                 _ => format!("(({}){v})", c_type(self.kernel, t.elem)?),
