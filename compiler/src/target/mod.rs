@@ -72,9 +72,9 @@ impl VectorUnit {
 
     /// The vector unit a target string compiles for: `-mcpu=native` and `c`
     /// mean this machine; a named CPU and `-mattr=±avx512f` decide otherwise.
+    /// A repeated option counts by its last value, as the LLVM backend reads it.
     pub fn of_target(target: &str) -> VectorUnit {
-        let words: Vec<&str> = target.split_whitespace().collect();
-        let option = |name: &str| words.iter().find_map(|w| w.strip_prefix(name));
+        let option = |name: &str| target_option(target, name);
         let cpu = option("-mcpu=").unwrap_or("native");
         let triple = option("-mtriple=").unwrap_or("");
         let attrs = option("-mattr=").unwrap_or("");
@@ -193,6 +193,9 @@ mod tests {
         assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3 -mattr=+avx512f"), VectorUnit::AVX512);
         assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
         assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
+        // The last of a repeated option counts, as in the LLVM backend.
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=haswell -mcpu=skylake-avx512"), VectorUnit::AVX512);
+        assert_eq!(VectorUnit::of_target("llvm -mcpu=skylake-avx512 -mcpu=znver3"), VectorUnit::AVX2);
         assert_eq!(VectorUnit::of_target("c"), VectorUnit::host());
     }
 
