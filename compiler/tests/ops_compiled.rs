@@ -128,27 +128,28 @@ def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
 /// rule): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
 /// (16 tiles, cutting the last tile), with bias, ReLU and a residual add
 /// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
-/// direct convolution, and so does every one on 16 lanes (not measured).
-/// All equal the interpreter on LLVM and C.
+/// direct convolution, and so does every one on 16 lanes (not measured);
+/// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
+/// over 32 tiles of both images. All equal the interpreter on LLVM and C.
 #[test]
 fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32],
+def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
           %w1: Tensor[(64, 64, 3, 3), float32], %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
-          %w3: Tensor[(64, 64, 3, 3), float32]) {
+          %w3: Tensor[(64, 64, 3, 3), float32], %w4: Tensor[(32, 32, 3, 3), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
   %1 = nn.relu(nn.bias_add(%0, %b1));
   %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
   %3 = nn.relu(add(%2, %y));
-  (%1, %3, nn.conv2d(%y, %w3))
+  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]))
 }
 "#;
-    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+    check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
         let mut tiles: Vec<&str> =
             kernels.iter().filter_map(|k| k.attrs.get("winograd.tile").map(String::as_str)).collect();
         tiles.sort_unstable();
         // An input and an output transform per Winograd convolution.
-        let want: &[&str] = if lanes == 8 { &["2", "2", "4", "4"] } else { &[] };
+        let want: &[&str] = if lanes == 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
         assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
     });
 }
