@@ -99,9 +99,9 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), floa
 /// Products with constant weights take AlterOpLayout's column panels
 /// (`nn.contrib_dense_pack`, weight `[units / b, in, b]`): dense and matmul
 /// weights of either orientation, a single row (a classifier's GEMV: 80
-/// columns are five vectors of 8 or of 16), rows of a 3-D input, and an
-/// epilogue; 20 columns fit no panel of whole vectors and keep the
-/// transposed matmul. All equal the interpreter on LLVM and C, for 8- and
+/// columns are five vectors of 8 or of 16), rows of a 3-D input, an
+/// epilogue, and a weight zero-padded to whole panels; 20 columns fit no
+/// panel of whole vectors and keep the transposed matmul. All equal the interpreter on LLVM and C, for 8- and
 /// 16-lane units.
 #[test]
 fn packed_dense_weights_match_the_interpreter() {
@@ -121,6 +121,21 @@ def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
 }
 "#;
     check_compiled(rows, &["w"], true, &packed("dense_pack.panel", 1, true));
+    // 8 rows × 40 columns: one vector of 8 divides 40, two do not; on 8 lanes
+    // the weight is zero-padded to three panels of 16 (a 4 × 16 tile, whole
+    // tiles, the write-back checks the 40 columns); on 16 lanes it keeps the
+    // transposed matmul.
+    let head = r#"#[version = "0.0.5"]
+def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tensor[(40), float32]) {
+  add(nn.dense(%h, %w), %b)
+}
+"#;
+    check_compiled(head, &["w", "b"], false, &|kernels, lanes| {
+        let panels: Vec<&str> =
+            kernels.iter().filter_map(|k| k.attrs.get("dense_pack.panel").map(String::as_str)).collect();
+        let want: &[&str] = if lanes == 8 { &["16"] } else { &[] };
+        assert_eq!(panels, want, "padded panels with {lanes} lanes");
+    });
 }
 
 /// 3 × 3 stride-1 convolutions with constant weights and 64 (≥ 32) channels each

@@ -421,3 +421,35 @@ fn a_local_buffer_shared_by_threads_is_an_error_on_the_gpu() {
     let e = kiln::schedule::gpu::lower_thread_local(f).expect_err("shared by threads");
     assert!(e.to_string().contains("`tmp` is used by several threads"), "{e}");
 }
+
+/// Whole tiles past a tail read a global buffer only where the loop ranges
+/// prove the read inside it: a B of 37 columns split by 16 would be read up
+/// to column 47 (refused); a B padded to 48 columns, of which the product
+/// writes 37, is read in bounds, and the whole tiles keep the values.
+#[test]
+fn whole_tiles_read_a_global_buffer_past_the_tail_only_in_bounds() {
+    let (f, _) = matmul("mm_tail", 4, 9, 37);
+    let mut s = Schedule::new(f);
+    let (j, i) = (s.get_loop("ax1").expect("j"), s.get_loop("ax0").expect("i"));
+    let (jo, ji) = s.split(&j, 16).expect("split");
+    s.reorder(&[jo, i.clone(), ji]).expect("reorder");
+    let e = s.decompose_reduction_whole_tiles(&i).expect_err("B has 37 columns");
+    assert!(e.to_string().contains("past the tail"), "{e}");
+
+    let (m, k, n, padded) = (4, 9, 37, 48);
+    let a = placeholder("a", &[m, k], DataType::F32);
+    let b = placeholder("b", &[k, padded], DataType::F32);
+    let kk = reduce_axis(k, "k");
+    let kv = Expr::var(&kk.0);
+    let c = compute("c", &[m, n], |i| {
+        sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
+    });
+    let f = lower("mm_padded", &[a, b], &[c]).expect("lower");
+    check(f, &[data(m * k, 1), data(k * padded, 2)], |s| {
+        let (j, i) = (s.get_loop("ax1").expect("j"), s.get_loop("ax0").expect("i"));
+        let (jo, ji) = s.split(&j, 16).expect("split");
+        s.reorder(&[jo, i.clone(), ji.clone()]).expect("reorder");
+        let tile = s.decompose_reduction_whole_tiles(&i).expect("B holds the whole tiles");
+        s.vectorize(&tile.update_loops[0]).expect("a whole vector");
+    });
+}

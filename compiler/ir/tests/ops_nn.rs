@@ -95,7 +95,15 @@ fn dense_pack() {
     // its weight in panels of 2 columns: [[[1, 1], [0, 1]], [[0, 2], [2, 1]]].
     let x = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let w = t(&[2, 2, 2], &[1.0, 1.0, 0.0, 1.0, 0.0, 2.0, 2.0, 1.0]);
-    assert_eq!(vals(&eval("nn.contrib_dense_pack", &[x, w], &nc2n)), vec![1.0, 3.0, 4.0, 4.0, 3.0, 7.0, 8.0, 10.0]);
+    assert_eq!(
+        vals(&eval("nn.contrib_dense_pack", &[x.clone(), w.clone()], &nc2n)),
+        vec![1.0, 3.0, 4.0, 4.0, 3.0, 7.0, 8.0, 10.0]
+    );
+    // `units` short of the last panel (a weight zero-padded to whole panels):
+    // only the first `units` columns; at least one column of the last panel.
+    let three = [("units", AttrValue::Int(3))];
+    assert_eq!(vals(&eval("nn.contrib_dense_pack", &[x, w], &three)), vec![1.0, 3.0, 4.0, 3.0, 7.0, 8.0]);
+    assert!(err(&[2, 3], &[2, 3, 2], &[("units", AttrValue::Int(2))]).unwrap_err().contains("units=2"));
 }
 
 #[test]

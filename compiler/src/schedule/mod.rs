@@ -549,7 +549,13 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     // Column blocks outside row blocks: one block of B's columns stays in
     // cache while every row block of A passes over it.
     s.reorder(&[j_o.clone(), i_o.clone(), i_i, j_i])?;
-    let tile = s.decompose_reduction(&i_o, true)?;
+    // A packed weight padded to whole panels (the last one past the
+    // columns): whole tiles, only their write-back checks the tail.
+    let tile = if panel.is_some() && je % jb != 0 {
+        s.decompose_reduction_whole_tiles(&i_o)?
+    } else {
+        s.decompose_reduction(&i_o, true)?
+    };
     tile_kinds(&mut s, &tile)?;
     // Where several row blocks reuse a column block of B, copy it once into a
     // contiguous [k, jb] panel: B's rows are a page apart in big matrices,

@@ -8,8 +8,12 @@
 //!   reduction step and panel after panel in memory — one sequential stream
 //!   per tile instead of rows a matrix width apart (which defeats the
 //!   prefetcher; the classifier of MobileNetV2 streamed its 5 MB at 9 GB/s),
-//!   and no panel copy at run time. Where no whole-vector panel divides the
-//!   columns, `nn.matmul(x, transpose(W))` keeps the columns contiguous.
+//!   and no panel copy at run time. Columns that would take a one-vector
+//!   tile (GPT's 1000-token head: 4 × 8) are zero-padded to whole panels of a
+//!   wider one (`units` then stops short of the last panel; the product
+//!   computes whole tiles and writes back the real columns). Where no
+//!   whole-vector panel fits, `nn.matmul(x, transpose(W))` keeps the
+//!   columns contiguous.
 //! - `nn.conv2d` with a constant OIHW weight becomes `OIHW<lanes>o` — or,
 //!   for a 3 × 3 stride-1 convolution where [`winograd_tile`] picks it, a
 //!   Winograd F(m × m, 3 × 3) convolution: the weight transformed at build
@@ -80,16 +84,44 @@ fn pack_dense_weight(
     let rows = if x_shape.len() >= 2 { x_shape[x_shape.len() - 2] } else { 1 };
     let [a, b] = shape[..] else { return None };
     let (k, n) = if transposed { (b, a) } else { (a, b) };
-    let (_, panel) = matmul_tile(rows as i64, n as i64, unit);
-    let panel = panel as usize;
-    if panel % unit.f32_lanes != 0 || n % panel != 0 {
+    let (mi, panel) = matmul_tile(rows as i64, n as i64, unit);
+    let mut panel = panel as usize;
+    // Columns that admit only a one-vector tile (GPT's 1000-token head: 4 × 8,
+    // four accumulators) get zero-padded to whole panels of a wider tile; the
+    // product computes whole tiles and writes back the real columns.
+    let lanes = unit.f32_lanes;
+    let padded = n.next_multiple_of(2 * lanes);
+    let (_, wide) = matmul_tile(rows as i64, padded as i64, unit);
+    let wide = wide as usize;
+    if mi == 4 && panel == lanes && wide > panel && padded - n < wide {
+        panel = wide;
+    }
+    let columns = n.next_multiple_of(panel);
+    if panel % lanes != 0 || columns - n >= panel {
         return None;
     }
     let span = store.span(post).clone();
     let ints = |v: &[usize]| AttrValue::Ints(v.iter().map(|&d| d as i64).collect());
+    // Zero columns up to whole panels: `W` [N, K] gets `columns - N` more
+    // rows, `W` [K, N] more columns (a new constant; FoldConstant packs it).
+    let w = if columns > n {
+        let data = store.constant_data(*c);
+        let v = data.to_f64_vec();
+        let (r1, c1) = if transposed { (columns, k) } else { (k, columns) };
+        let mut out = vec![0.0; r1 * c1];
+        for (i, row) in v.chunks(b).enumerate() {
+            out[i * c1..i * c1 + b].copy_from_slice(row);
+        }
+        store.constant(kiln_ir::Tensor::from_f64(data.dtype(), vec![r1, c1], &out))
+    } else {
+        w
+    };
     // [N, K] → [N/b, b, K] → [N/b, K, b]; [K, N] → [K, N/b, b] → [N/b, K, b].
-    let (split, axes) =
-        if transposed { (ints(&[n / panel, panel, k]), [0, 2, 1]) } else { (ints(&[k, n / panel, panel]), [1, 0, 2]) };
+    let (split, axes) = if transposed {
+        (ints(&[columns / panel, panel, k]), [0, 2, 1])
+    } else {
+        (ints(&[k, columns / panel, panel]), [1, 0, 2])
+    };
     let r = store.call_op_at("reshape", vec![w], Attrs::from_pairs([("newshape", split)]), span.clone()).ok()?;
     let packed =
         store.call_op_at("transpose", vec![r], Attrs::from_pairs([("axes", ints(&axes))]), span.clone()).ok()?;

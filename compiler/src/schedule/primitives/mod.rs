@@ -462,6 +462,15 @@ impl Schedule {
 
     fn decompose(&mut self, at: &Var, cache: bool, guard_update: bool) -> Result<ReductionTile> {
         let kernel = self.func.name.clone();
+        // Every loop's range, to prove a whole tile's global reads in bounds.
+        let mut loop_ranges = Bounds::new();
+        self.func.body.visit(&mut |s| {
+            if let Stmt::For(l) = s {
+                if let (Some(m), Some(e)) = (l.min.as_int(), l.extent.as_int()) {
+                    loop_ranges.bind_loop(&l.var, m, e);
+                }
+            }
+        });
         let mut tile = None;
         let out = &mut tile;
         let mut past_tail = Vec::new();
@@ -542,7 +551,17 @@ impl Schedule {
                 for (b, idx) in reads.into_iter().filter(|(b, _)| *b != acc) {
                     if idx.iter().any(|i| guarded.iter().any(|v| i.uses_var(v))) {
                         if b.scope() != Scope::Local {
-                            return Err(err("a whole tile would read a global buffer past the tail"));
+                            // A global buffer that holds the whole tiles (a weight
+                            // padded to whole panels) may be read past the tail.
+                            let inside = idx.len() == b.shape().len()
+                                && idx.iter().zip(b.shape()).all(|(i, &n)| {
+                                    let r = loop_ranges.interval(i);
+                                    matches!((r.lo, r.hi), (Some(lo), Some(hi)) if lo >= 0 && hi < n as i64)
+                                });
+                            if !inside {
+                                return Err(err("a whole tile would read a global buffer past the tail"));
+                            }
+                            continue;
                         }
                         past.push(b);
                     }

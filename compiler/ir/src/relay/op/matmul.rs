@@ -124,12 +124,14 @@ fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
         ));
     }
     same_reduction(x, w)?;
-    let units = w.shape[0] * w.shape[2];
-    if let Some(u) = attrs.opt_int("units")? {
-        if u as usize != units {
-            return Err(format!("units={u} but the weight holds {units} columns"));
-        }
-    }
+    let columns = w.shape[0] * w.shape[2];
+    // `units` may leave the last panel partly unused (zero padding, so that
+    // every panel is whole vectors); by default every column is an output.
+    let units = match attrs.opt_int("units")? {
+        None => columns,
+        Some(u) if u >= 1 && (u as usize) <= columns && columns - (u as usize) < w.shape[2] => u as usize,
+        Some(u) => return Err(format!("units={u} but the weight holds {columns} columns (panels of {})", w.shape[2])),
+    };
     let mut shape = x.shape.clone();
     *shape.last_mut().ok_or("empty shape")? = units;
     Ok(Type::tensor(shape, dtype))
@@ -143,7 +145,7 @@ fn eval_dense_pack(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     )?;
     let t = ty.as_tensor().ok_or("not a tensor")?;
     let (k, b) = (w.shape()[1], w.shape()[2]);
-    let units = w.shape()[0] * b;
+    let units = *t.shape.last().ok_or("empty shape")?;
     let rows = x.numel() / k.max(1);
     let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
     let mut o = vec![0.0; rows * units];
