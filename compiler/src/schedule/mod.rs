@@ -661,14 +661,19 @@ fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
         let _ = s.rfactor_lanes(&k, lanes);
     }
     for (v, n) in stores {
-        let done = match n % lanes as i64 {
-            0 if n == lanes as i64 => s.vectorize(&v),
-            0 => s.split(&v, lanes).and_then(|(_, inner)| s.vectorize(&inner)),
-            _ => Ok(()),
-        };
-        debug_assert!(done.is_ok(), "{done:?}");
+        if n % lanes as i64 == 0 {
+            vectorize_by(&mut s, &v, n, lanes as i64);
+        }
     }
     s.into_func()
+}
+
+/// Vectorize loop `v` of extent `n` in vectors of `width` (which divides it):
+/// the whole loop, or its inner part after a split.
+fn vectorize_by(s: &mut Schedule, v: &Var, n: i64, width: i64) {
+    let done =
+        if width == n { s.vectorize(v) } else { s.split(v, width as usize).and_then(|(_, inner)| s.vectorize(&inner)) };
+    debug_assert!(done.is_ok(), "{done:?}");
 }
 
 /// Whether `indices` step by one element along `v`: only the last one uses
@@ -727,13 +732,9 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     for (v, n) in candidates {
         // Two registers' worth where it divides (LLVM interleaves them), one otherwise.
         let lanes = 2 * unit.f32_lanes as i64;
-        let width = [lanes, lanes / 2].into_iter().find(|&w| n % w == 0 && n >= w);
-        let done = match width {
-            Some(w) if w == n => s.vectorize(&v),
-            Some(w) => s.split(&v, w as usize).and_then(|(_, inner)| s.vectorize(&inner)),
-            None => Ok(()),
-        };
-        debug_assert!(done.is_ok(), "{done:?}");
+        if let Some(w) = [lanes, lanes / 2].into_iter().find(|&w| n % w == 0 && n >= w) {
+            vectorize_by(&mut s, &v, n, w);
+        }
     }
     s.into_func()
 }

@@ -25,14 +25,6 @@ fn last_nest(mut s: &Stmt) -> &Stmt {
     }
 }
 
-fn tile_size(s: &Schedule) -> Result<usize, ScheduleError> {
-    s.func()
-        .attrs
-        .get("winograd.tile")
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no winograd.tile attribute".into() })
-}
-
 /// A transform `[positions, channels, tiles]`: per channel (in parallel) and
 /// vector of tiles, the positions unrolled, each a vector over the tiles
 /// (contiguous in every tensor between the transforms; the tile count is a
@@ -45,7 +37,6 @@ pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFu
             message: "not a [positions, C, tiles] nest".into(),
         });
     };
-    tile_size(&s)?;
     let lanes = unit.f32_lanes;
     let tiles = extent(&s, p).unwrap_or(0);
     if tiles % lanes as i64 == 0 {

@@ -16,7 +16,7 @@ use kiln_ir::relay::Type;
 use kiln_ir::DataType;
 
 use super::nn::pad_nchw;
-use super::{expand_ints, out_tensor, select, zero, TeValue};
+use super::{out_tensor, select, zero, TeValue};
 use crate::te::{compute, Tensor};
 use crate::tir::{BinOp, CmpOp, Expr};
 
@@ -77,16 +77,9 @@ fn weight_transform(w: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Str
 fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
     let (shape, dt) = out_tensor(out)?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
-    let p4 = expand_ints(attrs, "padding", 4)?;
-    let pads = [p4[0], p4[1], p4[2], p4[3]];
+    let (tiles, pads) = WinogradTiles::of_input(x.shape(), attrs)?;
     let s = x.shape();
-    let tiles = WinogradTiles::new(
-        s[0],
-        (s[2] as i64 + pads[0] + pads[2] - 2) as usize,
-        (s[3] as i64 + pads[1] + pads[3] - 2) as usize,
-        t.m,
-    );
-    let (a, m, real) = (t.alpha, t.m as i64, tiles.count());
+    let (a, m, real) = (t.alpha, t.m as i64, tiles.count);
     // The padded image covers every tile whole (zeros past the map): the
     // schedule computes it once per channel, and the tiles read it plainly.
     let (h, w) = ((tiles.rows * t.m + 2) as i64, (tiles.cols * t.m + 2) as i64);
@@ -139,7 +132,7 @@ fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, St
 fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
     let (shape, _) = out_tensor(out)?;
     let m = winograd_matrices(attrs.int("tile_size")?)?.m;
-    let tiles = WinogradTiles::new(shape[0], shape[2], shape[3], m);
+    let tiles = WinogradTiles::new(shape[0], shape[2], shape[3], m)?;
     Ok(compute("winograd_nchw", &shape, |i| {
         let (n, k, y, x) = (&i[0], &i[1], &i[2], &i[3]);
         let p = (n.clone() * Expr::int(tiles.rows as i64) + div(y.clone(), m)) * Expr::int(tiles.cols as i64)

@@ -27,6 +27,8 @@
 use kiln_ir::attrs::{AttrValue, Attrs};
 use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
 
+use kiln_ir::relay::op::WinogradTiles;
+
 use crate::schedule::matmul_tile;
 use crate::target::VectorUnit;
 
@@ -217,7 +219,7 @@ pub fn winograd_tile(n: usize, c: usize, k: usize, oh: usize, ow: usize, unit: V
     let block = 2 * unit.f32_lanes;
     [4usize, 2].into_iter().find_map(|m| {
         let alpha = m + 2;
-        let tiles = (n * oh.div_ceil(m) * ow.div_ceil(m)).div_ceil(block) * block;
+        let tiles = WinogradTiles::new(n, oh, ow, m).ok()?.count.next_multiple_of(block);
         let cheaper = 10 * alpha * alpha * tiles <= 6 * 9 * n * oh * ow;
         let weights = alpha * alpha * k * c * 4;
         (cheaper && weights <= WINOGRAD_MAX_WEIGHT_BYTES).then_some((m, tiles))
@@ -254,34 +256,19 @@ fn winograd_conv2d(store: &mut Store, pre: ExprId, post: ExprId, call: &Call, un
     let (m, tiles) = winograd_tile(n, ch, k, oh, ow, unit)?;
     let alpha = (m + 2) as i64;
     let span = store.span(post).clone();
-    let int = AttrValue::Int;
+    let mut call = |op: &str, args: Vec<ExprId>, attrs: Vec<(&str, AttrValue)>| {
+        store.call_op_at(op, args, Attrs::from_pairs(attrs), span.clone()).ok()
+    };
+    let (int, no) = (AttrValue::Int, AttrValue::Bool(false));
     let tile = ("tile_size", int(m as i64));
-    let u = store
-        .call_op_at(
-            "nn.contrib_conv2d_winograd_weight_transform",
-            vec![w],
-            Attrs::from_pairs([tile.clone()]),
-            span.clone(),
-        )
-        .ok()?;
-    let shape = AttrValue::Ints(vec![alpha * alpha, k as i64, ch as i64]);
-    let u = store.call_op_at("reshape", vec![u], Attrs::from_pairs([("newshape", shape)]), span.clone()).ok()?;
-    let attrs = Attrs::from_pairs([tile.clone(), ("padding", AttrValue::Ints(padding)), ("tiles", int(tiles as i64))]);
-    let v = store.call_op_at("nn.contrib_winograd_input_transform", vec![x], attrs, span.clone()).ok()?;
-    let no = AttrValue::Bool(false);
-    let attrs = Attrs::from_pairs([("transpose_a", no.clone()), ("transpose_b", no)]);
-    let products = store.call_op_at("nn.batch_matmul", vec![u, v], attrs, span.clone()).ok()?;
-    let y = store
-        .call_op_at(
-            "nn.contrib_winograd_output_transform",
-            vec![products],
-            Attrs::from_pairs([tile.clone()]),
-            span.clone(),
-        )
-        .ok()?;
-    let attrs =
-        Attrs::from_pairs([tile, ("batch", int(n as i64)), ("height", int(oh as i64)), ("width", int(ow as i64))]);
-    store.call_op_at("nn.contrib_winograd_tiles_to_nchw", vec![y], attrs, span).ok()
+    let u = call("nn.contrib_conv2d_winograd_weight_transform", vec![w], vec![tile.clone()])?;
+    let u = call("reshape", vec![u], vec![("newshape", AttrValue::Ints(vec![alpha * alpha, k as i64, ch as i64]))])?;
+    let input_attrs = vec![tile.clone(), ("padding", AttrValue::Ints(padding)), ("tiles", int(tiles as i64))];
+    let v = call("nn.contrib_winograd_input_transform", vec![x], input_attrs)?;
+    let products = call("nn.batch_matmul", vec![u, v], vec![("transpose_a", no.clone()), ("transpose_b", no)])?;
+    let y = call("nn.contrib_winograd_output_transform", vec![products], vec![tile.clone()])?;
+    let dims = [("batch", n), ("height", oh), ("width", ow)].map(|(name, d)| (name, int(d as i64)));
+    call("nn.contrib_winograd_tiles_to_nchw", vec![y], [&[tile][..], &dims[..]].concat())
 }
 
 /// Rewrite one function; returns the new function handle. `winograd`

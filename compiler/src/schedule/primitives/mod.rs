@@ -462,15 +462,18 @@ impl Schedule {
 
     fn decompose(&mut self, at: &Var, cache: bool, guard_update: bool) -> Result<ReductionTile> {
         let kernel = self.func.name.clone();
-        // Every loop's range, to prove a whole tile's global reads in bounds.
+        // Every loop's range, to prove a whole tile's global reads in bounds
+        // (only whole tiles read past a tail).
         let mut loop_ranges = Bounds::new();
-        self.func.body.visit(&mut |s| {
-            if let Stmt::For(l) = s {
-                if let (Some(m), Some(e)) = (l.min.as_int(), l.extent.as_int()) {
-                    loop_ranges.bind_loop(&l.var, m, e);
+        if !guard_update {
+            self.func.body.visit(&mut |s| {
+                if let Stmt::For(l) = s {
+                    if let (Some(m), Some(e)) = (l.min.as_int(), l.extent.as_int()) {
+                        loop_ranges.bind_loop(&l.var, m, e);
+                    }
                 }
-            }
-        });
+            });
+        }
         let mut tile = None;
         let out = &mut tile;
         let mut past_tail = Vec::new();

@@ -22,7 +22,7 @@ use super::nn::{ints_n, window_out};
 use super::util::{float_dtype, shape_str, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
 use crate::attrs::{AttrSpec, Attrs};
-use crate::relay::ty::Type;
+use crate::relay::ty::{check_size, Type};
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
 
@@ -91,17 +91,38 @@ pub struct WinogradTiles {
     /// Tiles along the output's rows and columns.
     pub rows: usize,
     pub cols: usize,
+    /// The tiles holding output pixels (`N·⌈OH/m⌉·⌈OW/m⌉`).
+    pub count: usize,
 }
 
 impl WinogradTiles {
-    pub fn new(batch: usize, height: usize, width: usize, m: usize) -> Self {
-        WinogradTiles { batch, height, width, rows: height.div_ceil(m), cols: width.div_ceil(m) }
+    /// The tiling of `batch` maps of `height` × `width` in `m` × `m` tiles,
+    /// or an error where the tile count overflows (hostile sizes).
+    pub fn new(batch: usize, height: usize, width: usize, m: usize) -> Result<Self, String> {
+        let (rows, cols) = (height.div_ceil(m), width.div_ceil(m));
+        let count = batch
+            .checked_mul(rows)
+            .and_then(|n| n.checked_mul(cols))
+            .ok_or_else(|| format!("{batch} maps of {height} × {width} hold too many tiles"))?;
+        Ok(WinogradTiles { batch, height, width, rows, cols, count })
     }
 
-    /// The tiles holding output pixels (`N·⌈OH/m⌉·⌈OW/m⌉`).
-    pub fn count(&self) -> usize {
-        self.batch * self.rows * self.cols
+    /// The output tiling of the 3 × 3 stride-1 convolution (a Winograd input
+    /// transform's attributes `tile_size` and `padding`) whose input has
+    /// shape `x` [N, C, H, W], and the padding [top, left, bottom, right].
+    pub fn of_input(x: &[usize], attrs: &Attrs) -> Result<(Self, [i64; 4]), String> {
+        let m = winograd_matrices(attrs.int("tile_size")?)?.m;
+        let p = ints_n(attrs, "padding", 4)?;
+        let height = window_out(x[2], (p[0], p[2]), 3, 1, 1, false)?;
+        let width = window_out(x[3], (p[1], p[3]), 3, 1, 1, false)?;
+        Ok((WinogradTiles::new(x[0], height, width, m)?, [p[0], p[1], p[2], p[3]]))
     }
+}
+
+/// `ty`, where type inference would accept its size.
+fn sized(ty: Type) -> Result<Type, String> {
+    check_size(&ty)?;
+    Ok(ty)
 }
 
 /// The `tiles` attribute: at least the real tiles, at most one padding
@@ -114,14 +135,6 @@ fn padded_tiles(attrs: &Attrs, real: usize) -> Result<usize, String> {
     }
 }
 
-fn checked_shape(dims: &[usize]) -> Result<Vec<usize>, String> {
-    dims.iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .filter(|&n| n <= i64::MAX as usize)
-        .map(|_| dims.to_vec())
-        .ok_or_else(|| format!("the result of shape {} is too large", shape_str(dims)))
-}
-
 // ---- weight transform -------------------------------------------------------------
 
 fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
@@ -131,7 +144,7 @@ fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     if w.rank() != 4 || w.shape[2] != 3 || w.shape[3] != 3 {
         return Err(format!("weight must be OIHW with a 3 × 3 kernel, found shape {}", shape_str(&w.shape)));
     }
-    Ok(Type::tensor(checked_shape(&[t.alpha, t.alpha, w.shape[0], w.shape[1]])?, w.dtype))
+    sized(Type::tensor([t.alpha, t.alpha, w.shape[0], w.shape[1]], w.dtype))
 }
 
 fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
@@ -157,15 +170,6 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String>
 
 // ---- input transform --------------------------------------------------------------
 
-/// The output tiling of the convolution whose input is `x` [N, C, H, W].
-fn input_tiling(x: &[usize], attrs: &Attrs) -> Result<(WinogradTiles, [i64; 4]), String> {
-    let m = winograd_matrices(attrs.int("tile_size")?)?.m;
-    let p = ints_n(attrs, "padding", 4)?;
-    let height = window_out(x[2], (p[0], p[2]), 3, 1, 1, false)?;
-    let width = window_out(x[3], (p[1], p[3]), 3, 1, 1, false)?;
-    Ok((WinogradTiles::new(x[0], height, width, m), [p[0], p[1], p[2], p[3]]))
-}
-
 fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
@@ -173,9 +177,9 @@ fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
         return Err(format!("data must be 4-D (NCHW), found shape {}", shape_str(&x.shape)));
     }
     let alpha = winograd_matrices(attrs.int("tile_size")?)?.alpha;
-    let (tiles, _) = input_tiling(&x.shape, attrs)?;
-    let t = padded_tiles(attrs, tiles.count())?;
-    Ok(Type::tensor(checked_shape(&[alpha * alpha, x.shape[1], t])?, x.dtype))
+    let (tiles, _) = WinogradTiles::of_input(&x.shape, attrs)?;
+    let t = padded_tiles(attrs, tiles.count)?;
+    sized(Type::tensor([alpha * alpha, x.shape[1], t], x.dtype))
 }
 
 fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
@@ -183,12 +187,12 @@ fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> 
     let ty = rel_input_transform(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
-    let (tiles, pad) = input_tiling(x.shape(), attrs)?;
+    let (tiles, pad) = WinogradTiles::of_input(x.shape(), attrs)?;
     let (c, h, w, a, m) = (x.shape()[1], x.shape()[2] as i64, x.shape()[3] as i64, t.alpha, t.m as i64);
     let total = ty.shape[2];
     let xv = x.to_f64_vec();
     let mut v = vec![0.0; a * a * c * total];
-    for p in 0..tiles.count() {
+    for p in 0..tiles.count {
         let (n, ty_, tx) = (p / (tiles.rows * tiles.cols), (p / tiles.cols) % tiles.rows, p % tiles.cols);
         for ch in 0..c {
             let d = |i: usize, j: usize| {
@@ -264,22 +268,22 @@ fn output_tiling(attrs: &Attrs) -> Result<WinogradTiles, String> {
     if dims.iter().any(|&d| d < 1 || d > i32::MAX as i64) {
         return Err(format!("batch, height and width must be positive, found {dims:?}"));
     }
-    Ok(WinogradTiles::new(dims[0] as usize, dims[1] as usize, dims[2] as usize, m))
+    WinogradTiles::new(dims[0] as usize, dims[1] as usize, dims[2] as usize, m)
 }
 
 fn rel_tiles_to_nchw(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let x = tensor_arg(args, 0, "data")?;
     let m = winograd_matrices(attrs.int("tile_size")?)?.m;
     let tiles = output_tiling(attrs)?;
-    if x.rank() != 3 || x.shape[0] != m * m || x.shape[2] < tiles.count() {
+    if x.rank() != 3 || x.shape[0] != m * m || x.shape[2] < tiles.count {
         return Err(format!(
             "data must be [{}, K, ≥{}] (m², channels, tiles), found shape {}",
             m * m,
-            tiles.count(),
+            tiles.count,
             shape_str(&x.shape)
         ));
     }
-    Ok(Type::tensor(checked_shape(&[tiles.batch, x.shape[1], tiles.height, tiles.width])?, x.dtype))
+    sized(Type::tensor([tiles.batch, x.shape[1], tiles.height, tiles.width], x.dtype))
 }
 
 fn eval_tiles_to_nchw(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
