@@ -342,6 +342,15 @@ fn winograd_operators_refuse_bad_shapes_and_attributes() {
         rel("nn.contrib_winograd_tiles_to_nchw", &[ty(&[4, 8, 16])], &[&[tile(2)][..], &dims[..]].concat()),
         Ok(ty(&[1, 8, 7, 7]))
     );
+    // Hostile sizes: a tile count that overflows, a result over the size limit.
+    let huge = [("batch", i32::MAX as i64), ("height", i32::MAX as i64), ("width", i32::MAX as i64)]
+        .map(|(k, d)| (k, AttrValue::Int(d)));
+    let err = rel("nn.contrib_winograd_tiles_to_nchw", &[ty(&[4, 8, 16])], &[&[tile(2)][..], &huge[..]].concat())
+        .unwrap_err();
+    assert!(err.contains("too many tiles"), "{err}");
+    let pads = ("padding", ints(&[i32::MAX as i64, i32::MAX as i64, i32::MAX as i64, i32::MAX as i64]));
+    let err = rel("nn.contrib_winograd_input_transform", &[ty(&[1, 3, 9, 9])], &[tile(2), pads]).unwrap_err();
+    assert!(err.contains("kiln allows"), "{err}");
 }
 
 /// TVM's `out_dtype` on the products and the convolution: empty or the
