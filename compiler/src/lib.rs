@@ -100,18 +100,18 @@ pub mod __private {
 
     /// A `transform_function` may return the new function or a `Result` of it.
     pub trait IntoPassResult {
-        fn into_pass_result(self) -> Result<ExprId, String>;
+        fn into_pass_result(self) -> Result<ExprId, crate::transform::PassBodyError>;
     }
 
     impl IntoPassResult for ExprId {
-        fn into_pass_result(self) -> Result<ExprId, String> {
+        fn into_pass_result(self) -> Result<ExprId, crate::transform::PassBodyError> {
             Ok(self)
         }
     }
 
     impl<E: std::fmt::Display> IntoPassResult for Result<ExprId, E> {
-        fn into_pass_result(self) -> Result<ExprId, String> {
-            self.map_err(|e| e.to_string())
+        fn into_pass_result(self) -> Result<ExprId, crate::transform::PassBodyError> {
+            self.map_err(|e| e.to_string().into())
         }
     }
 

@@ -76,7 +76,9 @@ fn jit_matmul() {
 fn object_assembly_and_ir_are_emitted() {
     let target = LlvmTarget::parse("llvm -mcpu=haswell").expect("target");
     let out = compile("ew", &[add_relu(64, 256)], &target).expect("compile");
-    assert!(out.llvm_ir.contains("define i32 @add_relu("), "{}", out.llvm_ir);
+    // LLVM 14 prints `define i32 @add_relu(`, later versions add return attributes (`noundef`).
+    let defined = out.llvm_ir.lines().any(|l| l.starts_with("define ") && l.contains(" i32 @add_relu("));
+    assert!(defined, "{}", out.llvm_ir);
     assert!(out.llvm_ir.contains("noalias"));
     assert!(out.assembly.contains("ymm"), "AVX2 code expected for -mcpu=haswell");
     assert!(out.object.starts_with(b"\x7fELF"));

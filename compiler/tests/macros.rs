@@ -119,7 +119,7 @@ impl PassInstrument for Log {
     fn name(&self) -> &str {
         "Log"
     }
-    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), kiln::transform::PassBodyError> {
         self.0.lock().unwrap().push(info.name.clone());
         Ok(())
     }
@@ -161,4 +161,17 @@ fn macro_passes_behave_like_builtin_passes() {
     let broken: Arc<dyn kiln::transform::Pass> = Arc::new(ReplaceFunc::new("not relay"));
     let e = apply(broken.as_ref(), mlp(), &PassContext::new()).unwrap_err().to_string();
     assert!(e.starts_with("pass `ReplaceFunc` failed: in `@main`: 1:1: parse error"), "{e}");
+}
+
+#[module_pass(opt_level = 0)]
+fn refuse_everything(_m: IRModule, _ctx: &PassContext) -> Result<IRModule, std::io::Error> {
+    Err(std::io::Error::other("disk on fire"))
+}
+
+#[test]
+fn a_failing_macro_pass_reports_its_error_as_the_source() {
+    let e = apply(RefuseEverything::pass().as_ref(), mlp(), &PassContext::new()).unwrap_err();
+    assert_eq!(e.to_string(), "pass `RefuseEverything` failed: disk on fire");
+    let source = std::error::Error::source(&e).expect("the body's error is the source");
+    assert_eq!(source.to_string(), "disk on fire");
 }

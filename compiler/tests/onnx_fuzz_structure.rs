@@ -257,7 +257,7 @@ fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 /// The compiler's middle end as `kiln build` runs it: the Relay pipeline,
 /// then the executor plan with its kernels lowered and scheduled.
 fn optimize(m: IRModule) -> Result<(), String> {
-    optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3))).map(|_| ())
+    optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3))).map(|_| ()).map_err(|e| e.to_string())
 }
 
 enum Outcome {

@@ -388,7 +388,7 @@ fn gpu_tiles_with_tails_keep_values_and_need_their_barriers() {
         }),
         ..tiled
     };
-    let e = kiln::schedule::gpu::verify_barriers(&unsynchronized).expect_err("missing barriers");
+    let e = kiln::schedule::gpu::verify_barriers(&unsynchronized).expect_err("missing barriers").to_string();
     assert!(e.contains("a barrier is missing"), "{e}");
 }
 

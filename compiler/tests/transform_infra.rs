@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use kiln::relay::{parse_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, WellFormedChecker};
 use kiln::transform::{
-    apply, register_pass, ConfigValue, ModulePass, Pass, PassContext, PassError, PassInfo, PassInstrument, Sequential,
+    apply, register_pass, ConfigValue, ModulePass, Pass, PassBodyError, PassContext, PassError, PassInfo,
+    PassInstrument, Sequential,
 };
 
 fn module() -> IRModule {
@@ -110,7 +111,7 @@ fn contexts_nest_restore_and_stay_per_thread() {
     assert_eq!(PassContext::current().opt_level, 2);
     // Restored after an error…
     let r: Result<(), PassError> =
-        Arc::new(PassContext::new().with_opt_level(0)).scope(|_| Err(PassError::Config("boom".into())));
+        Arc::new(PassContext::new().with_opt_level(0)).scope(|_| Err(PassError::Cycle { chain: "boom".into() }));
     assert!(r.is_err());
     assert_eq!(PassContext::current().opt_level, 2);
     // …and after a panic.
@@ -152,10 +153,10 @@ impl Recorder {
     fn failing(name: &str, log: &Log, at: &'static str) -> Arc<Recorder> {
         Arc::new(Recorder { name: name.into(), log: log.clone(), fail_at: Some(at), skip: None })
     }
-    fn hit(&self, what: &str) -> Result<(), String> {
+    fn hit(&self, what: &str) -> Result<(), PassBodyError> {
         self.log.lock().unwrap().push(format!("{} {what}", self.name));
         if self.fail_at == Some(what.split(' ').next().unwrap_or("")) {
-            Err(format!("{} fails in {what}", self.name))
+            Err(format!("{} fails in {what}", self.name).into())
         } else {
             Ok(())
         }
@@ -166,20 +167,20 @@ impl PassInstrument for Recorder {
     fn name(&self) -> &str {
         &self.name
     }
-    fn enter_pass_ctx(&self) -> Result<(), String> {
+    fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
         self.hit("enter")
     }
-    fn exit_pass_ctx(&self) -> Result<(), String> {
+    fn exit_pass_ctx(&self) -> Result<(), PassBodyError> {
         self.hit("exit")
     }
-    fn should_run(&self, _: &IRModule, info: &PassInfo) -> Result<bool, String> {
+    fn should_run(&self, _: &IRModule, info: &PassInfo) -> Result<bool, PassBodyError> {
         self.hit(&format!("should_run {}", info.name))?;
         Ok(self.skip.as_deref() != Some(info.name.as_str()))
     }
-    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         self.hit(&format!("before {}", info.name))
     }
-    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         self.hit(&format!("after {}", info.name))
     }
 }
@@ -364,7 +365,7 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
         fn name(&self) -> &str {
             "Names"
         }
-        fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+        fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
             if info.name.starts_with("tir.") {
                 let kernels: Vec<String> = m.prim_funcs().map(|k| k.name.clone()).collect();
                 self.0.lock().unwrap().push(format!("{} on {}", info.name, kernels.join(",")));
@@ -404,4 +405,25 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
     });
     let e = apply(&renamer, lowered, &PassContext::new()).unwrap_err();
     assert_eq!(e, PassError::FunctionSetChanged { pass: "Renamer".into() });
+}
+
+/// A pass body's own error type survives as the `source` of the pass error,
+/// and can be downcast there; a message (`String`) works as well.
+#[test]
+fn a_pass_body_error_is_the_source_of_the_pass_error() {
+    #[derive(Debug, thiserror::Error)]
+    #[error("weights are {0} bytes short")]
+    struct ShortWeights(usize);
+
+    let typed = ModulePass::new(PassInfo::new("Typed", 0, &[]), |_, _| Err(ShortWeights(12).into()));
+    let e = apply(&typed, module(), &PassContext::new()).unwrap_err();
+    assert_eq!(e.to_string(), "pass `Typed` failed: weights are 12 bytes short");
+    let PassError::Failed { pass, error, .. } = &e else { panic!("{e:?}") };
+    assert_eq!(pass, "Typed");
+    assert_eq!(error.get().downcast_ref::<ShortWeights>().map(|s| s.0), Some(12));
+    assert!(std::error::Error::source(&e).is_some());
+
+    let message = ModulePass::new(PassInfo::new("Message", 0, &[]), |_, _| Err(format!("{} is odd", 3).into()));
+    let e = apply(&message, module(), &PassContext::new()).unwrap_err();
+    assert_eq!(e.to_string(), "pass `Message` failed: 3 is odd");
 }

@@ -192,7 +192,7 @@ pub fn module_pass(args: PassArgs, item: ItemFn) -> syn::Result<TokenStream> {
         .unwrap_or_else(|| format_ident!("{}", default_name));
     let info = args.info(&default_name);
     let call = if returns_result(&item.sig.output) {
-        quote!(#fname(module, ctx).map_err(|e| e.to_string()))
+        quote!(#fname(module, ctx).map_err(|e| ::kiln::transform::PassBodyError::from(e.to_string())))
     } else {
         quote!(Ok(#fname(module, ctx)))
     };
@@ -247,7 +247,7 @@ pub fn function_pass(args: PassArgs, item: TokenStream) -> syn::Result<TokenStre
         .unwrap_or_else(|| format_ident!("{}", default_name));
     let info = args.info(&default_name);
     let call = if returns_result(&item.sig.output) {
-        quote!(#fname(func, module, ctx).map_err(|e| e.to_string()))
+        quote!(#fname(func, module, ctx).map_err(|e| ::kiln::transform::PassBodyError::from(e.to_string())))
     } else {
         quote!(Ok(#fname(func, module, ctx)))
     };

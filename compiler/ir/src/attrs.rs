@@ -5,6 +5,7 @@
 //! take their defaults, and the stored order is the schema's order. Printing
 //! shows only values that differ from the default (as TVM's printer does).
 
+use crate::OpError;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
@@ -170,9 +171,9 @@ impl AttrKind {
     }
 
     /// Coerce `value` to this kind, or say why not.
-    pub fn coerce(self, value: AttrValue) -> Result<AttrValue, String> {
+    pub fn coerce(self, value: AttrValue) -> Result<AttrValue, OpError> {
         use AttrValue as V;
-        let bad = |v: &AttrValue| Err(format!("expected {}, found {} `{v}`", self.name(), v.kind_name()));
+        let bad = |v: &AttrValue| Err(format!("expected {}, found {} `{v}`", self.name(), v.kind_name()).into());
         match (self, value) {
             (AttrKind::Bool, V::Bool(b)) => Ok(V::Bool(b)),
             (AttrKind::Bool, V::Int(i)) if i == 0 || i == 1 => Ok(V::Bool(i == 1)),
@@ -190,7 +191,7 @@ impl AttrKind {
             (AttrKind::DType, V::DType(d)) => Ok(V::DType(d)),
             (AttrKind::DType, V::Str(s)) => match DataType::from_name(&s) {
                 Some(d) => Ok(V::DType(d)),
-                None => Err(format!("unknown dtype \"{s}\"")),
+                None => Err(format!("unknown dtype \"{s}\"").into()),
             },
             (_, v) => bad(&v),
         }
@@ -288,87 +289,87 @@ impl Attrs {
         self.entries.len()
     }
 
-    fn require(&self, name: &str) -> Result<&AttrValue, String> {
-        self.get(name).ok_or_else(|| format!("missing attribute `{name}`"))
+    fn require(&self, name: &str) -> Result<&AttrValue, OpError> {
+        self.get(name).ok_or_else(|| OpError::from(format!("missing attribute `{name}`")))
     }
 
-    pub fn int(&self, name: &str) -> Result<i64, String> {
+    pub fn int(&self, name: &str) -> Result<i64, OpError> {
         match self.require(name)? {
             AttrValue::Int(i) => Ok(*i),
             AttrValue::Bool(b) => Ok(*b as i64),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected an integer", v.kind_name())),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected an integer", v.kind_name()).into()),
         }
     }
 
     /// An optional integer: `None` when absent or `None`.
-    pub fn opt_int(&self, name: &str) -> Result<Option<i64>, String> {
+    pub fn opt_int(&self, name: &str) -> Result<Option<i64>, OpError> {
         match self.get(name) {
             None | Some(AttrValue::None) => Ok(None),
             Some(_) => self.int(name).map(Some),
         }
     }
 
-    pub fn float(&self, name: &str) -> Result<f64, String> {
+    pub fn float(&self, name: &str) -> Result<f64, OpError> {
         match self.require(name)? {
             AttrValue::Float(x) => Ok(*x),
             AttrValue::Int(i) => Ok(*i as f64),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected a float", v.kind_name())),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a float", v.kind_name()).into()),
         }
     }
 
-    pub fn bool(&self, name: &str) -> Result<bool, String> {
+    pub fn bool(&self, name: &str) -> Result<bool, OpError> {
         match self.require(name)? {
             AttrValue::Bool(b) => Ok(*b),
             AttrValue::Int(i) => Ok(*i != 0),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected a bool", v.kind_name())),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a bool", v.kind_name()).into()),
         }
     }
 
-    pub fn str(&self, name: &str) -> Result<&str, String> {
+    pub fn str(&self, name: &str) -> Result<&str, OpError> {
         match self.require(name)? {
             AttrValue::Str(s) => Ok(s),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected a string", v.kind_name())),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a string", v.kind_name()).into()),
         }
     }
 
-    pub fn ints(&self, name: &str) -> Result<&[i64], String> {
+    pub fn ints(&self, name: &str) -> Result<&[i64], OpError> {
         match self.require(name)? {
             AttrValue::Ints(v) => Ok(v),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected a list of integers", v.kind_name())),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a list of integers", v.kind_name()).into()),
         }
     }
 
     /// An optional list: `None` when absent or `None`.
-    pub fn opt_ints(&self, name: &str) -> Result<Option<&[i64]>, String> {
+    pub fn opt_ints(&self, name: &str) -> Result<Option<&[i64]>, OpError> {
         match self.get(name) {
             None | Some(AttrValue::None) => Ok(None),
             Some(_) => self.ints(name).map(Some),
         }
     }
 
-    pub fn dtype(&self, name: &str) -> Result<DataType, String> {
+    pub fn dtype(&self, name: &str) -> Result<DataType, OpError> {
         match self.require(name)? {
             AttrValue::DType(d) => Ok(*d),
-            AttrValue::Str(s) => DataType::from_name(s).ok_or_else(|| format!("unknown dtype \"{s}\"")),
-            v => Err(format!("attribute `{name}` is {} `{v}`, expected a dtype", v.kind_name())),
+            AttrValue::Str(s) => DataType::from_name(s).ok_or_else(|| OpError::from(format!("unknown dtype \"{s}\""))),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a dtype", v.kind_name()).into()),
         }
     }
 
     /// Check `given` against `schema`: reject unknown names and wrong kinds,
     /// fill defaults, and order the result as the schema does.
     /// Errors name the attribute and list the valid ones.
-    pub fn normalize(given: &Attrs, schema: &[AttrSpec], op_name: &str) -> Result<Attrs, String> {
+    pub fn normalize(given: &Attrs, schema: &[AttrSpec], op_name: &str) -> Result<Attrs, OpError> {
         for (name, _) in given.iter() {
             if !schema.iter().any(|s| s.name == name) {
                 let valid: Vec<&str> = schema.iter().map(|s| s.name).collect();
-                return Err(if valid.is_empty() {
+                return Err(OpError::from(if valid.is_empty() {
                     format!("operator `{op_name}` takes no attributes, found `{name}`")
                 } else {
                     format!(
                         "unknown attribute `{name}` for operator `{op_name}`; valid attributes: {}",
                         valid.join(", ")
                     )
-                });
+                }));
             }
         }
         let mut out = Attrs::new();
@@ -383,7 +384,8 @@ impl Attrs {
                         "operator `{op_name}` requires attribute `{}` ({})",
                         spec.name,
                         spec.kind.name()
-                    ))
+                    )
+                    .into())
                 }
             };
             out.entries.push((spec.name.to_string(), value));
@@ -421,13 +423,16 @@ mod tests {
     #[test]
     fn normalize_rejects_unknown_and_mistyped() {
         let unknown = Attrs::from_pairs([("eps", AttrValue::Float(1.0)), ("axes", AttrValue::Int(0))]);
-        let e = Attrs::normalize(&unknown, &schema(), "op").unwrap_err();
+        let e = Attrs::normalize(&unknown, &schema(), "op").unwrap_err().to_string();
         assert!(e.contains("unknown attribute `axes`") && e.contains("axis, units, eps"), "{e}");
         let mistyped = Attrs::from_pairs([("eps", AttrValue::Str("x".into()))]);
-        let e = Attrs::normalize(&mistyped, &schema(), "op").unwrap_err();
+        let e = Attrs::normalize(&mistyped, &schema(), "op").unwrap_err().to_string();
         assert!(e.contains("expected float"), "{e}");
         let missing = Attrs::new();
-        assert!(Attrs::normalize(&missing, &schema(), "op").unwrap_err().contains("requires attribute `eps`"));
+        assert!(Attrs::normalize(&missing, &schema(), "op")
+            .unwrap_err()
+            .to_string()
+            .contains("requires attribute `eps`"));
     }
 
     #[test]

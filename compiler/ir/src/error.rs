@@ -56,3 +56,42 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What an operator's type relation, reference evaluator or attribute
+/// accessor found wrong. It carries no location: the caller (the type
+/// checker, the interpreter, a lowering) adds the operator and the span.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct OpError {
+    message: String,
+}
+
+impl OpError {
+    pub fn new(message: impl Into<String>) -> Self {
+        OpError { message: message.into() }
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for OpError {
+    fn from(message: String) -> Self {
+        OpError { message }
+    }
+}
+
+impl From<&str> for OpError {
+    fn from(message: &str) -> Self {
+        OpError { message: message.to_string() }
+    }
+}
+
+/// Callers that still report in text (and `?` across the crate boundary)
+/// take the message.
+impl From<OpError> for String {
+    fn from(e: OpError) -> Self {
+        e.message
+    }
+}

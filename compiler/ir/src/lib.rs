@@ -21,6 +21,6 @@ pub mod tir;
 
 pub use attrs::{AttrValue, Attrs};
 pub use dtype::DataType;
-pub use error::{Error, Result};
+pub use error::{Error, OpError, Result};
 pub use span::Span;
 pub use tensor::Tensor;

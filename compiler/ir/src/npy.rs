@@ -8,6 +8,25 @@ use crate::tensor::{numel, Tensor};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
+/// Why bytes are not an `.npy` file kiln can read; the message says what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NpyError {
+    message: String,
+}
+
+impl From<String> for NpyError {
+    fn from(message: String) -> Self {
+        NpyError { message }
+    }
+}
+
+impl From<&str> for NpyError {
+    fn from(message: &str) -> Self {
+        NpyError { message: message.to_string() }
+    }
+}
+
 fn descr(dt: DataType) -> &'static str {
     match dt {
         DataType::F32 => "<f4",
@@ -25,7 +44,7 @@ fn descr(dt: DataType) -> &'static str {
     }
 }
 
-fn parse_descr(d: &str) -> Result<DataType, String> {
+fn parse_descr(d: &str) -> Result<DataType, NpyError> {
     Ok(match d {
         "<f4" | "=f4" => DataType::F32,
         "<f2" | "=f2" => DataType::F16,
@@ -42,13 +61,14 @@ fn parse_descr(d: &str) -> Result<DataType, String> {
         other => {
             return Err(format!(
             "unsupported dtype '{other}' (kiln reads little-endian f8, f4, f2, i8, i4, i2, i1, u8, u4, u2, u1 and b1)"
-        ))
+        )
+            .into())
         }
     })
 }
 
 /// The value of `key` in the header dictionary, as text.
-fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
+fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, NpyError> {
     let pat = format!("'{key}':");
     let at = header.find(&pat).ok_or_else(|| format!("the header has no '{key}'"))? + pat.len();
     let rest = header[at..].trim_start();
@@ -59,11 +79,11 @@ fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, String> {
     } else {
         rest.find([',', '}'])
     };
-    end.map(|e| &rest[..e]).ok_or_else(|| format!("malformed '{key}' in the header"))
+    end.map(|e| &rest[..e]).ok_or_else(|| NpyError::from(format!("malformed '{key}' in the header")))
 }
 
 /// Parse a `.npy` file's bytes.
-pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (bad magic)".into());
     }
@@ -75,7 +95,7 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
             }
             (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
         }
-        v => return Err(format!("unsupported .npy version {v}")),
+        v => return Err(format!("unsupported .npy version {v}").into()),
     };
     let end = start.checked_add(header_len).filter(|&e| e <= bytes.len()).ok_or("truncated header")?;
     let header = std::str::from_utf8(&bytes[start..end]).map_err(|_| "the header is not text")?;
@@ -93,7 +113,9 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
     let want = numel(&shape).checked_mul(dtype.size_bytes()).ok_or("the shape is too large")?;
     let data = &bytes[end..];
     if data.len() != want {
-        return Err(format!("the data has {} bytes, the shape {:?} of {} needs {want}", data.len(), shape, dtype));
+        return Err(
+            format!("the data has {} bytes, the shape {:?} of {} needs {want}", data.len(), shape, dtype).into()
+        );
     }
     Tensor::from_bytes(dtype, shape, data.to_vec()).ok_or_else(|| "the data does not fit the shape".into())
 }
@@ -134,8 +156,8 @@ mod tests {
         assert_eq!(read_npy(&write_npy(&s)).unwrap(), s);
         let v = Tensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]);
         let bytes = write_npy(&v);
-        assert!(read_npy(&bytes[..bytes.len() - 1]).unwrap_err().contains("needs 16"));
-        assert!(read_npy(b"hello").unwrap_err().contains("magic"));
+        assert!(read_npy(&bytes[..bytes.len() - 1]).unwrap_err().to_string().contains("needs 16"));
+        assert!(read_npy(b"hello").unwrap_err().to_string().contains("magic"));
         // Every truncation and every single-byte corruption is an Err or a tensor, never a panic.
         for n in 0..bytes.len() {
             let _ = read_npy(&bytes[..n]);

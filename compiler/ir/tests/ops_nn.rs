@@ -11,7 +11,7 @@ fn attrs(op: &str, given: &[(&str, AttrValue)]) -> Attrs {
 }
 
 fn rel(op: &str, args: &[Type], given: &[(&str, AttrValue)]) -> Result<Type, String> {
-    (op_registry().by_name(op).expect("registered").type_rel)(args, &attrs(op, given))
+    (op_registry().by_name(op).expect("registered").type_rel)(args, &attrs(op, given)).map_err(String::from)
 }
 
 fn eval(op: &str, args: &[Tensor], given: &[(&str, AttrValue)]) -> Value {

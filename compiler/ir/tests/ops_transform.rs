@@ -8,10 +8,11 @@ use kiln_ir::{DataType, Tensor};
 fn attrs(op: &str, given: &[(&str, AttrValue)]) -> Result<Attrs, String> {
     let def = op_registry().by_name(op).expect("registered");
     Attrs::normalize(&Attrs::from_pairs(given.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)
+        .map_err(String::from)
 }
 
 fn rel(op: &str, args: &[Type], given: &[(&str, AttrValue)]) -> Result<Type, String> {
-    (op_registry().by_name(op).expect("registered").type_rel)(args, &attrs(op, given)?)
+    (op_registry().by_name(op).expect("registered").type_rel)(args, &attrs(op, given)?).map_err(String::from)
 }
 
 fn eval(op: &str, args: &[Value], given: &[(&str, AttrValue)]) -> Value {

@@ -70,21 +70,21 @@ pub struct ExecutorPlan {
 
 impl ExecutorPlan {
     /// Check that `inputs` are the model's inputs: their number, shapes and dtypes.
-    pub fn check_inputs(&self, inputs: &[kiln_ir::Tensor]) -> Result<(), String> {
+    pub fn check_inputs(&self, inputs: &[kiln_ir::Tensor]) -> Result<(), super::RunError> {
         if inputs.len() != self.inputs.len() {
-            return Err(format!("the model takes {} input(s), {} given", self.inputs.len(), inputs.len()));
+            return Err(super::RunError::InputCount { expected: self.inputs.len(), given: inputs.len() });
         }
-        for (i, (&t, given)) in self.inputs.iter().zip(inputs).enumerate() {
+        for (index, (&t, given)) in self.inputs.iter().zip(inputs).enumerate() {
             let slot = &self.tensors[t];
             if given.shape() != slot.shape.as_slice() || given.dtype() != slot.dtype {
-                return Err(format!(
-                    "input {i} (`{}`) must be {:?} {}, got {:?} {}",
-                    slot.name,
-                    slot.shape,
-                    slot.dtype,
-                    given.shape(),
-                    given.dtype()
-                ));
+                return Err(super::RunError::InputMismatch {
+                    index,
+                    name: slot.name.clone(),
+                    expected_shape: slot.shape.clone(),
+                    expected_dtype: slot.dtype,
+                    shape: given.shape().to_vec(),
+                    dtype: given.dtype(),
+                });
             }
         }
         Ok(())

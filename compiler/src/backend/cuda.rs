@@ -6,6 +6,7 @@
 //! of a `cuda` build embeds.
 
 use super::aot::{ExecutorPlan, Storage};
+use super::RunError;
 
 /// Device allocations are aligned like cudaMalloc's (256 bytes).
 pub const DEVICE_ALIGN: usize = 256;
@@ -51,15 +52,15 @@ pub fn device_layout(plan: &ExecutorPlan) -> DeviceLayout {
 }
 
 /// Every kernel's launch shape, from the GPU schedule's `gpu.grid`/`gpu.block`.
-pub fn launch_shapes(plan: &ExecutorPlan) -> Result<Vec<LaunchShape>, String> {
+pub fn launch_shapes(plan: &ExecutorPlan) -> Result<Vec<LaunchShape>, RunError> {
     plan.kernels
         .iter()
         .map(|k| {
-            let dim = |key: &str| -> Result<u32, String> {
-                k.attrs
-                    .get(key)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| format!("kernel `{}` has no `{key}`: it was not scheduled for the GPU", k.name))
+            let dim = |key: &str| -> Result<u32, RunError> {
+                k.attrs.get(key).and_then(|v| v.parse().ok()).ok_or_else(|| RunError::MissingKernel {
+                    kernel: k.name.clone(),
+                    message: format!("no `{key}`: it was not scheduled for the GPU"),
+                })
             };
             Ok((k.name.clone(), dim("gpu.grid")?, dim("gpu.block")?))
         })
@@ -73,11 +74,20 @@ pub fn launches(plan: &ExecutorPlan, layout: &DeviceLayout) -> Vec<(usize, Vec<u
 
 /// Whether `ptx` holds every kernel of `plan` (PTX built elsewhere, from the
 /// same model and compiler, e.g. for a GPU machine without LLVM).
-pub fn check_ptx(plan: &ExecutorPlan, ptx: &str) -> Result<(), String> {
+pub fn check_ptx(plan: &ExecutorPlan, ptx: &str) -> Result<(), RunError> {
     match plan.kernels.iter().find(|k| !ptx.contains(&format!(".entry {}(", k.name))) {
-        Some(k) => Err(format!("the PTX has no kernel `{}`: it was not built from this model", k.name)),
+        Some(k) => Err(RunError::MissingKernel {
+            kernel: k.name.clone(),
+            message: "not in the PTX: it was not built from this model".into(),
+        }),
         None => Ok(()),
     }
+}
+
+/// A GPU runtime failure as a [`RunError`].
+#[cfg(feature = "cuda")]
+fn device(e: impl std::fmt::Display) -> RunError {
+    RunError::Device { message: e.to_string() }
 }
 
 /// A plan ready to run repeatedly on the GPU: PTX loaded, memory allocated,
@@ -99,7 +109,7 @@ impl std::fmt::Debug for CudaExecutor<'_> {
 #[cfg(feature = "cuda")]
 impl<'p> CudaExecutor<'p> {
     /// Load `ptx` (compiled from `plan`'s kernels) and copy the weights to the device.
-    pub fn new(plan: &'p ExecutorPlan, ptx: &str) -> Result<Self, String> {
+    pub fn new(plan: &'p ExecutorPlan, ptx: &str) -> Result<Self, RunError> {
         use kiln_runtime::cuda::{CudaKernelSpec, CudaLaunch, CudaModel};
         let layout = device_layout(plan);
         let shapes = launch_shapes(plan)?;
@@ -107,9 +117,9 @@ impl<'p> CudaExecutor<'p> {
             shapes.iter().map(|(n, g, b)| CudaKernelSpec { name: n, grid: *g, block: *b }).collect();
         let calls = launches(plan, &layout);
         let ls: Vec<CudaLaunch> = calls.iter().map(|(k, a)| CudaLaunch { kernel: *k, args: a }).collect();
-        let mut model = CudaModel::new(ptx, &specs, layout.bytes, &ls).map_err(|e| e.to_string())?;
+        let mut model = CudaModel::new(ptx, &specs, layout.bytes, &ls).map_err(device)?;
         for (c, &at) in plan.constants.iter().zip(&layout.constant_offsets) {
-            model.write(at, c.bytes()).map_err(|e| e.to_string())?;
+            model.write(at, c.bytes()).map_err(device)?;
         }
         Ok(CudaExecutor { plan, layout, model })
     }
@@ -120,34 +130,34 @@ impl<'p> CudaExecutor<'p> {
     }
 
     /// Copy `inputs` to the device, checking their shapes and dtypes.
-    pub fn set_inputs(&mut self, inputs: &[kiln_ir::Tensor]) -> Result<(), String> {
+    pub fn set_inputs(&mut self, inputs: &[kiln_ir::Tensor]) -> Result<(), RunError> {
         self.plan.check_inputs(inputs)?;
         for (&t, given) in self.plan.inputs.iter().zip(inputs) {
-            self.model.write(self.layout.offsets[t], given.bytes()).map_err(|e| e.to_string())?;
+            self.model.write(self.layout.offsets[t], given.bytes()).map_err(device)?;
         }
         Ok(())
     }
 
     /// From now on, replay the launch sequence as one CUDA graph.
-    pub fn capture_graph(&mut self) -> Result<(), String> {
-        self.model.capture_graph().map_err(|e| e.to_string())
+    pub fn capture_graph(&mut self) -> Result<(), RunError> {
+        self.model.capture_graph().map_err(device)
     }
 
     /// Launch every kernel once, in order.
-    pub fn run(&mut self) -> Result<(), String> {
-        self.model.run().map_err(|e| e.to_string())
+    pub fn run(&mut self) -> Result<(), RunError> {
+        self.model.run().map_err(device)
     }
 
     /// Copy the outputs back.
-    pub fn outputs(&mut self) -> Result<Vec<kiln_ir::Tensor>, String> {
+    pub fn outputs(&mut self) -> Result<Vec<kiln_ir::Tensor>, RunError> {
         let mut out = Vec::new();
         for &t in &self.plan.outputs {
             let slot = &self.plan.tensors[t];
             let mut bytes = vec![0u8; slot.bytes()];
-            self.model.read(self.layout.offsets[t], &mut bytes).map_err(|e| e.to_string())?;
+            self.model.read(self.layout.offsets[t], &mut bytes).map_err(device)?;
             out.push(
                 kiln_ir::Tensor::from_bytes(slot.dtype, slot.shape.clone(), bytes)
-                    .ok_or_else(|| format!("output `{}`: malformed bytes", slot.name))?,
+                    .ok_or_else(|| RunError::Device { message: format!("output `{}`: malformed bytes", slot.name) })?,
             );
         }
         Ok(out)

@@ -7,18 +7,19 @@
 use kiln_ir::Tensor;
 
 use super::aot::{ExecutorPlan, Storage, ARENA_ALIGN};
+use super::RunError;
 use crate::codegen::PackedKernel;
 
 /// Where compiled kernels come from.
 pub trait KernelLibrary {
     /// The packed entry point of kernel `name`.
-    fn packed(&self, name: &str) -> Result<PackedKernel, String>;
+    fn packed(&self, name: &str) -> Result<PackedKernel, RunError>;
 }
 
 #[cfg(feature = "llvm")]
 impl KernelLibrary for crate::codegen::llvm::Jit {
-    fn packed(&self, name: &str) -> Result<PackedKernel, String> {
-        self.kernel(name).map_err(|e| e.to_string())
+    fn packed(&self, name: &str) -> Result<PackedKernel, RunError> {
+        self.kernel(name).map_err(|e| RunError::MissingKernel { kernel: name.to_string(), message: e.to_string() })
     }
 }
 
@@ -76,12 +77,12 @@ impl std::fmt::Debug for Executor<'_> {
 
 impl<'p> Executor<'p> {
     /// Resolve the kernels and allocate every buffer, for `threads` threads.
-    pub fn new(plan: &'p ExecutorPlan, lib: &dyn KernelLibrary, threads: usize) -> Result<Self, String> {
+    pub fn new(plan: &'p ExecutorPlan, lib: &dyn KernelLibrary, threads: usize) -> Result<Self, RunError> {
         let kernels = plan
             .kernels
             .iter()
             .map(|k| Ok((lib.packed(&k.name)?, crate::build::glue::is_parallel(k))))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, RunError>>()?;
         Ok(Executor {
             plan,
             kernels,
@@ -90,13 +91,13 @@ impl<'p> Executor<'p> {
             consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
             outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
             pool: kiln_runtime::ThreadPool::try_new(threads.max(1))
-                .map_err(|e| format!("cannot start {threads} threads: {e}"))?,
+                .map_err(|e| RunError::Threads { threads, message: e.to_string() })?,
             args: Vec::new(),
         })
     }
 
     /// Copy `inputs` in, checking their shapes and dtypes.
-    pub fn set_inputs(&mut self, inputs: &[Tensor]) -> Result<(), String> {
+    pub fn set_inputs(&mut self, inputs: &[Tensor]) -> Result<(), RunError> {
         self.plan.check_inputs(inputs)?;
         for (i, given) in inputs.iter().enumerate() {
             self.ins[i].bytes_mut().copy_from_slice(given.bytes());
@@ -105,7 +106,7 @@ impl<'p> Executor<'p> {
     }
 
     /// Run every kernel once, in order; the microseconds each call took.
-    pub fn run_timed(&mut self) -> Result<Vec<f64>, String> {
+    pub fn run_timed(&mut self) -> Result<Vec<f64>, RunError> {
         let mut times = Vec::with_capacity(self.plan.calls.len());
         for i in 0..self.plan.calls.len() {
             let t = std::time::Instant::now();
@@ -117,14 +118,14 @@ impl<'p> Executor<'p> {
 
     /// Run every kernel once, in order; stops at the first kernel that fails
     /// (an index out of range), whose error names it.
-    pub fn run(&mut self) -> Result<(), String> {
+    pub fn run(&mut self) -> Result<(), RunError> {
         for i in 0..self.plan.calls.len() {
             self.run_call(i)?;
         }
         Ok(())
     }
 
-    fn run_call(&mut self, index: usize) -> Result<(), String> {
+    fn run_call(&mut self, index: usize) -> Result<(), RunError> {
         let arena = self.arena.ptr();
         let call = &self.plan.calls[index];
         self.args.clear();
@@ -148,8 +149,7 @@ impl<'p> Executor<'p> {
             }
         };
         if status != 0 {
-            let name = &self.plan.kernels[call.kernel].name;
-            return Err(format!("kernel `{name}`: {}", kiln_runtime::status_message(status)));
+            return Err(RunError::Kernel { kernel: self.plan.kernels[call.kernel].name.clone(), status });
         }
         Ok(())
     }
@@ -174,7 +174,7 @@ pub fn run(
     lib: &dyn KernelLibrary,
     inputs: &[Tensor],
     threads: usize,
-) -> Result<Vec<Tensor>, String> {
+) -> Result<Vec<Tensor>, RunError> {
     let mut ex = Executor::new(plan, lib, threads)?;
     ex.set_inputs(inputs)?;
     ex.run()?;

@@ -123,7 +123,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
             ExprKind::TupleGetItem { tuple, index } => {
                 let t = values.get(tuple).ok_or_else(|| err("tuple not computed".into()))?;
                 t.tuple()
-                    .map_err(err)?
+                    .map_err(|e| err(e.to_string()))?
                     .get(*index)
                     .cloned()
                     .ok_or_else(|| err(format!("tuple index {index} out of range")))?

@@ -318,7 +318,7 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
         if shapes.iter().any(|(n, _)| n == name) {
             continue;
         }
-        if let Ok(t) = std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| kiln::npy::read_npy(&b)) {
+        if let Some(t) = std::fs::read(path).ok().and_then(|b| kiln::npy::read_npy(&b).ok()) {
             shapes.push((name.clone(), t.shape().to_vec()));
         }
     }
@@ -395,7 +395,18 @@ fn execute_cuda(
         }
         None => ptx_of(&c.target, "model", plan)?,
     };
-    let mut ex = kiln::backend::cuda::CudaExecutor::new(plan, &ptx)?;
+    run_on_gpu(c, plan, &ptx, inputs, bench).map_err(|e| e.to_string())
+}
+
+#[cfg(feature = "cuda")]
+fn run_on_gpu(
+    c: &CompileArgs,
+    plan: &kiln::backend::aot::ExecutorPlan,
+    ptx: &str,
+    inputs: &[kiln::Tensor],
+    bench: bool,
+) -> Result<Vec<kiln::Tensor>, kiln::backend::RunError> {
+    let mut ex = kiln::backend::cuda::CudaExecutor::new(plan, ptx)?;
     ex.set_inputs(inputs)?;
     ex.run()?;
     if bench {
@@ -528,10 +539,12 @@ struct CLibrary {
 }
 
 impl kiln::backend::host::KernelLibrary for CLibrary {
-    fn packed(&self, name: &str) -> Result<kiln::codegen::PackedKernel, String> {
+    fn packed(&self, name: &str) -> Result<kiln::codegen::PackedKernel, kiln::backend::RunError> {
         // SAFETY: every kernel has a `<name>_packed` entry point of this type (codegen::c).
-        let sym: libloading::Symbol<kiln::codegen::PackedKernel> =
-            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
+        let sym: libloading::Symbol<kiln::codegen::PackedKernel> = unsafe {
+            self.lib.get(format!("{name}_packed").as_bytes())
+        }
+        .map_err(|e| kiln::backend::RunError::MissingKernel { kernel: name.to_string(), message: e.to_string() })?;
         Ok(*sym)
     }
 }
@@ -606,25 +619,26 @@ fn execute(
         jit = llvm_library(plan, &c.target)?;
         &jit
     };
-    let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads)?;
-    ex.set_inputs(inputs)?;
-    ex.run()?;
+    let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads).map_err(|e| e.to_string())?;
+    ex.set_inputs(inputs).map_err(|e| e.to_string())?;
+    ex.run().map_err(|e| e.to_string())?;
     if bench {
         for _ in 0..10 {
-            ex.run()?;
+            ex.run().map_err(|e| e.to_string())?;
         }
         let mut times: Vec<f64> = (0..c.runs)
             .map(|_| {
                 let t = std::time::Instant::now();
                 ex.run().map(|()| t.elapsed().as_secs_f64() * 1e6)
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         times.sort_by(f64::total_cmp);
         if c.profile {
             // Per kernel: the median over the runs of each call's time, grouped by kernel.
             let mut per_call: Vec<Vec<f64>> = Vec::new();
             for _ in 0..c.runs.min(50) {
-                for (i, t) in ex.run_timed()?.into_iter().enumerate() {
+                for (i, t) in ex.run_timed().map_err(|e| e.to_string())?.into_iter().enumerate() {
                     if per_call.len() <= i {
                         per_call.push(Vec::new());
                     }

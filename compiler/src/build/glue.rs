@@ -243,7 +243,12 @@ pub fn c_header(model: &str, plan: &ExecutorPlan) -> String {
 /// weights included from `<model>.weights.bin` (placed at `WEIGHTS_OFFSET` of
 /// the model's device memory), and `CudaModel`, whose `run` copies the inputs
 /// in, launches the kernels in order and copies the outputs out.
-pub fn cuda_glue(model: &str, plan: &ExecutorPlan, ptx: &str, runtime: &str) -> Result<String, String> {
+pub fn cuda_glue(
+    model: &str,
+    plan: &ExecutorPlan,
+    ptx: &str,
+    runtime: &str,
+) -> Result<String, crate::backend::RunError> {
     use crate::backend::cuda::{device_layout, launch_shapes, launches};
     let m = ident(model, "model");
     let layout = device_layout(plan);

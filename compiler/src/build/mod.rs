@@ -48,7 +48,7 @@ use crate::backend::aot::{plan_executor, ExecutorPlan};
 use crate::relay::transform::default_pipeline;
 use crate::target::TargetDescription;
 use crate::transform::instrument::DumpIr;
-use crate::transform::{apply, PassContext, PassInstrument};
+use crate::transform::{apply, BodyError, PassContext, PassError, PassInstrument};
 
 /// What went wrong in a model build; the text says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +58,9 @@ pub enum Error {
     NoModel { model: String },
     #[error("kiln: model `{model}`: {message}")]
     Model { model: String, message: String },
+    /// A pass of the pipeline (or the lowering after it) failed.
+    #[error("kiln: model `{model}`: {source}")]
+    Compile { model: String, source: PassError },
     #[error("kiln: model `{model}`: weights: {message}")]
     Weights { model: String, message: String },
     #[error("kiln: model `{model}`: {path}: {source}")]
@@ -243,6 +246,10 @@ impl Build {
         Error::Model { model: self.name.clone(), message: message.into() }
     }
 
+    fn compile_err(&self, source: PassError) -> Error {
+        Error::Compile { model: self.name.clone(), source }
+    }
+
     fn load_module(&self) -> Result<IRModule, Error> {
         match &self.model {
             None => Err(Error::NoModel { model: self.name.clone() }),
@@ -357,7 +364,7 @@ impl Build {
         if is_cuda_target(&self.target) {
             return self.generate_cuda(m, ctx, timing);
         }
-        let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.model_err(e))?;
+        let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.compile_err(e))?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
@@ -421,13 +428,14 @@ impl Build {
     ) -> Result<Artifacts, Error> {
         let target =
             crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
-        let (_, mut plan) = optimize_and_plan_gpu(m, ctx).map_err(|e| self.model_err(e))?;
+        let (_, mut plan) = optimize_and_plan_gpu(m, ctx).map_err(|e| self.compile_err(e))?;
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
         }
         let ptx = crate::codegen::llvm::compile_ptx(&self.name, &plan.kernels, &target)
             .map_err(|e| self.model_err(e.to_string()))?;
-        let glue = glue::cuda_glue(&self.name, &plan, &ptx, "::kiln_runtime").map_err(|e| self.model_err(e))?;
+        let glue =
+            glue::cuda_glue(&self.name, &plan, &ptx, "::kiln_runtime").map_err(|e| self.model_err(e.to_string()))?;
         Ok(Artifacts {
             name: self.name.clone(),
             object: None,
@@ -499,7 +507,7 @@ impl Build {
         if let Ok(cargo_target) = std::env::var("TARGET") {
             build.target =
                 crate::target::follow_cargo_target(&build.target, &cargo_target, crate::target::host_triple())
-                    .map_err(|m| self.model_err(m))?;
+                    .map_err(|m| self.model_err(m.to_string()))?;
         }
         let dump = env_var("KILN_DUMP_IR", emit).map(PathBuf::from);
         if emit {
@@ -632,16 +640,16 @@ pub fn is_cuda_target(target: &str) -> bool {
 /// The compiler's middle: the default pipeline under `ctx`, then the
 /// executor plan with its kernels flattened, simplified and scheduled.
 /// (What [`Build`] and `kiln build`/`kiln run` share.)
-pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
-    let tir = crate::relay::transform::tir_pipeline().map_err(|e| e.to_string())?;
+pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
+    let tir = crate::relay::transform::tir_pipeline()?;
     optimize_and_plan_with(m, ctx, &tir)
 }
 
 /// [`optimize_and_plan`] for NVIDIA GPUs: the kernels come out of the GPU
 /// TIR pipeline, bound to blocks and threads, with their launch shapes in
 /// the attributes `gpu.grid` and `gpu.block`.
-pub fn optimize_and_plan_gpu(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), String> {
-    let tir = crate::relay::transform::gpu_tir_pipeline().map_err(|e| e.to_string())?;
+pub fn optimize_and_plan_gpu(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
+    let tir = crate::relay::transform::gpu_tir_pipeline()?;
     optimize_and_plan_with(m, ctx, &tir)
 }
 
@@ -649,12 +657,15 @@ fn optimize_and_plan_with(
     m: IRModule,
     ctx: Arc<PassContext>,
     tir: &crate::transform::Sequential,
-) -> Result<(IRModule, ExecutorPlan), String> {
-    let pipeline = default_pipeline().map_err(|e| e.to_string())?;
+) -> Result<(IRModule, ExecutorPlan), PassError> {
+    let pipeline = default_pipeline()?;
     ctx.scope(|ctx| {
         let fused = apply(&pipeline, m, ctx)?;
-        let mut plan = plan_executor(&fused)
-            .map_err(|e| crate::transform::PassError::Failed { pass: "LowerTE".into(), message: e.to_string() })?;
+        let mut plan = plan_executor(&fused).map_err(|e| PassError::Failed {
+            pass: "LowerTE".into(),
+            context: String::new(),
+            error: BodyError::new(e),
+        })?;
         // The kernels travel in the module through the TIR passes, so instruments see them.
         let mut lowered = fused.clone();
         for k in std::mem::take(&mut plan.kernels) {
@@ -664,7 +675,6 @@ fn optimize_and_plan_with(
         plan.kernels = lowered.take_prim_funcs();
         Ok((fused, plan))
     })
-    .map_err(|e| e.to_string())
 }
 
 /// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.

@@ -155,7 +155,7 @@ pub fn default_gpu_schedule(f: PrimFunc, opt_level: u32) -> Result<PrimFunc, Sch
 
 /// Record the launch shape and the strategy, and check the barriers.
 fn finish(mut f: PrimFunc, strategy: String) -> Result<PrimFunc, ScheduleError> {
-    verify_barriers(&f).map_err(|m| err(&f, m))?;
+    verify_barriers(&f)?;
     let (mut grid, mut block) = (1i64, 1i64);
     f.body.visit(&mut |s| {
         if let Stmt::For(l) = s {
@@ -469,8 +469,8 @@ struct SinceBarrier {
 /// neither read nor written by the other without a barrier in between —
 /// also across iterations of a loop around them — and no barrier sits where
 /// only some threads would reach it (inside a thread loop or a guard).
-pub fn verify_barriers(f: &PrimFunc) -> Result<(), String> {
-    check_barriers(&f.body, &mut SinceBarrier::default())
+pub fn verify_barriers(f: &PrimFunc) -> Result<(), ScheduleError> {
+    check_barriers(&f.body, &mut SinceBarrier::default()).map_err(|m| err(f, m))
 }
 
 fn check_barriers(s: &Stmt, since: &mut SinceBarrier) -> Result<(), String> {

@@ -3,6 +3,8 @@
 //! unknown `-mattr` feature is ignored with a warning (a typo such as
 //! `+avx512` silently builds without AVX-512).
 
+use super::TargetError;
+
 /// The CPU names LLVM 14 knows for x86 (`llc -mtriple=x86_64 -mcpu=help`).
 /// A name outside them makes LLVM abort the process later, so targets are
 /// checked against this list first.
@@ -171,7 +173,7 @@ const NEWER_CPUS: &[(&str, &str)] = &[
 
 /// An error when LLVM 14 does not know `cpu` for `triple` (x86 and AArch64
 /// are checked; other architectures are left to LLVM).
-pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), String> {
+pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), TargetError> {
     let known = if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
         LLVM14_X86_CPUS
     } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
@@ -186,8 +188,8 @@ pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), String> {
     match NEWER_CPUS.iter().find(|(n, _)| *n == cpu) {
         Some((_, instead)) => Err(format!(
             "LLVM 14, which kiln links, predates the CPU `{cpu}`; use `-mcpu={instead}` (or `-mcpu=native` on that machine)"
-        )),
-        None => Err(format!("LLVM 14 does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", "))),
+        ).into()),
+        None => Err(format!("LLVM 14 does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", ")).into()),
     }
 }
 
@@ -561,7 +563,7 @@ pub const LLVM14_AARCH64_FEATURES: &[&str] = &[
 
 /// An error when an `-mattr` list (`+avx2,-fma`) names a feature LLVM 14
 /// does not know for `triple` (x86 and AArch64 are checked).
-pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), String> {
+pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), TargetError> {
     let (known, arch, march) =
         if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
             (LLVM14_X86_FEATURES, "x86", "x86-64")
@@ -572,7 +574,7 @@ pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), String> {
         };
     for attr in attrs.split(',').filter(|a| !a.is_empty()) {
         let Some(name) = attr.strip_prefix('+').or_else(|| attr.strip_prefix('-')) else {
-            return Err(format!("`-mattr` entries are `+feature` or `-feature`, not `{attr}`"));
+            return Err(format!("`-mattr` entries are `+feature` or `-feature`, not `{attr}`").into());
         };
         if known.contains(&name) {
             continue;
@@ -582,7 +584,8 @@ pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), String> {
         let hint = if close.is_empty() { String::new() } else { format!(" (similar: {})", close.join(", ")) };
         return Err(format!(
             "LLVM 14 does not know the {arch} feature `{name}`{hint}; `llc -march={march} -mattr=help` lists them"
-        ));
+        )
+        .into());
     }
     Ok(())
 }

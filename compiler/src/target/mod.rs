@@ -150,13 +150,27 @@ pub fn host_triple() -> &'static str {
     env!("KILN_HOST_TRIPLE")
 }
 
+/// Why a target cannot be compiled for: a CPU or feature the linked LLVM
+/// does not know, or a target that contradicts cargo's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct TargetError {
+    message: String,
+}
+
+impl From<String> for TargetError {
+    fn from(message: String) -> Self {
+        TargetError { message }
+    }
+}
+
 /// The target to compile a model for when cargo builds the crate for
 /// `cargo_target` (a build script's `TARGET`) on `host`: unchanged when they
 /// are the same machine; for a cross build an LLVM target gets
 /// `-mtriple=<cargo_target>`, and `-mcpu=native` (this machine's CPU, also
 /// the default) is an error — the target's CPU must be named. C is compiled
 /// by `cc`, which follows `TARGET` itself.
-pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Result<String, String> {
+pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Result<String, TargetError> {
     if cargo_target == host || target.split_whitespace().next() != Some("llvm") {
         return Ok(target.to_string());
     }
@@ -166,7 +180,8 @@ pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Resu
         Some(t) => {
             return Err(format!(
                 "the target `{target}` names triple `{t}`, but cargo builds this crate for `{cargo_target}`"
-            ))
+            )
+            .into())
         }
         None => {}
     }
@@ -175,7 +190,8 @@ pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Resu
             "cargo builds this crate for `{cargo_target}` on `{host}`: `-mcpu=native` (the default) is this \
              machine's CPU; name the target's CPU, e.g. `llvm -mcpu=generic` or `llvm -mcpu=cortex-a72`, \
              with Build::target or KILN_TARGET"
-        ));
+        )
+        .into());
     }
     Ok(format!("{target} -mtriple={cargo_target}"))
 }
@@ -217,10 +233,12 @@ mod tests {
         );
         // This machine's CPU (named or by default) and a conflicting triple are errors.
         for t in ["llvm", "llvm -mcpu=native"] {
-            let e = follow_cargo_target(t, arm, host).unwrap_err();
+            let e = follow_cargo_target(t, arm, host).unwrap_err().to_string();
             assert!(e.contains("native") && e.contains(arm), "{e}");
         }
-        let e = follow_cargo_target("llvm -mcpu=znver3 -mtriple=x86_64-unknown-linux-gnu", arm, host).unwrap_err();
+        let e = follow_cargo_target("llvm -mcpu=znver3 -mtriple=x86_64-unknown-linux-gnu", arm, host)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("x86_64-unknown-linux-gnu") && e.contains(arm), "{e}");
         assert_eq!(host_triple(), env!("KILN_HOST_TRIPLE"));
         assert!(!host_triple().is_empty());

@@ -9,6 +9,7 @@
 use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::Type;
 use kiln_ir::DataType;
+use kiln_ir::OpError;
 
 use crate::te::{compute, reduce, reduce_axis, try_compute, Tensor};
 use crate::tir::{BinOp, CmpOp, Combiner, Expr, Intrinsic, TirType};
@@ -25,14 +26,14 @@ pub enum TeValue {
 }
 
 impl TeValue {
-    pub fn tensor(&self) -> Result<&Tensor, String> {
+    pub fn tensor(&self) -> Result<&Tensor, OpError> {
         match self {
             TeValue::Tensor(t) => Ok(t),
             TeValue::Tuple(_) => Err("expected a tensor, found a tuple".into()),
         }
     }
 
-    pub fn tuple(&self) -> Result<&[TeValue], String> {
+    pub fn tuple(&self) -> Result<&[TeValue], OpError> {
         match self {
             TeValue::Tuple(v) => Ok(v),
             TeValue::Tensor(_) => Err("expected a tuple, found a tensor".into()),
@@ -41,8 +42,10 @@ impl TeValue {
 }
 
 /// The output shape and dtype of a single-tensor result.
-pub(crate) fn out_tensor(ty: &Type) -> Result<(Vec<usize>, DataType), String> {
-    ty.as_tensor().map(|t| (t.shape.clone(), t.dtype)).ok_or_else(|| format!("expected a tensor result, found {ty}"))
+pub(crate) fn out_tensor(ty: &Type) -> Result<(Vec<usize>, DataType), OpError> {
+    ty.as_tensor()
+        .map(|t| (t.shape.clone(), t.dtype))
+        .ok_or_else(|| OpError::from(format!("expected a tensor result, found {ty}")))
 }
 
 /// `x` read at output indices `idx` with NumPy broadcasting (right-aligned; size-1 dims read index 0).
@@ -61,7 +64,7 @@ pub(crate) fn zero(dt: DataType) -> Expr {
     Expr::constant(0.0, dt)
 }
 
-fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, String> {
+fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, OpError> {
     let t = TirType::scalar(dt);
     let call = |f: Intrinsic, x: Expr| Expr::call(f, vec![x], t);
     Ok(match name {
@@ -113,7 +116,7 @@ fn unary(name: &str, x: Expr, dt: DataType, attrs: &Attrs) -> Result<Expr, Strin
         "atanh" => call(Intrinsic::Atanh, x),
         "isnan" => Expr::cmp(CmpOp::Ne, x.clone(), x),
         "bitwise_not" => call(Intrinsic::BitNot, x),
-        _ => return Err(format!("no unary compute for `{name}`")),
+        _ => return Err(format!("no unary compute for `{name}`").into()),
     })
 }
 
@@ -156,7 +159,7 @@ fn int_division(op: BinOp, a: Expr, b: Expr, dt: DataType) -> Expr {
     select(is(0.0), zero(dt), select(is(-1.0), by_minus_one, q))
 }
 
-fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
+fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, OpError> {
     Ok(match name {
         "add" => Expr::bin(BinOp::Add, a, b),
         "subtract" => Expr::bin(BinOp::Sub, a, b),
@@ -190,12 +193,12 @@ fn binary(name: &str, a: Expr, b: Expr, dt: DataType) -> Result<Expr, String> {
         "bitwise_or" => Expr::call(Intrinsic::BitOr, vec![a, b], TirType::scalar(dt)),
         "bitwise_xor" => Expr::call(Intrinsic::BitXor, vec![a, b], TirType::scalar(dt)),
         "left_shift" | "right_shift" => shift(name == "left_shift", a, b, dt),
-        _ => return Err(format!("no binary compute for `{name}`")),
+        _ => return Err(format!("no binary compute for `{name}`").into()),
     })
 }
 
 /// Normalized reduction axes of a rank-`ndim` input (`None` = all; `exclude` inverts).
-pub(crate) fn reduce_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, String> {
+pub(crate) fn reduce_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, OpError> {
     let mut axes: Vec<usize> = match attrs.opt_ints("axis")? {
         None => (0..ndim).collect(),
         Some(list) => list
@@ -214,7 +217,7 @@ pub(crate) fn reduce_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, Stri
     Ok(axes)
 }
 
-fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, String> {
+fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, OpError> {
     let ndim = x.ndim();
     let axes = reduce_axes(attrs, ndim)?;
     let keepdims = attrs.bool("keepdims")?;
@@ -252,7 +255,7 @@ fn reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Resu
 
 /// `argmax`/`argmin` in two stages: the extreme value along the axis, then
 /// the first (or, with `select_last_index`, the last) index that holds it.
-fn arg_reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, String> {
+fn arg_reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> Result<Tensor, OpError> {
     let ndim = x.ndim();
     let a = attrs.int("axis")?;
     let axis = usize::try_from(if a < 0 { a + ndim as i64 } else { a })
@@ -299,8 +302,8 @@ fn arg_reduction(name: &str, x: &Tensor, attrs: &Attrs, out_shape: &[usize]) -> 
 }
 
 /// The TE value of `op(inputs…)` with output type `out`.
-pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
-    let tensor = |i: usize| -> Result<&Tensor, String> {
+pub fn compute_op(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
+    let tensor = |i: usize| -> Result<&Tensor, OpError> {
         inputs.get(i).ok_or_else(|| format!("`{op}` is missing input {i}"))?.tensor()
     };
     let t = |x: Tensor| Ok(TeValue::Tensor(x));
@@ -475,12 +478,12 @@ pub(crate) fn in_range(e: &Expr, lo: i64, hi: i64) -> Expr {
 
 /// An integer attribute list of exactly `n` values, expanding TVM's short
 /// forms (one value for all; for 4-value padding, 2 values mean [a, b, a, b]).
-pub(crate) fn expand_ints(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
+pub(crate) fn expand_ints(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, OpError> {
     let v = attrs.ints(name)?.to_vec();
     Ok(match (v.len(), n) {
         (k, n) if k == n => v,
         (1, n) => vec![v[0]; n],
         (2, 4) => vec![v[0], v[1], v[0], v[1]],
-        (k, n) => return Err(format!("`{name}` has {k} values, expected {n}")),
+        (k, n) => return Err(format!("`{name}` has {k} values, expected {n}").into()),
     })
 }

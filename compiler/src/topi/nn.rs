@@ -2,6 +2,7 @@
 
 use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::Type;
+use kiln_ir::OpError;
 
 use super::{expand_ints, in_range, out_tensor, select, TeValue};
 use crate::te::{compute, reduce, reduce_axis, sum, Tensor};
@@ -68,8 +69,8 @@ fn four(v: &[i64]) -> [i64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
 
-pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
-    let tensor = |i: usize| -> Result<Tensor, String> {
+pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
+    let tensor = |i: usize| -> Result<Tensor, OpError> {
         inputs.get(i).ok_or_else(|| format!("`{op}` is missing input {i}"))?.tensor().cloned()
     };
     let one = |x: Tensor| Ok(TeValue::Tensor(x));
@@ -357,6 +358,6 @@ pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type
             let mask = compute("dropout_mask", &mshape, |_| Expr::constant(1.0, mdt));
             Ok(TeValue::Tuple(vec![TeValue::Tensor(y), TeValue::Tensor(mask)]))
         }
-        _ => Err(format!("no compute for operator `{op}`")),
+        _ => Err(format!("no compute for operator `{op}`").into()),
     }
 }

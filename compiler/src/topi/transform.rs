@@ -2,6 +2,7 @@
 
 use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::Type;
+use kiln_ir::OpError;
 
 use super::{out_tensor, select, TeValue};
 use crate::te::{compute, Tensor};
@@ -37,12 +38,15 @@ fn clamp(e: Expr, lo: i64, hi: i64) -> Expr {
     Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, e, Expr::int(lo)), Expr::int(hi))
 }
 
-fn norm_axis(axis: i64, ndim: usize) -> Result<usize, String> {
+fn norm_axis(axis: i64, ndim: usize) -> Result<usize, OpError> {
     let a = if axis < 0 { axis + ndim as i64 } else { axis };
-    usize::try_from(a).ok().filter(|&a| a < ndim).ok_or_else(|| format!("axis {axis} out of range for rank {ndim}"))
+    usize::try_from(a)
+        .ok()
+        .filter(|&a| a < ndim)
+        .ok_or_else(|| OpError::from(format!("axis {axis} out of range for rank {ndim}")))
 }
 
-pub(super) fn compute_transform(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
+pub(super) fn compute_transform(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
     let input = inputs.first().ok_or_else(|| format!("`{op}` has no input"))?;
     let one = |t: Tensor| Ok(TeValue::Tensor(t));
     match op {
@@ -145,6 +149,6 @@ pub(super) fn compute_transform(op: &str, inputs: &[TeValue], attrs: &Attrs, out
                 x.at(&idx)
             }))
         }
-        _ => Err(format!("no compute for operator `{op}`")),
+        _ => Err(format!("no compute for operator `{op}`").into()),
     }
 }

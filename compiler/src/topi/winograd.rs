@@ -14,6 +14,7 @@ use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::op::{winograd_matrices, WinogradTiles};
 use kiln_ir::relay::Type;
 use kiln_ir::DataType;
+use kiln_ir::OpError;
 
 use super::nn::pad_nchw;
 use super::{out_tensor, select, zero, TeValue};
@@ -59,7 +60,7 @@ fn rem(a: Expr, c: usize) -> Expr {
 /// `U[ξ, ν, k, c] = (G·g·Gᵀ)[ξ, ν]` of the 3 × 3 kernel `g = W[k, c]`.
 /// (AlterOpLayout's weights are constants, folded by the interpreter; this
 /// compute serves a weight known only at run time.)
-fn weight_transform(w: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+fn weight_transform(w: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpError> {
     let (shape, dt) = out_tensor(out)?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
     Ok(compute("winograd_weight", &shape, |i| {
@@ -74,7 +75,7 @@ fn weight_transform(w: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Str
 }
 
 /// `V[ξ·α + ν, c, p] = (Bᵀ·d·B)[ξ, ν]` for tile `p` of channel `c`.
-fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpError> {
     let (shape, dt) = out_tensor(out)?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
     let (tiles, pads) = WinogradTiles::of_input(x.shape(), attrs)?;
@@ -111,7 +112,7 @@ fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Stri
 }
 
 /// `Y[r·m + s, k, p] = (Aᵀ·M·A)[r, s]` of tile `p`.
-fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpError> {
     let (shape, dt) = out_tensor(out)?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
     let (a, m) = (t.alpha, t.m);
@@ -129,7 +130,7 @@ fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, St
 }
 
 /// `y[n, k, y, x] = Y[(y % m)·m + x % m, k, tile of (n, y, x)]`.
-fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, String> {
+fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpError> {
     let (shape, _) = out_tensor(out)?;
     let m = winograd_matrices(attrs.int("tile_size")?)?.m;
     let tiles = WinogradTiles::new(shape[0], shape[2], shape[3], m)?;
@@ -143,14 +144,14 @@ fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, Strin
 }
 
 /// The compute of a Winograd transform operator.
-pub(super) fn compute_winograd(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, String> {
+pub(super) fn compute_winograd(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
     let x = inputs.first().ok_or("missing argument 0")?.tensor()?;
     let t = match op {
         "nn.contrib_conv2d_winograd_weight_transform" => weight_transform(x, attrs, out)?,
         "nn.contrib_winograd_input_transform" => input_transform(x, attrs, out)?,
         "nn.contrib_winograd_output_transform" => output_transform(x, attrs, out)?,
         "nn.contrib_winograd_tiles_to_nchw" => tiles_to_nchw(x, attrs, out)?,
-        _ => return Err(format!("no Winograd compute for `{op}`")),
+        _ => return Err(format!("no Winograd compute for `{op}`").into()),
     };
     Ok(TeValue::Tensor(t))
 }

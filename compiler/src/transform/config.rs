@@ -14,6 +14,19 @@ pub enum ConfigKind {
     StrList,
 }
 
+/// Why a configuration key or value is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `valid` lists every registered key with its kind and meaning.
+    #[error("unknown config key `{key}`; valid keys: {valid}")]
+    UnknownKey { key: String, valid: String },
+    #[error("config key `{key}` takes a {expected}, given a {given}")]
+    WrongKind { key: String, expected: ConfigKind, given: ConfigKind },
+    #[error("config key `{key}` is already registered as {registered}")]
+    AlreadyRegistered { key: String, registered: ConfigKind },
+}
+
 /// A configuration value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigValue {
@@ -100,10 +113,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
 }
 
 /// Register a configuration key (idempotent for the same kind).
-pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<(), String> {
+pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<(), ConfigError> {
     let mut k = keys().write().unwrap_or_else(|e| e.into_inner());
     match k.get(name) {
-        Some(spec) if spec.kind != kind => Err(format!("config key `{name}` is already registered as {}", spec.kind)),
+        Some(spec) if spec.kind != kind => {
+            Err(ConfigError::AlreadyRegistered { key: name.to_string(), registered: spec.kind })
+        }
         _ => {
             k.insert(name.to_string(), KeySpec { kind, doc: doc.to_string() });
             Ok(())
@@ -112,18 +127,18 @@ pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<()
 }
 
 /// The kind of a registered key, or an error listing the valid keys.
-pub fn config_kind(name: &str) -> Result<ConfigKind, String> {
+pub fn config_kind(name: &str) -> Result<ConfigKind, ConfigError> {
     lookup(name)
 }
 
 /// The kind of a registered key, or an error listing the valid keys.
-pub(crate) fn lookup(name: &str) -> Result<ConfigKind, String> {
+pub(crate) fn lookup(name: &str) -> Result<ConfigKind, ConfigError> {
     let k = keys().read().unwrap_or_else(|e| e.into_inner());
     match k.get(name) {
         Some(spec) => Ok(spec.kind),
         None => {
             let valid: Vec<String> = k.iter().map(|(n, s)| format!("{n} ({}: {})", s.kind, s.doc)).collect();
-            Err(format!("unknown config key `{name}`; valid keys: {}", valid.join("; ")))
+            Err(ConfigError::UnknownKey { key: name.to_string(), valid: valid.join("; ") })
         }
     }
 }

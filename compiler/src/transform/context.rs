@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use kiln_ir::relay::IRModule;
 
-use super::config::{lookup, ConfigValue};
+use super::config::{lookup, ConfigError, ConfigValue};
 use super::instrument::PassInstrument;
-use super::pass::{PassError, PassInfo};
+use super::pass::{BodyError, PassBodyError, PassError, PassInfo};
 
 /// How serious a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +66,8 @@ thread_local! {
     static STACK: RefCell<Vec<Arc<PassContext>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn instrument_err(pi: &dyn PassInstrument, stage: &'static str, message: String) -> PassError {
-    PassError::Instrument { instrument: pi.name().to_string(), stage, message }
+fn instrument_err(pi: &dyn PassInstrument, stage: &'static str, error: PassBodyError) -> PassError {
+    PassError::Instrument { instrument: pi.name().to_string(), stage, error: BodyError::new(error) }
 }
 
 impl PassContext {
@@ -97,9 +97,9 @@ impl PassContext {
 
     /// Set a configuration key; an unknown key or a value of the wrong kind is an error.
     pub fn set_config(&mut self, key: &str, value: ConfigValue) -> Result<(), PassError> {
-        let kind = lookup(key).map_err(PassError::Config)?;
+        let kind = lookup(key)?;
         if value.kind() != kind {
-            return Err(PassError::Config(format!("config key `{key}` takes a {kind}, given a {}", value.kind())));
+            return Err(ConfigError::WrongKind { key: key.to_string(), expected: kind, given: value.kind() }.into());
         }
         self.config.insert(key.to_string(), value);
         Ok(())

@@ -7,27 +7,27 @@ use std::time::{Duration, Instant};
 
 use kiln_ir::relay::{print_module, IRModule};
 
-use super::pass::PassInfo;
+use super::pass::{PassBodyError, PassInfo};
 
 /// Hooks around the passes of a [`super::PassContext`] (TVM's `PassInstrument`).
 /// Call order and failure semantics are the seed document's; see `PassContext`.
 #[allow(unused_variables)]
 pub trait PassInstrument: Send + Sync {
     fn name(&self) -> &str;
-    fn enter_pass_ctx(&self) -> Result<(), String> {
+    fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
         Ok(())
     }
-    fn exit_pass_ctx(&self) -> Result<(), String> {
+    fn exit_pass_ctx(&self) -> Result<(), PassBodyError> {
         Ok(())
     }
     /// Whether the pass should run (not asked for passes the context requires).
-    fn should_run(&self, module: &IRModule, info: &PassInfo) -> Result<bool, String> {
+    fn should_run(&self, module: &IRModule, info: &PassInfo) -> Result<bool, PassBodyError> {
         Ok(true)
     }
-    fn run_before_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_before_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         Ok(())
     }
-    fn run_after_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         Ok(())
     }
 }
@@ -85,12 +85,12 @@ impl PassInstrument for PassTimingInstrument {
         "PassTiming"
     }
 
-    fn enter_pass_ctx(&self) -> Result<(), String> {
+    fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
         Ok(())
     }
 
-    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_before_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let depth = s.0.len();
         // Reserve the row now so that nested passes come after their parent.
@@ -99,7 +99,7 @@ impl PassInstrument for PassTimingInstrument {
         Ok(())
     }
 
-    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, _: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some((name, start)) = s.0.pop() else { return Ok(()) };
         let depth = s.0.len();
@@ -154,9 +154,9 @@ impl PrintIr {
         PrintIr { before, after, sink: Mutex::new(sink), printer }
     }
 
-    fn emit(&self, when: &str, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn emit(&self, when: &str, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         let mut sink = self.sink.lock().unwrap_or_else(|e| e.into_inner());
-        writeln!(sink, "// IR {when} {}\n{}", info.name, (self.printer)(m)).map_err(|e| e.to_string())
+        Ok(writeln!(sink, "// IR {when} {}\n{}", info.name, (self.printer)(m))?)
     }
 }
 
@@ -165,14 +165,14 @@ impl PassInstrument for PrintIr {
         "PrintIr"
     }
 
-    fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_before_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         if self.before.matches(&info.name) {
             self.emit("before", m, info)?;
         }
         Ok(())
     }
 
-    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         if self.after.matches(&info.name) {
             self.emit("after", m, info)?;
         }
@@ -199,21 +199,21 @@ impl PassInstrument for DumpIr {
         "DumpIr"
     }
 
-    fn enter_pass_ctx(&self) -> Result<(), String> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()))
+    fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| format!("cannot create {}: {e}", self.dir.display()).into())
     }
 
-    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         let mut n = self.counter.lock().unwrap_or_else(|e| e.into_inner());
         let clean: String = info.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
         let path = self.dir.join(format!("{:03}_{clean}.relay", *n));
         *n += 1;
-        std::fs::write(&path, (self.printer)(m)).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        std::fs::write(&path, (self.printer)(m)).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
     }
 }
 
 /// A type checker the well-formedness instrument can run after each pass.
-pub type TypeChecker = fn(&IRModule) -> Result<(), String>;
+pub type TypeChecker = fn(&IRModule) -> Result<(), kiln_ir::Error>;
 
 /// After every pass: the module must be well-formed (and well-typed, when a
 /// checker is given); otherwise the error names the pass that broke it.
@@ -232,7 +232,7 @@ impl WellFormedChecker {
         WellFormedChecker {
             type_check: Some(|m| {
                 let mut copy = m.clone();
-                kiln_ir::relay::infer_module(&mut copy).map_err(|e| e.to_string())
+                kiln_ir::relay::infer_module(&mut copy).map(|_| ())
             }),
         }
     }
@@ -243,9 +243,10 @@ impl PassInstrument for WellFormedChecker {
         "WellFormedChecker"
     }
 
-    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), String> {
+    fn run_after_pass(&self, m: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
+        // Well-formedness errors have no span: the message says where.
         super::verify::well_formed(m)
-            .map_err(|e| format!("after pass `{}`, the module is malformed: {e}", info.name))?;
+            .map_err(|e| format!("after pass `{}`, the module is malformed: {}", info.name, e.message()))?;
         if let Some(check) = self.type_check {
             check(m).map_err(|e| format!("after pass `{}`, the module is ill-typed: {e}", info.name))?;
         }

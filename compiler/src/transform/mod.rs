@@ -22,9 +22,12 @@ pub mod registry;
 mod sequential;
 pub mod verify;
 
-pub use config::{config_kind, register_config_key, ConfigKind, ConfigValue};
+pub use config::{config_kind, register_config_key, ConfigError, ConfigKind, ConfigValue};
 pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
 pub use instrument::PassInstrument;
-pub use pass::{apply, run_function_pass, FunctionPass, ModulePass, Pass, PassError, PassInfo, PrimFuncPass};
+pub use pass::{
+    apply, run_function_pass, BodyError, FunctionPass, ModulePass, Pass, PassBodyError, PassError, PassInfo,
+    PrimFuncPass,
+};
 pub use registry::{get_pass, pass_names, register_pass};
 pub use sequential::Sequential;

@@ -24,22 +24,73 @@ impl PassInfo {
     }
 }
 
+/// What a pass body fails with: any error type (kept as the `source` of
+/// [`PassError::Failed`], with its own source chain), or a message — `String`
+/// and `&str` convert with `?` and `.into()`.
+pub type PassBodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A pass body's error as [`PassError::Failed`] keeps it: shared, so that
+/// `PassError` stays `Clone`; two are equal when they say the same.
+#[derive(Clone, Debug)]
+pub struct BodyError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl BodyError {
+    pub fn new(e: impl Into<PassBodyError>) -> Self {
+        BodyError(Arc::from(e.into()))
+    }
+
+    /// The error the body returned (`downcast_ref` it to its type).
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for BodyError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
 /// Why a pass pipeline failed. Every variant names the pass (or instrument) involved.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PassError {
-    #[error("pass `{pass}` failed: {message}")]
-    Failed { pass: String, message: String },
+    /// The pass body returned an error; `context` says where (`in `@main``,
+    /// `in kernel `k``) or is empty.
+    #[error("pass `{pass}` failed: {}{error}", if context.is_empty() { String::new() } else { format!("{context}: ") })]
+    Failed {
+        pass: String,
+        context: String,
+        #[source]
+        error: BodyError,
+    },
     #[error("unknown pass `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
     UnknownPass { name: String, suggestion: Option<String> },
     #[error("pass `{pass}` requires `{required}`, which is not a registered pass (chain: {chain})")]
     MissingRequired { pass: String, required: String, chain: String },
     #[error("passes require each other in a cycle: {chain}")]
     Cycle { chain: String },
-    #[error("instrument `{instrument}` failed in {stage}: {message}")]
-    Instrument { instrument: String, stage: &'static str, message: String },
-    #[error("{0}")]
-    Config(String),
+    #[error("instrument `{instrument}` failed in {stage}: {error}")]
+    Instrument {
+        instrument: String,
+        stage: &'static str,
+        #[source]
+        error: BodyError,
+    },
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
     #[error("function pass `{pass}` added or removed global functions")]
     FunctionSetChanged { pass: String },
     #[error("pass `{name}` is registered twice")]
@@ -75,7 +126,7 @@ pub fn apply(pass: &dyn Pass, module: IRModule, ctx: &PassContext) -> Result<IRM
     Ok(out)
 }
 
-type ModuleFn = dyn Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync;
+type ModuleFn = dyn Fn(IRModule, &PassContext) -> Result<IRModule, PassBodyError> + Send + Sync;
 
 /// A pass over the whole module: it may add and remove functions.
 pub struct ModulePass {
@@ -92,7 +143,7 @@ impl fmt::Debug for ModulePass {
 impl ModulePass {
     pub fn new(
         info: PassInfo,
-        f: impl Fn(IRModule, &PassContext) -> Result<IRModule, String> + Send + Sync + 'static,
+        f: impl Fn(IRModule, &PassContext) -> Result<IRModule, PassBodyError> + Send + Sync + 'static,
     ) -> Self {
         ModulePass { info, f: Box::new(f) }
     }
@@ -108,11 +159,15 @@ impl Pass for ModulePass {
     }
 
     fn run(&self, module: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
-        (self.f)(module, ctx).map_err(|message| PassError::Failed { pass: self.info.name.clone(), message })
+        (self.f)(module, ctx).map_err(|e| PassError::Failed {
+            pass: self.info.name.clone(),
+            context: String::new(),
+            error: BodyError::new(e),
+        })
     }
 }
 
-type FunctionFn = dyn Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String> + Send + Sync;
+type FunctionFn = dyn Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, PassBodyError> + Send + Sync;
 
 /// A pass over one global function at a time. It gets the module (to read
 /// other functions and to build new nodes in its store) and the function's
@@ -132,7 +187,7 @@ impl fmt::Debug for FunctionPass {
 impl FunctionPass {
     pub fn new(
         info: PassInfo,
-        f: impl Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String> + Send + Sync + 'static,
+        f: impl Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, PassBodyError> + Send + Sync + 'static,
     ) -> Self {
         FunctionPass { info, f: Box::new(f) }
     }
@@ -159,18 +214,22 @@ pub fn run_function_pass(
     info: &PassInfo,
     mut module: IRModule,
     ctx: &PassContext,
-    mut f: impl FnMut(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, String>,
+    mut f: impl FnMut(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, PassBodyError>,
 ) -> Result<IRModule, PassError> {
-    let fail = |message: String| PassError::Failed { pass: info.name.clone(), message };
+    let fail = |name: &str, e: PassBodyError| PassError::Failed {
+        pass: info.name.clone(),
+        context: format!("in `@{name}`"),
+        error: BodyError::new(e),
+    };
     let names = module.function_names();
     for name in &names {
         let Some(func) = module.function(name) else { continue };
         if module.store.as_function(func).is_some_and(|f| f.skips_optimization()) {
             continue;
         }
-        let new = f(&mut module, func, ctx).map_err(|m| fail(format!("in `@{name}`: {m}")))?;
+        let new = f(&mut module, func, ctx).map_err(|e| fail(name, e))?;
         if module.store.as_function(new).is_none() {
-            return Err(fail(format!("in `@{name}`: the pass returned something that is not a function")));
+            return Err(fail(name, "the pass returned something that is not a function".into()));
         }
         module.update_function(name, new).map_err(|_| PassError::FunctionSetChanged { pass: info.name.clone() })?;
     }
@@ -180,8 +239,9 @@ pub fn run_function_pass(
     Ok(module)
 }
 
-type PrimFuncFn =
-    dyn Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, String> + Send + Sync;
+type PrimFuncFn = dyn Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, PassBodyError>
+    + Send
+    + Sync;
 
 /// A pass over the module's TIR kernels, one at a time (TVM's `PrimFuncPass`).
 /// It cannot add or remove kernels.
@@ -199,7 +259,7 @@ impl fmt::Debug for PrimFuncPass {
 impl PrimFuncPass {
     pub fn new(
         info: PassInfo,
-        f: impl Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, String>
+        f: impl Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, PassBodyError>
             + Send
             + Sync
             + 'static,
@@ -221,9 +281,10 @@ impl Pass for PrimFuncPass {
         let kernels = module.take_prim_funcs();
         for k in kernels {
             let name = k.name.clone();
-            let new = (self.f)(k, &module, ctx).map_err(|m| PassError::Failed {
+            let new = (self.f)(k, &module, ctx).map_err(|e| PassError::Failed {
                 pass: self.info.name.clone(),
-                message: format!("in kernel `{name}`: {m}"),
+                context: format!("in kernel `{name}`"),
+                error: BodyError::new(e),
             })?;
             if new.name != name {
                 return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });

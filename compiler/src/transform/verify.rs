@@ -8,7 +8,11 @@ use kiln_ir::relay::{post_order, ExprKind, IRModule};
 /// variables; every variable used is bound by an enclosing function or `let`
 /// (checked per function: a use must come after its binder was seen); every
 /// `@name` refers to a function of the module.
-pub fn well_formed(m: &IRModule) -> Result<(), String> {
+pub fn well_formed(m: &IRModule) -> Result<(), kiln_ir::Error> {
+    check(m).map_err(|message| kiln_ir::Error::invalid(kiln_ir::Span::Unknown, message))
+}
+
+fn check(m: &IRModule) -> Result<(), String> {
     let store = &m.store;
     for (name, f) in m.functions() {
         if !store.contains(f) || store.as_function(f).is_none() {

@@ -168,10 +168,10 @@ impl CLibrary {
 }
 
 impl KernelLibrary for CLibrary {
-    fn packed(&self, name: &str) -> Result<PackedKernel, String> {
+    fn packed(&self, name: &str) -> Result<PackedKernel, kiln::backend::RunError> {
         // SAFETY: every `<name>_packed` kiln emits has the PackedKernel signature.
-        let sym: libloading::Symbol<PackedKernel> =
-            unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }.map_err(|e| e.to_string())?;
+        let sym: libloading::Symbol<PackedKernel> = unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }
+            .map_err(|e| kiln::backend::RunError::MissingKernel { kernel: name.to_string(), message: e.to_string() })?;
         Ok(*sym)
     }
 }
@@ -308,11 +308,12 @@ pub fn corpus_cases() -> Vec<CorpusCase> {
 /// (control flow, closures, several globals); any other failure panics.
 pub fn ahead_of_time(
     name: &str,
-    compiled: Result<(IRModule, ExecutorPlan), String>,
+    compiled: Result<(IRModule, ExecutorPlan), kiln::transform::PassError>,
 ) -> Option<(IRModule, ExecutorPlan)> {
     match compiled {
         Ok(r) => Some(r),
-        Err(msg) => {
+        Err(e) => {
+            let msg = e.to_string();
             assert!(msg.contains("ahead of time") || msg.contains("primitive"), "{name}: {msg}");
             None
         }

@@ -3,6 +3,7 @@
 //! `Type` is a plain value; a `Store` hash-conses them so that an expression's
 //! annotation or checked type is a `TypeId` handle.
 
+use crate::OpError;
 use std::fmt;
 
 use crate::arena::Handle;
@@ -52,17 +53,18 @@ pub const MAX_TENSOR_BYTES: usize = 1 << 34;
 pub const MAX_RANK: usize = 64;
 
 /// An error when `ty` holds a tensor over [`MAX_TENSOR_BYTES`] or [`MAX_RANK`].
-pub fn check_size(ty: &Type) -> Result<(), String> {
+pub fn check_size(ty: &Type) -> Result<(), OpError> {
     match ty {
         Type::Tensor(t) if t.shape.len() > MAX_RANK => {
-            Err(format!("a tensor of rank {} is more than the {MAX_RANK} kiln allows", t.shape.len()))
+            Err(format!("a tensor of rank {} is more than the {MAX_RANK} kiln allows", t.shape.len()).into())
         }
         // Also with a zero elsewhere (no elements): loop extents and index
         // arithmetic still use every dimension.
         Type::Tensor(t) if t.shape.iter().any(|&d| d > MAX_TENSOR_BYTES) => Err(format!(
             "a tensor of type {ty} has a dimension over the {} GiB kiln allows for one tensor",
             MAX_TENSOR_BYTES >> 30
-        )),
+        )
+        .into()),
         Type::Tensor(t) => {
             let bytes = t.shape.iter().try_fold(t.dtype.size_bytes(), |a, &d| a.checked_mul(d));
             match bytes {
@@ -70,7 +72,8 @@ pub fn check_size(ty: &Type) -> Result<(), String> {
                 _ => Err(format!(
                     "a tensor of type {ty} would take more than the {} GiB kiln allows for one tensor",
                     MAX_TENSOR_BYTES >> 30
-                )),
+                )
+                .into()),
             }
         }
         Type::Tuple(fields) => fields.iter().try_for_each(check_size),

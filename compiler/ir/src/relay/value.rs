@@ -1,6 +1,7 @@
 //! Run-time values of the reference interpreter.
 
 use crate::tensor::Tensor;
+use crate::OpError;
 
 use super::expr::ExprId;
 
@@ -29,7 +30,7 @@ impl Value {
     }
 
     /// The tensor, or an error naming what was found instead.
-    pub fn tensor(&self) -> Result<&Tensor, String> {
+    pub fn tensor(&self) -> Result<&Tensor, OpError> {
         match self {
             Value::Tensor(t) => Ok(t),
             Value::Tuple(_) => Err("expected a tensor, found a tuple".into()),
@@ -38,7 +39,7 @@ impl Value {
     }
 
     /// The tuple fields, or an error naming what was found instead.
-    pub fn tuple(&self) -> Result<&[Value], String> {
+    pub fn tuple(&self) -> Result<&[Value], OpError> {
         match self {
             Value::Tuple(v) => Ok(v),
             Value::Tensor(_) => Err("expected a tuple, found a tensor".into()),

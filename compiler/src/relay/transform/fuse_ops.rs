@@ -371,7 +371,7 @@ struct GroupInfo {
 }
 
 /// Fuse the body of function `func`; returns the new function (or `func` when nothing changed).
-pub fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -> Result<ExprId, String> {
+pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -> Result<ExprId, String> {
     let Some(f) = store.as_function(func).cloned() else {
         return Err("FuseOps: expected a function".into());
     };

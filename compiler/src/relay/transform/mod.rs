@@ -21,7 +21,7 @@ pub mod to_anf;
 /// `InferType`: fill in every checked type.
 pub fn infer_type() -> Arc<dyn Pass> {
     ModulePass::new(PassInfo::new("InferType", 0, &[]), |mut m: IRModule, _: &PassContext| {
-        infer_module(&mut m).map_err(|e| e.to_string())?;
+        infer_module(&mut m)?;
         Ok(m)
     })
     .arc()
@@ -34,7 +34,7 @@ fn function_pass(
     f: fn(&mut IRModule, kiln_ir::relay::ExprId) -> Result<kiln_ir::relay::ExprId, String>,
 ) -> Arc<dyn Pass> {
     FunctionPass::new(PassInfo::new(name, opt_level, required), move |m: &mut IRModule, func, _: &PassContext| {
-        f(m, func)
+        Ok(f(m, func)?)
     })
     .arc()
 }
@@ -84,7 +84,7 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             } else {
                 ctx.config_int("relay.FuseOps.max_depth").unwrap_or(fuse_ops::DEFAULT_MAX_DEPTH as i64).max(1) as usize
             };
-            fuse_ops::fuse_function(&mut m.store, f, depth)
+            Ok(fuse_ops::fuse_function(&mut m.store, f, depth)?)
         })
         .arc(),
     ];
@@ -108,13 +108,13 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     );
     v.push(
         PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, ctx: &PassContext| {
-            crate::schedule::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(|e| e.to_string())
+            crate::schedule::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(Into::into)
         })
         .arc(),
     );
     v.push(
         PrimFuncPass::new(PassInfo::new("tir.LowerThreadLocal", 0, &[]), |f, _, _| {
-            crate::schedule::gpu::lower_thread_local(f).map_err(|e| e.to_string())
+            crate::schedule::gpu::lower_thread_local(f).map_err(Into::into)
         })
         .arc(),
     );

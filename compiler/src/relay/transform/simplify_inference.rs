@@ -146,7 +146,7 @@ impl ExprMutator for Simplify {
 }
 
 /// Rewrite one function; returns the new function handle.
-pub fn simplify_inference(store: &mut Store, func: ExprId) -> Result<ExprId, String> {
+pub(crate) fn simplify_inference(store: &mut Store, func: ExprId) -> Result<ExprId, String> {
     let mut s = Simplify { error: None };
     let out = mutate(store, func, &mut s);
     match s.error {

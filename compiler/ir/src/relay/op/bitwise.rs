@@ -10,23 +10,24 @@ use crate::dtype::DataType;
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
+use crate::OpError;
 
-fn int_only(dt: DataType, what: &str) -> Result<(), String> {
+fn int_only(dt: DataType, what: &str) -> Result<(), OpError> {
     if dt.is_int() {
         Ok(())
     } else {
-        Err(format!("{what} needs integer operands, found {dt}"))
+        Err(format!("{what} needs integer operands, found {dt}").into())
     }
 }
 
-fn rel_bitwise(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_bitwise(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
     int_only(dtype, "a bitwise operator")?;
     Ok(Type::tensor(broadcast_shapes(&a.shape, &b.shape)?, dtype))
 }
 
-fn rel_bitwise_not(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_bitwise_not(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     int_only(t.dtype, "bitwise_not")?;
     Ok(Type::Tensor(t.clone()))
@@ -51,13 +52,13 @@ fn elements(t: &Tensor) -> Vec<i128> {
 }
 
 /// A tensor from integers, keeping the low bits of each (wrapping).
-fn from_elements(dtype: DataType, shape: Vec<usize>, vals: &[i128]) -> Result<Tensor, String> {
+fn from_elements(dtype: DataType, shape: Vec<usize>, vals: &[i128]) -> Result<Tensor, OpError> {
     let size = dtype.size_bytes();
     let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()[..size].to_vec()).collect();
-    Tensor::from_bytes(dtype, shape, bytes).ok_or_else(|| "internal: element count mismatch".to_string())
+    Tensor::from_bytes(dtype, shape, bytes).ok_or_else(|| OpError::from("internal: element count mismatch"))
 }
 
-fn binary(args: &[Value], f: impl Fn(i128, i128, u32) -> i128) -> Result<Value, String> {
+fn binary(args: &[Value], f: impl Fn(i128, i128, u32) -> i128) -> Result<Value, OpError> {
     let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let dtype = same_dtype(a.dtype(), b.dtype())?;
     int_only(dtype, "a bitwise operator")?;
@@ -69,26 +70,26 @@ fn binary(args: &[Value], f: impl Fn(i128, i128, u32) -> i128) -> Result<Value, 
     Ok(Value::Tensor(from_elements(dtype, shape, &out)?))
 }
 
-fn eval_and(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_and(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b, _| a & b)
 }
-fn eval_or(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_or(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b, _| a | b)
 }
-fn eval_xor(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_xor(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b, _| a ^ b)
 }
 
 /// Shifts by a negative amount or by the width or more shift every bit
 /// out: 0, or for a right shift of a negative signed value, −1.
-fn eval_left_shift(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_left_shift(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b, bits| if (0..bits as i128).contains(&b) { a << b } else { 0 })
 }
-fn eval_right_shift(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_right_shift(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b, bits| if (0..bits as i128).contains(&b) { a >> b } else { a >> 127 })
 }
 
-fn eval_not(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_not(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     int_only(x.dtype(), "bitwise_not")?;
     let out: Vec<i128> = elements(x).iter().map(|v| !v).collect();

@@ -8,16 +8,17 @@ use crate::dtype::DataType;
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
+use crate::OpError;
 
 /// Binary ops: same dtype, NumPy broadcasting.
-fn rel_broadcast(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_broadcast(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
     Ok(Type::tensor(broadcast_shapes(&a.shape, &b.shape)?, dtype))
 }
 
 /// Unary ops defined on every numeric dtype.
-fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     if t.dtype == DataType::Bool {
         return Err("data must be numeric, found bool".into());
@@ -26,37 +27,37 @@ fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, String> {
 }
 
 /// Unary math functions, defined on floating-point tensors only.
-fn rel_unary_float(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_unary_float(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     float_dtype(t, "data")?;
     Ok(Type::Tensor(t.clone()))
 }
 
-fn rel_clip(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_clip(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (lo, hi) = (attrs.float("a_min")?, attrs.float("a_max")?);
     if lo > hi {
-        return Err(format!("a_min ({lo}) is greater than a_max ({hi})"));
+        return Err(format!("a_min ({lo}) is greater than a_max ({hi})").into());
     }
     rel_unary(args, attrs)
 }
 
-fn rel_cast(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_cast(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     Ok(Type::tensor(t.shape.clone(), attrs.dtype("dtype")?))
 }
 
 /// Apply `f` elementwise with broadcasting, in `f64`.
-fn binary(args: &[Value], f: impl Fn(f64, f64) -> Result<f64, String>) -> Result<Value, String> {
+fn binary(args: &[Value], f: impl Fn(f64, f64) -> Result<f64, OpError>) -> Result<Value, OpError> {
     let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let dtype = same_dtype(a.dtype(), b.dtype())?;
     let shape = broadcast_shapes(a.shape(), b.shape())?;
     let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
     let (ia, ib) = (broadcast_index_map(a.shape(), &shape), broadcast_index_map(b.shape(), &shape));
-    let out = ia.iter().zip(&ib).map(|(&i, &j)| f(av[i], bv[j])).collect::<Result<Vec<f64>, String>>()?;
+    let out = ia.iter().zip(&ib).map(|(&i, &j)| f(av[i], bv[j])).collect::<Result<Vec<f64>, OpError>>()?;
     Ok(Value::Tensor(Tensor::from_f64(dtype, shape, &out)))
 }
 
-fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, String> {
+fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let out: Vec<f64> = x.to_f64_vec().into_iter().map(f).collect();
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &out)))
@@ -67,29 +68,29 @@ fn is_int(args: &[Value]) -> bool {
     tensor_val(args, 0).map(|t| !t.dtype().is_float()).unwrap_or(false)
 }
 
-fn eval_add(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_add(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b| Ok(a + b))
 }
-fn eval_subtract(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_subtract(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b| Ok(a - b))
 }
-fn eval_multiply(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_multiply(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b| Ok(a * b))
 }
-fn eval_divide(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_divide(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     if is_int(args) {
         binary(args, |a, b| if b == 0.0 { Err("integer division by zero".into()) } else { Ok((a / b).trunc()) })
     } else {
         binary(args, |a, b| Ok(a / b))
     }
 }
-fn eval_maximum(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_maximum(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }))
 }
-fn eval_minimum(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_minimum(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }))
 }
-fn eval_power(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_power(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     if is_int(args) {
         binary(
             args,
@@ -105,51 +106,51 @@ fn eval_power(args: &[Value], _: &Attrs) -> Result<Value, String> {
         binary(args, |a, b| Ok(a.powf(b)))
     }
 }
-fn eval_negative(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_negative(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| -x)
 }
-fn eval_exp(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_exp(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, f64::exp)
 }
-fn eval_log(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_log(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, f64::ln)
 }
-fn eval_sqrt(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_sqrt(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, f64::sqrt)
 }
-fn eval_rsqrt(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_rsqrt(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| 1.0 / x.sqrt())
 }
-fn eval_tanh(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_tanh(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, f64::tanh)
 }
-fn eval_sigmoid(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_sigmoid(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| 1.0 / (1.0 + (-x).exp()))
 }
-fn eval_erf(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_erf(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, libm::erf)
 }
-fn eval_relu(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_relu(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| if x.is_nan() { x } else { x.max(0.0) })
 }
-fn eval_clip(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_clip(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (lo, hi) = (attrs.float("a_min")?, attrs.float("a_max")?);
     unary(args, |x| if x.is_nan() { x } else { x.max(lo).min(hi) })
 }
-fn eval_cast(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_cast(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     Ok(Value::Tensor(x.cast(attrs.dtype("dtype")?)))
 }
 
 /// Unary ops whose result is bool (`isnan`).
-fn rel_unary_to_bool(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_unary_to_bool(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     float_dtype(t, "data")?;
     Ok(Type::tensor(t.shape.clone(), DataType::Bool))
 }
 
 /// Binary integer-or-float ops whose integer form needs both operands integral.
-fn rel_broadcast_numeric(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_broadcast_numeric(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = rel_broadcast(args, attrs)?;
     if t.as_tensor().is_some_and(|t| t.dtype == DataType::Bool) {
         return Err("operands must be numeric, found bool".into());
@@ -159,7 +160,7 @@ fn rel_broadcast_numeric(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
 
 macro_rules! unary_evals {
     ($($name:ident => $f:expr;)*) => {
-        $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, String> {
+        $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
             unary(args, $f)
         })*
     };
@@ -184,20 +185,20 @@ unary_evals! {
     eval_atanh => f64::atanh;
 }
 
-fn eval_isnan(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_isnan(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let out: Vec<f64> = x.to_f64_vec().iter().map(|v| v.is_nan() as u8 as f64).collect();
     Ok(Value::Tensor(Tensor::from_f64(DataType::Bool, x.shape().to_vec(), &out)))
 }
 
 /// Truncated remainder (C `fmod`, the sign of the dividend); integer division by zero is an error.
-fn eval_mod(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_mod(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let int = is_int(args);
     binary(args, move |a, b| if int && b == 0.0 { Err("integer modulo by zero".into()) } else { Ok(a % b) })
 }
 
 /// Floored remainder (Python `%`, the sign of the divisor).
-fn eval_floor_mod(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_floor_mod(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let int = is_int(args);
     binary(args, move |a, b| {
         if int && b == 0.0 {
@@ -293,20 +294,21 @@ mod tests {
     use crate::relay::ty::Type;
     use crate::relay::value::Value;
     use crate::tensor::Tensor;
+    use crate::OpError;
 
-    fn rel(op: &str, args: &[Type], attrs: &[(&str, AttrValue)]) -> Result<Type, String> {
+    fn rel(op: &str, args: &[Type], attrs: &[(&str, AttrValue)]) -> Result<Type, OpError> {
         let def = op_registry().by_name(op).unwrap();
         let a = Attrs::normalize(&Attrs::from_pairs(attrs.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)?;
         (def.type_rel)(args, &a)
     }
 
-    fn eval(op: &str, args: &[Tensor], attrs: &[(&str, AttrValue)]) -> Result<Tensor, String> {
+    fn eval(op: &str, args: &[Tensor], attrs: &[(&str, AttrValue)]) -> Result<Tensor, OpError> {
         let def = op_registry().by_name(op).unwrap();
         let a = Attrs::normalize(&Attrs::from_pairs(attrs.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)?;
         let vals: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
         match (def.eval)(&vals, &a)? {
             Value::Tensor(t) => Ok(t),
-            other => Err(format!("not a tensor: {other:?}")),
+            other => Err(format!("not a tensor: {other:?}").into()),
         }
     }
 
@@ -323,22 +325,22 @@ mod tests {
         assert_eq!(rel("add", &[t(&[2, 1, 3], F32), t(&[4, 1], F32)], &[]).unwrap(), t(&[2, 4, 3], F32));
         assert_eq!(rel("multiply", &[t(&[], F32), t(&[5], F32)], &[]).unwrap(), t(&[5], F32));
         let e = rel("add", &[t(&[2, 3], F32), t(&[4], F32)], &[]).unwrap_err();
-        assert_eq!(e, "cannot broadcast shapes (2, 3) and (4,)");
+        assert_eq!(e.to_string(), "cannot broadcast shapes (2, 3) and (4,)");
         let e = rel("subtract", &[t(&[2], F32), t(&[2], I32)], &[]).unwrap_err();
-        assert_eq!(e, "dtype mismatch: float32 vs int32");
+        assert_eq!(e.to_string(), "dtype mismatch: float32 vs int32");
         let tuple = Type::Tuple(vec![t(&[2], F32)]);
-        assert!(rel("add", &[tuple, t(&[2], F32)], &[]).unwrap_err().contains("must be a tensor"));
+        assert!(rel("add", &[tuple, t(&[2], F32)], &[]).unwrap_err().to_string().contains("must be a tensor"));
     }
 
     #[test]
     fn unary_type_relations() {
         assert_eq!(rel("exp", &[t(&[3], F16)], &[]).unwrap(), t(&[3], F16));
-        assert!(rel("exp", &[t(&[3], I32)], &[]).unwrap_err().contains("floating-point"));
+        assert!(rel("exp", &[t(&[3], I32)], &[]).unwrap_err().to_string().contains("floating-point"));
         assert_eq!(rel("nn.relu", &[t(&[3], I8)], &[]).unwrap(), t(&[3], I8));
         assert!(rel("negative", &[t(&[3], Bool)], &[]).is_err());
         assert_eq!(rel("cast", &[t(&[2], F32)], &[("dtype", AttrValue::Str("int64".into()))]).unwrap(), t(&[2], I64));
         let clip = [("a_min", AttrValue::Float(1.0)), ("a_max", AttrValue::Float(0.0))];
-        assert!(rel("clip", &[t(&[2], F32)], &clip).unwrap_err().contains("greater"));
+        assert!(rel("clip", &[t(&[2], F32)], &clip).unwrap_err().to_string().contains("greater"));
     }
 
     #[test]
@@ -365,7 +367,7 @@ mod tests {
         let d = Tensor::from_i64(vec![], &[2]);
         assert_eq!(eval("divide", &[i.clone(), d], &[]).unwrap().to_f64_vec(), vec![3.0, -3.0, 3.0]);
         let zero = Tensor::from_i64(vec![], &[0]);
-        assert!(eval("divide", &[i, zero], &[]).unwrap_err().contains("division by zero"));
+        assert!(eval("divide", &[i, zero], &[]).unwrap_err().to_string().contains("division by zero"));
     }
 
     #[test]

@@ -8,8 +8,9 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::{TensorType, Type};
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
+use crate::OpError;
 
-fn out(t: Tensor) -> Result<Value, String> {
+fn out(t: Tensor) -> Result<Value, OpError> {
     Ok(Value::Tensor(t))
 }
 
@@ -17,7 +18,7 @@ fn out(t: Tensor) -> Result<Value, String> {
 
 /// The data's last axis and a dense weight's axis 1 (`[units, in]`, or
 /// `[units/b, in, b]` packed) are the same reduction.
-fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), String> {
+fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), OpError> {
     let k = x.shape[x.rank() - 1];
     if w.shape[1] != k {
         return Err(format!(
@@ -25,7 +26,8 @@ fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), String> {
             shape_str(&x.shape),
             shape_str(&w.shape),
             w.shape[1]
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -33,20 +35,20 @@ fn same_reduction(x: &TensorType, w: &TensorType) -> Result<(), String> {
 /// TVM's `out_dtype` of the products and the convolution: empty (the
 /// operands' dtype) or that same dtype. kiln computes in the operands' dtype
 /// and refuses another one rather than ignoring it.
-pub(super) fn check_out_dtype(attrs: &Attrs, dtype: crate::dtype::DataType) -> Result<(), String> {
+pub(super) fn check_out_dtype(attrs: &Attrs, dtype: crate::dtype::DataType) -> Result<(), OpError> {
     match attrs.str("out_dtype")? {
         "" => Ok(()),
         name => match crate::dtype::DataType::from_name(name) {
             Some(d) if d == dtype => Ok(()),
             Some(d) => Err(format!(
                 "out_dtype={d} differs from the operands' {dtype}: kiln computes in the operands' dtype (cast the result instead)"
-            )),
-            None => Err(format!("unknown out_dtype \"{name}\"")),
+            ).into()),
+            None => Err(format!("unknown out_dtype \"{name}\"").into()),
         },
     }
 }
 
-fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
     check_out_dtype(attrs, dtype)?;
@@ -55,12 +57,13 @@ fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "dense needs data of rank >= 1 and a 2-D weight, found {} and {}",
             shape_str(&x.shape),
             shape_str(&w.shape)
-        ));
+        )
+        .into());
     }
     same_reduction(x, w)?;
     if let Some(units) = attrs.opt_int("units")? {
         if units as usize != w.shape[0] {
-            return Err(format!("units={units} but the weight has {} rows", w.shape[0]));
+            return Err(format!("units={units} but the weight has {} rows", w.shape[0]).into());
         }
     }
     let mut shape = x.shape.clone();
@@ -68,7 +71,7 @@ fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor(shape, dtype))
 }
 
-fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let ty =
         rel_dense(&[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
@@ -87,7 +90,7 @@ fn eval_dense(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 
 /// The block of a blocked layout attribute: `base` → None, `base<k>axis`
 /// (e.g. `OIHW16o`, `NC8n`) → `k`; anything else is an error.
-pub(super) fn layout_block(attrs: &Attrs, key: &str, base: &str, axis: char) -> Result<Option<usize>, String> {
+pub(super) fn layout_block(attrs: &Attrs, key: &str, base: &str, axis: char) -> Result<Option<usize>, OpError> {
     let layout = attrs.str(key)?;
     if layout == base {
         return Ok(None);
@@ -98,19 +101,19 @@ pub(super) fn layout_block(attrs: &Attrs, key: &str, base: &str, axis: char) -> 
         .and_then(|k| k.parse::<usize>().ok())
         .filter(|&k| k >= 1)
         .map(Some)
-        .ok_or_else(|| format!("unsupported {key} `{layout}`; expected {base} or {base}<k>{axis}"))
+        .ok_or_else(|| OpError::from(format!("unsupported {key} `{layout}`; expected {base} or {base}<k>{axis}")))
 }
 
 /// The panel width `b` named by a `nn.contrib_dense_pack` weight layout
 /// `NC<b>n`; None for TVM's default `NC` (the width is the weight's last axis).
-pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, String> {
+pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, OpError> {
     layout_block(attrs, "weight_layout", "NC", 'n')
 }
 
 /// `nn.contrib_dense_pack`: `data · weightᵀ` over a weight packed in panels,
 /// `[units / b, in, b]` (TVM's `NC<b>n`): the `b` columns of each panel are
 /// contiguous for every reduction step.
-fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
     check_out_dtype(attrs, dtype)?;
@@ -121,7 +124,8 @@ fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "dense_pack needs data of rank >= 1 and a weight [units/{b}, in, {b}], found {} and {}",
             shape_str(&x.shape),
             shape_str(&w.shape)
-        ));
+        )
+        .into());
     }
     same_reduction(x, w)?;
     let columns = w.shape[0] * w.shape[2];
@@ -130,14 +134,16 @@ fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let units = match attrs.opt_int("units")? {
         None => columns,
         Some(u) if u >= 1 && (u as usize) <= columns && columns - (u as usize) < w.shape[2] => u as usize,
-        Some(u) => return Err(format!("units={u} but the weight holds {columns} columns (panels of {})", w.shape[2])),
+        Some(u) => {
+            return Err(format!("units={u} but the weight holds {columns} columns (panels of {})", w.shape[2]).into())
+        }
     };
     let mut shape = x.shape.clone();
     *shape.last_mut().ok_or("empty shape")? = units;
     Ok(Type::tensor(shape, dtype))
 }
 
-fn eval_dense_pack(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_dense_pack(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let ty = rel_dense_pack(
         &[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())],
@@ -159,9 +165,11 @@ fn eval_dense_pack(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 }
 
 /// (rows, reduction, columns) of a matmul and whether the operands are transposed.
-fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Vec<usize>, usize, usize), String> {
+fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Vec<usize>, usize, usize), OpError> {
     if b.rank() != 2 || a.rank() < 2 || (ta && a.rank() != 2) {
-        return Err(format!("matmul needs 2-D operands, found {} and {}", shape_str(&a.shape), shape_str(&b.shape)));
+        return Err(
+            format!("matmul needs 2-D operands, found {} and {}", shape_str(&a.shape), shape_str(&b.shape)).into()
+        );
     }
     let n = a.rank();
     let (lead, k) = if ta { (vec![a.shape[1]], a.shape[0]) } else { (a.shape[..n - 1].to_vec(), a.shape[n - 1]) };
@@ -171,26 +179,27 @@ fn matmul_dims(a: &TensorType, b: &TensorType, ta: bool, tb: bool) -> Result<(Ve
             "matmul of {} and {} (transpose_a={ta}, transpose_b={tb}): reduction sizes {k} and {kb} differ",
             shape_str(&a.shape),
             shape_str(&b.shape)
-        ));
+        )
+        .into());
     }
     Ok((lead, k, cols))
 }
 
-fn rel_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
     check_out_dtype(attrs, dtype)?;
     let (mut shape, _, cols) = matmul_dims(a, b, attrs.bool("transpose_a")?, attrs.bool("transpose_b")?)?;
     if let Some(units) = attrs.opt_int("units")? {
         if units as usize != cols {
-            return Err(format!("units={units} but the product has {cols} columns"));
+            return Err(format!("units={units} but the product has {cols} columns").into());
         }
     }
     shape.push(cols);
     Ok(Type::tensor(shape, dtype))
 }
 
-fn eval_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
     let ty_a = TensorType::new(a.shape().to_vec(), a.dtype());
@@ -212,7 +221,7 @@ fn eval_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(a.dtype(), shape, &o))
 }
 
-fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
     let dtype = same_dtype(a.dtype, b.dtype)?;
     check_out_dtype(attrs, dtype)?;
@@ -221,7 +230,8 @@ fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "batch_matmul needs 3-D operands, found {} and {}",
             shape_str(&a.shape),
             shape_str(&b.shape)
-        ));
+        )
+        .into());
     }
     let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
     let (m, k) = if ta { (a.shape[2], a.shape[1]) } else { (a.shape[1], a.shape[2]) };
@@ -231,18 +241,19 @@ fn rel_batch_matmul(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "batch_matmul of {} and {}: reduction sizes {k} and {kb} differ",
             shape_str(&a.shape),
             shape_str(&b.shape)
-        ));
+        )
+        .into());
     }
     let batch = match (a.shape[0], b.shape[0]) {
         (x, y) if x == y => x,
         (1, y) => y,
         (x, 1) => x,
-        (x, y) => return Err(format!("batch sizes {x} and {y} do not broadcast")),
+        (x, y) => return Err(format!("batch sizes {x} and {y} do not broadcast").into()),
     };
     Ok(Type::tensor([batch, m, n], dtype))
 }
 
-fn eval_batch_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_batch_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let ty = rel_batch_matmul(
         &[Type::tensor(a.shape().to_vec(), a.dtype()), Type::tensor(b.shape().to_vec(), b.dtype())],

@@ -4,6 +4,7 @@
 //! Operators are registered once, in a fixed order, by the category modules
 //! below; an [`OpId`] is the operator's position in that order.
 
+use crate::OpError;
 use std::fmt;
 use std::sync::OnceLock;
 
@@ -64,10 +65,10 @@ impl OpPattern {
 
 /// Infers the output type from the argument types and the (normalized) attributes.
 /// The error text says what is wrong; the caller adds the operator and location.
-pub type TypeRelFn = fn(&[Type], &Attrs) -> Result<Type, String>;
+pub type TypeRelFn = fn(&[Type], &Attrs) -> Result<Type, OpError>;
 
 /// Computes the output from argument values (the reference implementation).
-pub type EvalFn = fn(&[Value], &Attrs) -> Result<Value, String>;
+pub type EvalFn = fn(&[Value], &Attrs) -> Result<Value, OpError>;
 
 /// One registered operator.
 #[derive(Clone)]

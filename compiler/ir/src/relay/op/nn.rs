@@ -8,14 +8,15 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::{TensorType, Type};
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
+use crate::OpError;
 
-fn out(t: Tensor) -> Result<Value, String> {
+fn out(t: Tensor) -> Result<Value, OpError> {
     Ok(Value::Tensor(t))
 }
 
 // ---- bias_add ------------------------------------------------------------------
 
-fn rel_bias_add(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_bias_add(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, b) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "bias")?);
     same_dtype(x.dtype, b.dtype)?;
     let axis = norm_axis(attrs.int("axis")?, x.rank())?;
@@ -24,12 +25,13 @@ fn rel_bias_add(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "bias of shape {} does not match axis {axis} of data {}",
             shape_str(&b.shape),
             shape_str(&x.shape)
-        ));
+        )
+        .into());
     }
     Ok(Type::Tensor(x.clone()))
 }
 
-fn eval_bias_add(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_bias_add(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (x, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
     let inner: usize = x.shape()[axis + 1..].iter().product();
@@ -46,29 +48,31 @@ fn eval_bias_add(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 
 /// An integer list attribute of `n` values, expanding TVM's short forms
 /// (one value for all; for 4-value padding, 2 values mean [top/bottom, left/right]).
-pub(super) fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, String> {
+pub(super) fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, OpError> {
     let v = attrs.ints(name)?.to_vec();
     let v = match (v.len(), n) {
         (k, n) if k == n => v,
         (1, n) => vec![v[0]; n],
         (2, 4) => vec![v[0], v[1], v[0], v[1]],
         (k, n) => {
-            return Err(format!("`{name}` must have {} values, found {k}", if n == 4 { "1, 2 or 4" } else { "1 or 2" }))
+            return Err(
+                format!("`{name}` must have {} values, found {k}", if n == 4 { "1, 2 or 4" } else { "1 or 2" }).into()
+            )
         }
     };
     if v.iter().any(|&x| x < 0) || (name != "padding" && v.contains(&0)) {
-        return Err(format!("`{name}` has an invalid value in {v:?}"));
+        return Err(format!("`{name}` has an invalid value in {v:?}").into());
     }
     // TVM's window attributes are 32-bit; larger ones overflow the sizes computed from them.
     if v.iter().any(|&x| x > i32::MAX as i64) {
-        return Err(format!("`{name}` has a value of 2^31 or more in {v:?}"));
+        return Err(format!("`{name}` has a value of 2^31 or more in {v:?}").into());
     }
     Ok(v)
 }
 
-fn check_nchw(t: &TensorType, what: &str) -> Result<(), String> {
+fn check_nchw(t: &TensorType, what: &str) -> Result<(), OpError> {
     if t.rank() != 4 {
-        return Err(format!("{what} must be 4-D (NCHW), found shape {}", shape_str(&t.shape)));
+        return Err(format!("{what} must be 4-D (NCHW), found shape {}", shape_str(&t.shape)).into());
     }
     Ok(())
 }
@@ -84,15 +88,15 @@ pub(super) fn window_out(
     stride: i64,
     dilation: i64,
     ceil: bool,
-) -> Result<usize, String> {
+) -> Result<usize, OpError> {
     let pad = pads.0.saturating_add(pads.1);
     if stride < 1 || dilation < 1 || pads.0 < 0 || pads.1 < 0 {
-        return Err(format!("strides and dilations must be positive and pads not negative, found stride {stride}, dilation {dilation}, pads {pads:?}"));
+        return Err(format!("strides and dilations must be positive and pads not negative, found stride {stride}, dilation {dilation}, pads {pads:?}").into());
     }
     let span = dilation.saturating_mul(kernel as i64 - 1).saturating_add(1);
     let room = (size as i64).saturating_add(pad).saturating_sub(span);
     if room < 0 {
-        return Err(format!("a window of {span} does not fit an input of {size} with padding {pad}"));
+        return Err(format!("a window of {span} does not fit an input of {size} with padding {pad}").into());
     }
     // ceil(room / stride) without overflow (room ≥ 0, stride ≥ 1).
     let room_ceil = if room == 0 { 0 } else { (room - 1) / stride + 1 };
@@ -106,28 +110,29 @@ pub(super) fn window_out(
 /// The output-channel block of a packed weight layout: `OIHW` → None,
 /// `OIHW16o` (weight `[O/16, I, KH, KW, 16]`, what AlterOpLayout makes of a
 /// constant weight so that the kernel reads 16 output channels at once) → 16.
-pub fn conv2d_weight_block(attrs: &Attrs) -> Result<Option<usize>, String> {
+pub fn conv2d_weight_block(attrs: &Attrs) -> Result<Option<usize>, OpError> {
     layout_block(attrs, "kernel_layout", "OIHW", 'o')
 }
 
 /// The weight's [O, I, KH, KW], from an OIHW or OIHW<k>o weight shape.
-fn conv2d_weight_dims(w: &TensorType, attrs: &Attrs) -> Result<[usize; 4], String> {
+fn conv2d_weight_dims(w: &TensorType, attrs: &Attrs) -> Result<[usize; 4], OpError> {
     match conv2d_weight_block(attrs)? {
         None if w.rank() == 4 => Ok([w.shape[0], w.shape[1], w.shape[2], w.shape[3]]),
-        None => Err(format!("weight must be 4-D (OIHW), found shape {}", shape_str(&w.shape))),
+        None => Err(format!("weight must be 4-D (OIHW), found shape {}", shape_str(&w.shape)).into()),
         Some(k) if w.rank() == 5 && w.shape[4] == k => Ok([w.shape[0] * k, w.shape[1], w.shape[2], w.shape[3]]),
         Some(k) => {
-            Err(format!("an OIHW{k}o weight must be [O/{k}, I, KH, KW, {k}], found shape {}", shape_str(&w.shape)))
+            Err(format!("an OIHW{k}o weight must be [O/{k}, I, KH, KW, {k}], found shape {}", shape_str(&w.shape))
+                .into())
         }
     }
 }
 
-fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
     check_out_dtype(attrs, dtype)?;
     if attrs.str("data_layout")? != "NCHW" {
-        return Err(format!("only NCHW data is supported, found {}", attrs.str("data_layout")?));
+        return Err(format!("only NCHW data is supported, found {}", attrs.str("data_layout")?).into());
     }
     check_nchw(x, "data")?;
     let dims = conv2d_weight_dims(w, attrs)?;
@@ -137,21 +142,23 @@ fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     let w = &TensorType { shape: dims.to_vec(), dtype: w.dtype };
     let groups = attrs.int("groups")?;
     if groups < 1 {
-        return Err(format!("groups must be positive, found {groups}"));
+        return Err(format!("groups must be positive, found {groups}").into());
     }
     let g = groups as usize;
     let (c, o) = (x.shape[1], w.shape[0]);
     if c % g != 0 || o % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
-        return Err(format!("mismatched channels: data has {c} channels, weight expects {} × groups {g}", w.shape[1]));
+        return Err(
+            format!("mismatched channels: data has {c} channels, weight expects {} × groups {g}", w.shape[1]).into()
+        );
     }
     if let Some(ch) = attrs.opt_int("channels")? {
         if ch as usize != o {
-            return Err(format!("channels={ch} but the weight has {o} output channels"));
+            return Err(format!("channels={ch} but the weight has {o} output channels").into());
         }
     }
     if let Some(ks) = attrs.opt_ints("kernel_size")? {
         if ks.len() != 2 || ks[0] as usize != w.shape[2] || ks[1] as usize != w.shape[3] {
-            return Err(format!("kernel_size={ks:?} but the weight's kernel is {}x{}", w.shape[2], w.shape[3]));
+            return Err(format!("kernel_size={ks:?} but the weight's kernel is {}x{}", w.shape[2], w.shape[3]).into());
         }
     }
     let (s, d, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "dilation", 2)?, ints_n(attrs, "padding", 4)?);
@@ -160,7 +167,7 @@ fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor([x.shape[0], o, h, wd], dtype))
 }
 
-fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let ty =
         rel_conv2d(&[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
@@ -219,10 +226,10 @@ fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(t.dtype, t.shape.clone(), &res))
 }
 
-fn rel_pool(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_pool(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     if attrs.str("layout")? != "NCHW" {
-        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?));
+        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?).into());
     }
     check_nchw(x, "data")?;
     let k = ints_n(attrs, "pool_size", 2)?;
@@ -233,7 +240,7 @@ fn rel_pool(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor([x.shape[0], x.shape[1], h, w], x.dtype))
 }
 
-fn pool(args: &[Value], attrs: &Attrs, is_max: bool) -> Result<Value, String> {
+fn pool(args: &[Value], attrs: &Attrs, is_max: bool) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let ty = rel_pool(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let t = ty.as_tensor().ok_or("not a tensor")?;
@@ -287,24 +294,24 @@ fn pool(args: &[Value], attrs: &Attrs, is_max: bool) -> Result<Value, String> {
     out(Tensor::from_f64(t.dtype, t.shape.clone(), &res))
 }
 
-fn eval_max_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_max_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     pool(args, attrs, true)
 }
 
-fn eval_avg_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_avg_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     pool(args, attrs, false)
 }
 
-fn rel_global_avg_pool2d(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_global_avg_pool2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     if attrs.str("layout")? != "NCHW" {
-        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?));
+        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?).into());
     }
     check_nchw(x, "data")?;
     Ok(Type::tensor([x.shape[0], x.shape[1], 1, 1], x.dtype))
 }
 
-fn eval_global_avg_pool2d(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_global_avg_pool2d(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let xv = x.to_f64_vec();
@@ -322,18 +329,18 @@ fn check_vectors(
     names: &[&str],
     n: usize,
     dtype: crate::dtype::DataType,
-) -> Result<TensorType, String> {
+) -> Result<TensorType, OpError> {
     for (k, name) in names.iter().enumerate() {
         let v = tensor_arg(args, first + k, name)?;
         same_dtype(dtype, v.dtype)?;
         if v.shape != [n] {
-            return Err(format!("{name} must have shape ({n},), found {}", shape_str(&v.shape)));
+            return Err(format!("{name} must have shape ({n},), found {}", shape_str(&v.shape)).into());
         }
     }
     Ok(TensorType::new([n], dtype))
 }
 
-fn rel_batch_norm(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_batch_norm(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
     let axis = norm_axis(attrs.int("axis")?, x.rank())?;
@@ -341,7 +348,7 @@ fn rel_batch_norm(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::Tuple(vec![Type::Tensor(x.clone()), Type::Tensor(v.clone()), Type::Tensor(v)]))
 }
 
-fn eval_batch_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_batch_norm(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let vecs: Vec<Vec<f64>> = (1..5).map(|i| tensor_val(args, i).map(Tensor::to_f64_vec)).collect::<Result<_, _>>()?;
     let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
@@ -372,7 +379,7 @@ fn eval_batch_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     ]))
 }
 
-fn rel_layer_norm(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_layer_norm(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
     let axis = norm_axis(attrs.int("axis")?, x.rank())?;
@@ -388,7 +395,7 @@ fn lanes(shape: &[usize], axis: usize) -> impl Iterator<Item = Vec<usize>> + '_ 
     (0..outer).flat_map(move |o| (0..inner).map(move |i| (0..n).map(|k| (o * n + k) * inner + i).collect()))
 }
 
-fn eval_layer_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_layer_norm(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let (g, b) = (tensor_val(args, 1)?.to_f64_vec(), tensor_val(args, 2)?.to_f64_vec());
     let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
@@ -414,14 +421,14 @@ fn eval_layer_norm(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &res))
 }
 
-fn rel_softmax(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_softmax(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
     norm_axis(attrs.int("axis")?, x.rank())?;
     Ok(Type::Tensor(x.clone()))
 }
 
-fn eval_softmax(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_softmax(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
     let xv = x.to_f64_vec();
@@ -436,16 +443,16 @@ fn eval_softmax(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     out(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &res))
 }
 
-fn rel_dropout(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_dropout(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     let rate = attrs.float("rate")?;
     if !(0.0..1.0).contains(&rate) {
-        return Err(format!("rate must be in [0, 1), found {rate}"));
+        return Err(format!("rate must be in [0, 1), found {rate}").into());
     }
     Ok(Type::Tuple(vec![Type::Tensor(x.clone()), Type::Tensor(x.clone())]))
 }
 
-fn eval_dropout(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_dropout(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let mask = Tensor::full(x.dtype(), x.shape().to_vec(), 1.0);
     Ok(Value::Tuple(vec![Value::Tensor(x.clone()), Value::Tensor(mask)]))

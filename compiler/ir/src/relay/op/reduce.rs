@@ -6,9 +6,10 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 use crate::tensor::{strides, Tensor};
+use crate::OpError;
 
 /// The reduced axes (sorted, unique) of a rank-`ndim` input, honouring `exclude`.
-pub(crate) fn reduced_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, String> {
+pub(crate) fn reduced_axes(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, OpError> {
     let mut axes: Vec<usize> = match attrs.opt_ints("axis")? {
         None => (0..ndim).collect(),
         Some(list) => list.iter().map(|&a| norm_axis(a, ndim)).collect::<Result<_, _>>()?,
@@ -35,7 +36,7 @@ fn out_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
         .collect()
 }
 
-fn rel_reduce(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_reduce(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let axes = reduced_axes(attrs, t.rank())?;
     Ok(Type::tensor(out_shape(&t.shape, &axes, attrs.bool("keepdims")?), t.dtype))
@@ -48,7 +49,7 @@ fn reduce(
     init: f64,
     combine: fn(f64, f64) -> f64,
     finish: fn(f64, usize) -> f64,
-) -> Result<Value, String> {
+) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let shape = x.shape().to_vec();
     let axes = reduced_axes(attrs, shape.len())?;
@@ -68,40 +69,40 @@ fn reduce(
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), out_shape(&shape, &axes, keep), &out)))
 }
 
-fn eval_sum(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_sum(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reduce(args, attrs, 0.0, |a, b| a + b, |a, _| a)
 }
 
-fn eval_mean(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_mean(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reduce(args, attrs, 0.0, |a, b| a + b, |a, n| if n == 0 { f64::NAN } else { a / n as f64 })
 }
 
-fn eval_max(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_max(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reduce(args, attrs, f64::NEG_INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }, |a, _| a)
 }
 
-fn eval_min(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_min(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reduce(args, attrs, f64::INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }, |a, _| a)
 }
 
-fn eval_prod(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_prod(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reduce(args, attrs, 1.0, |a, b| a * b, |a, _| a)
 }
 
 /// `argmax`/`argmin`: one axis, int64 indices.
-fn rel_arg(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_arg(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let axis = norm_axis(attrs.int("axis")?, t.rank().max(1))?;
     if t.rank() == 0 {
         return Err("argmax/argmin of a scalar".into());
     }
     if t.shape[axis] == 0 {
-        return Err(format!("axis {axis} is empty"));
+        return Err(format!("axis {axis} is empty").into());
     }
     Ok(Type::tensor(out_shape(&t.shape, &[axis], attrs.bool("keepdims")?), crate::dtype::DataType::I64))
 }
 
-fn arg_reduce(args: &[Value], attrs: &Attrs, better: fn(f64, f64) -> bool) -> Result<Value, String> {
+fn arg_reduce(args: &[Value], attrs: &Attrs, better: fn(f64, f64) -> bool) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let ty = rel_arg(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let shape = x.shape().to_vec();
@@ -127,11 +128,11 @@ fn arg_reduce(args: &[Value], attrs: &Attrs, better: fn(f64, f64) -> bool) -> Re
     Ok(Value::Tensor(Tensor::from_f64(crate::dtype::DataType::I64, shape, &out)))
 }
 
-fn eval_argmax(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_argmax(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     arg_reduce(args, attrs, |v, b| v > b)
 }
 
-fn eval_argmin(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_argmin(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     arg_reduce(args, attrs, |v, b| v < b)
 }
 
@@ -172,8 +173,9 @@ mod tests {
     use crate::relay::ty::Type;
     use crate::relay::value::Value;
     use crate::tensor::Tensor;
+    use crate::OpError;
 
-    fn run(op: &str, x: &Tensor, attrs: &[(&str, AttrValue)]) -> Result<(Type, Tensor), String> {
+    fn run(op: &str, x: &Tensor, attrs: &[(&str, AttrValue)]) -> Result<(Type, Tensor), OpError> {
         let def = op_registry().by_name(op).unwrap();
         let a = Attrs::normalize(&Attrs::from_pairs(attrs.iter().map(|(k, v)| (*k, v.clone()))), &def.attrs, op)?;
         let ty = (def.type_rel)(&[Type::tensor(x.shape().to_vec(), x.dtype())], &a)?;
@@ -198,7 +200,7 @@ mod tests {
             run("sum", &x, &[ax(&[0]), ("exclude", AttrValue::Bool(true))]).unwrap().1.to_f64_vec(),
             vec![6.0, 15.0]
         );
-        assert!(run("sum", &x, &[ax(&[2])]).unwrap_err().contains("out of range"));
-        assert!(run("sum", &x, &[ax(&[1, -1])]).unwrap_err().contains("twice"));
+        assert!(run("sum", &x, &[ax(&[2])]).unwrap_err().to_string().contains("out of range"));
+        assert!(run("sum", &x, &[ax(&[1, -1])]).unwrap_err().to_string().contains("twice"));
     }
 }

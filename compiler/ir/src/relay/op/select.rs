@@ -11,14 +11,15 @@ use crate::dtype::DataType;
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 use crate::tensor::{strides, Tensor};
+use crate::OpError;
 
-fn rel_compare(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_compare(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
     same_dtype(a.dtype, b.dtype)?;
     Ok(Type::tensor(broadcast_shapes(&a.shape, &b.shape)?, DataType::Bool))
 }
 
-fn compare(args: &[Value], f: fn(f64, f64) -> bool) -> Result<Value, String> {
+fn compare(args: &[Value], f: fn(f64, f64) -> bool) -> Result<Value, OpError> {
     let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     same_dtype(a.dtype(), b.dtype())?;
     let shape = broadcast_shapes(a.shape(), b.shape())?;
@@ -28,76 +29,76 @@ fn compare(args: &[Value], f: fn(f64, f64) -> bool) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(DataType::Bool, shape, &out)))
 }
 
-fn eval_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_equal(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a == b)
 }
 
-fn eval_less(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_less(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a < b)
 }
 
-fn eval_greater(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_greater(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a > b)
 }
 
-fn eval_greater_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_greater_equal(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a >= b)
 }
 
-fn eval_less_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_less_equal(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a <= b)
 }
 
-fn eval_not_equal(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_not_equal(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a != b)
 }
 
 /// Bool operands, broadcast, bool result.
-fn rel_logical(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_logical(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (a, b) = (tensor_arg(args, 0, "lhs")?, tensor_arg(args, 1, "rhs")?);
     if a.dtype != DataType::Bool || b.dtype != DataType::Bool {
-        return Err(format!("logical operators need bool operands, found {} and {}", a.dtype, b.dtype));
+        return Err(format!("logical operators need bool operands, found {} and {}", a.dtype, b.dtype).into());
     }
     rel_compare(args, attrs)
 }
 
-fn eval_logical_and(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_logical_and(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a != 0.0 && b != 0.0)
 }
 
-fn eval_logical_or(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_logical_or(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| a != 0.0 || b != 0.0)
 }
 
-fn eval_logical_xor(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_logical_xor(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     compare(args, |a, b| (a != 0.0) != (b != 0.0))
 }
 
-fn rel_not(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_not(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     if t.dtype != DataType::Bool {
-        return Err(format!("logical_not needs a bool tensor, found {}", t.dtype));
+        return Err(format!("logical_not needs a bool tensor, found {}", t.dtype).into());
     }
     Ok(Type::Tensor(t.clone()))
 }
 
-fn eval_not(args: &[Value], _: &Attrs) -> Result<Value, String> {
+fn eval_not(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let out: Vec<f64> = x.to_f64_vec().iter().map(|&v| (v == 0.0) as u8 as f64).collect();
     Ok(Value::Tensor(Tensor::from_f64(DataType::Bool, x.shape().to_vec(), &out)))
 }
 
-fn rel_where(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_where(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let (c, x, y) = (tensor_arg(args, 0, "condition")?, tensor_arg(args, 1, "x")?, tensor_arg(args, 2, "y")?);
     if c.dtype != DataType::Bool {
-        return Err(format!("the condition must be bool, found {}", c.dtype));
+        return Err(format!("the condition must be bool, found {}", c.dtype).into());
     }
     let dtype = same_dtype(x.dtype, y.dtype)?;
     let shape = broadcast_shapes(&broadcast_shapes(&c.shape, &x.shape)?, &y.shape)?;
     Ok(Type::tensor(shape, dtype))
 }
 
-fn eval_where(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_where(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (c, x, y) = (tensor_val(args, 0)?, tensor_val(args, 1)?, tensor_val(args, 2)?);
     let types: Vec<Type> = [c, x, y].iter().map(|t| Type::tensor(t.shape().to_vec(), t.dtype())).collect();
     let out_ty = rel_where(&types, attrs)?;
@@ -112,14 +113,14 @@ fn eval_where(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), shape, &out)))
 }
 
-fn rel_take(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_take(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (d, i) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "indices")?);
     if !i.dtype.is_int() {
-        return Err(format!("indices must be integers, found {}", i.dtype));
+        return Err(format!("indices must be integers, found {}", i.dtype).into());
     }
     let mode = attrs.str("mode")?;
     if mode != "clip" && mode != "wrap" {
-        return Err(format!("mode must be \"clip\" or \"wrap\", found \"{mode}\""));
+        return Err(format!("mode must be \"clip\" or \"wrap\", found \"{mode}\"").into());
     }
     let shape = match attrs.opt_int("axis")? {
         None => i.shape.clone(),
@@ -136,10 +137,10 @@ fn rel_take(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
 
 /// The bound of every index of `check_index`: one for all, or one per
 /// position along the last axis (GatherND's index tuples).
-fn check_index_bounds(shape: &[usize], attrs: &Attrs) -> Result<Vec<i64>, String> {
+fn check_index_bounds(shape: &[usize], attrs: &Attrs) -> Result<Vec<i64>, OpError> {
     let bounds = attrs.ints("bounds")?;
     if let Some(&b) = bounds.iter().find(|&&b| b < 1) {
-        return Err(format!("bounds must be positive, found {b}"));
+        return Err(format!("bounds must be positive, found {b}").into());
     }
     match bounds.len() {
         0 => Err("no bounds".into()),
@@ -148,20 +149,21 @@ fn check_index_bounds(shape: &[usize], attrs: &Attrs) -> Result<Vec<i64>, String
         n => Err(format!(
             "{n} bounds for indices of shape {}: expected 1 or one per position on the last axis",
             shape_str(shape)
-        )),
+        )
+        .into()),
     }
 }
 
-fn rel_check_index(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_check_index(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let i = tensor_arg(args, 0, "indices")?;
     if !i.dtype.is_int() {
-        return Err(format!("indices must be integers, found {}", i.dtype));
+        return Err(format!("indices must be integers, found {}", i.dtype).into());
     }
     check_index_bounds(&i.shape, attrs)?;
     Ok(Type::tensor(i.shape.clone(), i.dtype))
 }
 
-fn eval_check_index(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_check_index(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let i = tensor_val(args, 0)?;
     let bounds = check_index_bounds(i.shape(), attrs)?;
     let fixed = i
@@ -173,10 +175,10 @@ fn eval_check_index(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
             match v {
                 _ if (0..n).contains(&v) => Ok(v as f64),
                 _ if (-n..0).contains(&v) => Ok((v + n) as f64),
-                _ => Err(format!("index {v} is out of range for an axis of size {n}")),
+                _ => Err(format!("index {v} is out of range for an axis of size {n}").into()),
             }
         })
-        .collect::<Result<Vec<f64>, String>>()?;
+        .collect::<Result<Vec<f64>, OpError>>()?;
     Ok(Value::Tensor(Tensor::from_f64(i.dtype(), i.shape().to_vec(), &fixed)))
 }
 
@@ -186,7 +188,7 @@ pub(crate) fn take_index(v: i64, n: usize, wrap: bool) -> usize {
     (if wrap { v.rem_euclid(n) } else { v.clamp(0, n - 1) }) as usize
 }
 
-fn eval_take(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_take(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (d, i) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
     let types = [Type::tensor(d.shape().to_vec(), d.dtype()), Type::tensor(i.shape().to_vec(), i.dtype())];
     let out_shape = rel_take(&types, attrs)?.as_tensor().ok_or("not a tensor")?.shape.clone();
@@ -225,7 +227,7 @@ fn eval_take(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(d.dtype(), out_shape, &out)))
 }
 
-fn rel_broadcast_to(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_broadcast_to(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let shape: Vec<usize> = attrs
         .ints("shape")?
@@ -234,12 +236,12 @@ fn rel_broadcast_to(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
         .collect::<Result<_, _>>()?;
     let b = broadcast_shapes(&t.shape, &shape)?;
     if b != shape {
-        return Err(format!("cannot broadcast {} to {}", shape_str(&t.shape), shape_str(&shape)));
+        return Err(format!("cannot broadcast {} to {}", shape_str(&t.shape), shape_str(&shape)).into());
     }
     Ok(Type::tensor(shape, t.dtype))
 }
 
-fn eval_broadcast_to(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_broadcast_to(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let shape = rel_broadcast_to(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?
         .as_tensor()
@@ -251,13 +253,13 @@ fn eval_broadcast_to(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), shape, &out)))
 }
 
-fn rel_leaky_relu(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_leaky_relu(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     super::util::float_dtype(t, "data")?;
     Ok(Type::Tensor(t.clone()))
 }
 
-fn eval_leaky_relu(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_leaky_relu(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let a = attrs.float("alpha")?;
     let out: Vec<f64> = x.to_f64_vec().iter().map(|&v| if v > 0.0 { v } else { v * a }).collect();

@@ -8,10 +8,11 @@ use crate::dtype::DataType;
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 use crate::tensor::{numel, strides, Tensor};
+use crate::OpError;
 
 /// The shape `newshape` denotes for an input of `shape` (TVM: 0 copies the
 /// input's dim at the same position, -1 is inferred).
-pub(crate) fn reshape_target(shape: &[usize], newshape: &[i64]) -> Result<Vec<usize>, String> {
+pub(crate) fn reshape_target(shape: &[usize], newshape: &[i64]) -> Result<Vec<usize>, OpError> {
     let total = numel(shape);
     let mut out = Vec::with_capacity(newshape.len());
     let mut infer = None;
@@ -26,13 +27,13 @@ pub(crate) fn reshape_target(shape: &[usize], newshape: &[i64]) -> Result<Vec<us
             }
             -1 => return Err("newshape has more than one -1".into()),
             d if d > 0 => out.push(d as usize),
-            d => return Err(format!("newshape value {d} is not supported (use positive sizes, 0 or -1)")),
+            d => return Err(format!("newshape value {d} is not supported (use positive sizes, 0 or -1)").into()),
         }
     }
     if let Some(i) = infer {
         let known: usize = out.iter().product();
         if known == 0 || total % known != 0 {
-            return Err(format!("cannot reshape {} into {:?}", shape_str(shape), newshape));
+            return Err(format!("cannot reshape {} into {:?}", shape_str(shape), newshape).into());
         }
         out[i] = total / known;
     }
@@ -42,21 +43,22 @@ pub(crate) fn reshape_target(shape: &[usize], newshape: &[i64]) -> Result<Vec<us
             shape_str(shape),
             shape_str(&out),
             numel(&out)
-        ));
+        )
+        .into());
     }
     Ok(out)
 }
 
-fn rel_reshape(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_reshape(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     Ok(Type::tensor(reshape_target(&t.shape, attrs.ints("newshape")?)?, t.dtype))
 }
 
 /// Same data, new shape (row-major order is unchanged).
-fn reshaped_value(args: &[Value], out: &Type) -> Result<Value, String> {
+fn reshaped_value(args: &[Value], out: &Type) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let shape = out.as_tensor().ok_or("not a tensor type")?.shape.clone();
-    x.reshaped(shape).map(Value::Tensor).ok_or_else(|| "element count changed".to_string())
+    x.reshaped(shape).map(Value::Tensor).ok_or_else(|| OpError::from("element count changed"))
 }
 
 fn types_of(args: &[Value]) -> Vec<Type> {
@@ -69,11 +71,11 @@ fn types_of(args: &[Value]) -> Vec<Type> {
         .collect()
 }
 
-fn eval_reshape(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_reshape(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reshaped_value(args, &rel_reshape(&types_of(args), attrs)?)
 }
 
-fn rel_batch_flatten(args: &[Type], _: &Attrs) -> Result<Type, String> {
+fn rel_batch_flatten(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     if t.rank() < 1 {
         return Err("batch_flatten needs a tensor of rank at least 1".into());
@@ -81,22 +83,22 @@ fn rel_batch_flatten(args: &[Type], _: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor([t.shape[0], t.shape[1..].iter().product()], t.dtype))
 }
 
-fn eval_batch_flatten(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_batch_flatten(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reshaped_value(args, &rel_batch_flatten(&types_of(args), attrs)?)
 }
 
-fn permutation(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, String> {
+fn permutation(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, OpError> {
     match attrs.opt_ints("axes")? {
         None => Ok((0..ndim).rev().collect()),
         Some(axes) => {
             if axes.len() != ndim {
-                return Err(format!("axes {axes:?} has {} entries for a tensor of rank {ndim}", axes.len()));
+                return Err(format!("axes {axes:?} has {} entries for a tensor of rank {ndim}", axes.len()).into());
             }
             let perm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, ndim)).collect::<Result<_, _>>()?;
             let mut seen = vec![false; ndim];
             for &p in &perm {
                 if std::mem::replace(&mut seen[p], true) {
-                    return Err(format!("axes {axes:?} is not a permutation"));
+                    return Err(format!("axes {axes:?} is not a permutation").into());
                 }
             }
             Ok(perm)
@@ -104,13 +106,13 @@ fn permutation(attrs: &Attrs, ndim: usize) -> Result<Vec<usize>, String> {
     }
 }
 
-fn rel_transpose(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_transpose(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let perm = permutation(attrs, t.rank())?;
     Ok(Type::tensor(perm.iter().map(|&p| t.shape[p]).collect::<Vec<_>>(), t.dtype))
 }
 
-fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let perm = permutation(attrs, x.shape().len())?;
     let out_shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
@@ -124,13 +126,13 @@ fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), out_shape, &out)))
 }
 
-fn rel_concatenate(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_concatenate(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let Some(Type::Tuple(fields)) = args.first() else {
         return Err("concatenate takes one tuple of tensors".into());
     };
     let first = match fields.first() {
         Some(Type::Tensor(t)) => t,
-        Some(other) => return Err(format!("concatenate needs tensors, found {other}")),
+        Some(other) => return Err(format!("concatenate needs tensors, found {other}").into()),
         None => return Err("concatenate of an empty tuple".into()),
     };
     let axis = norm_axis(attrs.int("axis")?, first.rank())?;
@@ -139,21 +141,22 @@ fn rel_concatenate(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     for (k, f) in fields.iter().enumerate() {
         let t = f.as_tensor().ok_or_else(|| format!("field {k} of concatenate is not a tensor"))?;
         if t.dtype != first.dtype {
-            return Err(format!("dtype mismatch: field 0 is {}, field {k} is {}", first.dtype, t.dtype));
+            return Err(format!("dtype mismatch: field 0 is {}, field {k} is {}", first.dtype, t.dtype).into());
         }
         if t.rank() != first.rank() || t.shape.iter().enumerate().any(|(d, &n)| d != axis && n != first.shape[d]) {
             return Err(format!(
                 "cannot concatenate {} and {} on axis {axis}",
                 shape_str(&first.shape),
                 shape_str(&t.shape)
-            ));
+            )
+            .into());
         }
         shape[axis] += t.shape[axis];
     }
     Ok(Type::tensor(shape, first.dtype))
 }
 
-fn eval_concatenate(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_concatenate(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let out = rel_concatenate(&types_of(args), attrs)?;
     let out_t = out.as_tensor().ok_or("not a tensor")?;
     let parts: Vec<&Tensor> = args[0].tuple()?.iter().map(Value::tensor).collect::<Result<_, _>>()?;
@@ -171,14 +174,14 @@ fn eval_concatenate(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
 }
 
 /// The `[start, end)` ranges `split` cuts axis `dim` into.
-fn split_ranges(attrs: &Attrs, dim: usize) -> Result<Vec<(usize, usize)>, String> {
+fn split_ranges(attrs: &Attrs, dim: usize) -> Result<Vec<(usize, usize)>, OpError> {
     match attrs.get("indices_or_sections") {
         Some(AttrValue::Int(n)) => {
             let n = *n;
             // At most one section per element (one for an empty axis): the
             // result is a tuple of `n` tensors, so `n` must stay small.
             if n <= 0 || n as u64 > dim.max(1) as u64 || dim % n as usize != 0 {
-                return Err(format!("cannot split an axis of size {dim} into {n} equal sections"));
+                return Err(format!("cannot split an axis of size {dim} into {n} equal sections").into());
             }
             let size = dim / n as usize;
             Ok((0..n as usize).map(|k| (k * size, (k + 1) * size)).collect())
@@ -188,7 +191,7 @@ fn split_ranges(attrs: &Attrs, dim: usize) -> Result<Vec<(usize, usize)>, String
             let mut start = 0usize;
             for &i in idx {
                 if i < start as i64 || i > dim as i64 {
-                    return Err(format!("split indices {idx:?} must be increasing and within 0..={dim}"));
+                    return Err(format!("split indices {idx:?} must be increasing and within 0..={dim}").into());
                 }
                 out.push((start, i as usize));
                 start = i as usize;
@@ -200,7 +203,7 @@ fn split_ranges(attrs: &Attrs, dim: usize) -> Result<Vec<(usize, usize)>, String
     }
 }
 
-fn rel_split(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_split(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let axis = norm_axis(attrs.int("axis")?, t.rank())?;
     let fields = split_ranges(attrs, t.shape[axis])?
@@ -214,7 +217,7 @@ fn rel_split(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::Tuple(fields))
 }
 
-fn eval_split(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_split(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let axis = norm_axis(attrs.int("axis")?, x.shape().len())?;
     let data = x.to_f64_vec();
@@ -234,7 +237,7 @@ fn eval_split(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tuple(parts))
 }
 
-fn rel_squeeze(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_squeeze(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let shape: Vec<usize> = match attrs.opt_ints("axis")? {
         None => t.shape.iter().copied().filter(|&d| d != 1).collect(),
@@ -242,7 +245,7 @@ fn rel_squeeze(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             let axes: Vec<usize> = axes.iter().map(|&a| norm_axis(a, t.rank())).collect::<Result<_, _>>()?;
             for &a in &axes {
                 if t.shape[a] != 1 {
-                    return Err(format!("cannot squeeze axis {a} of size {}", t.shape[a]));
+                    return Err(format!("cannot squeeze axis {a} of size {}", t.shape[a]).into());
                 }
             }
             t.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect()
@@ -251,27 +254,28 @@ fn rel_squeeze(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor(shape, t.dtype))
 }
 
-fn eval_squeeze(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_squeeze(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reshaped_value(args, &rel_squeeze(&types_of(args), attrs)?)
 }
 
-fn rel_expand_dims(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_expand_dims(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let n = attrs.int("num_newaxis")?;
     if n < 0 {
-        return Err(format!("num_newaxis must not be negative, found {n}"));
+        return Err(format!("num_newaxis must not be negative, found {n}").into());
     }
     let axis = attrs.int("axis")?;
     let rank = t.rank() as i64;
     if axis < -rank - 1 || axis > rank {
-        return Err(format!("axis {axis} is out of range [{}, {rank}] for a tensor of rank {rank}", -rank - 1));
+        return Err(format!("axis {axis} is out of range [{}, {rank}] for a tensor of rank {rank}", -rank - 1).into());
     }
     if n > crate::relay::ty::MAX_RANK as i64 - rank {
         return Err(format!(
             "num_newaxis={n} would make a tensor of rank {}, more than the {} kiln allows",
             rank.saturating_add(n),
             crate::relay::ty::MAX_RANK
-        ));
+        )
+        .into());
     }
     let axis = if axis < 0 { axis + rank + 1 } else { axis } as usize;
     let mut shape = t.shape.clone();
@@ -279,12 +283,12 @@ fn rel_expand_dims(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     Ok(Type::tensor(shape, t.dtype))
 }
 
-fn eval_expand_dims(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_expand_dims(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reshaped_value(args, &rel_expand_dims(&types_of(args), attrs)?)
 }
 
 /// Per axis of the input: (start, step, length) of a strided slice, with NumPy's clamping.
-pub(crate) fn slice_plan(shape: &[usize], attrs: &Attrs) -> Result<Vec<(i64, i64, usize)>, String> {
+pub(crate) fn slice_plan(shape: &[usize], attrs: &Attrs) -> Result<Vec<(i64, i64, usize)>, OpError> {
     let begin = attrs.ints("begin")?;
     let end = attrs.ints("end")?;
     let strides_attr = attrs.opt_ints("strides")?;
@@ -299,10 +303,11 @@ pub(crate) fn slice_plan(shape: &[usize], attrs: &Attrs) -> Result<Vec<(i64, i64
             begin.len(),
             end.len(),
             axes.len()
-        ));
+        )
+        .into());
     }
     if axes.iter().any(|&a| a >= ndim) {
-        return Err(format!("begin has {} entries for a tensor of rank {ndim}", begin.len()));
+        return Err(format!("begin has {} entries for a tensor of rank {ndim}", begin.len()).into());
     }
     let mut plan: Vec<(i64, i64, usize)> = shape.iter().map(|&d| (0, 1, d)).collect();
     for (k, &ax) in axes.iter().enumerate() {
@@ -333,13 +338,13 @@ pub(crate) fn slice_plan(shape: &[usize], attrs: &Attrs) -> Result<Vec<(i64, i64
     Ok(plan)
 }
 
-fn rel_strided_slice(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_strided_slice(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     let plan = slice_plan(&t.shape, attrs)?;
     Ok(Type::tensor(plan.iter().map(|p| p.2).collect::<Vec<_>>(), t.dtype))
 }
 
-fn eval_strided_slice(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_strided_slice(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let plan = slice_plan(x.shape(), attrs)?;
     let out_shape: Vec<usize> = plan.iter().map(|p| p.2).collect();
@@ -353,35 +358,35 @@ fn eval_strided_slice(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), out_shape, &out)))
 }
 
-fn creation_shape(attrs: &Attrs) -> Result<Vec<usize>, String> {
+fn creation_shape(attrs: &Attrs) -> Result<Vec<usize>, OpError> {
     attrs
         .ints("shape")?
         .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("shape has a negative dimension {d}")))
+        .map(|&d| usize::try_from(d).map_err(|_| OpError::from(format!("shape has a negative dimension {d}"))))
         .collect()
 }
 
-fn rel_create(_: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_create(_: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     Ok(Type::tensor(creation_shape(attrs)?, attrs.dtype("dtype")?))
 }
 
-fn rel_full(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_full(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let fill = tensor_arg(args, 0, "fill_value")?;
     if fill.rank() != 0 {
-        return Err(format!("fill_value must be a scalar, found shape {}", shape_str(&fill.shape)));
+        return Err(format!("fill_value must be a scalar, found shape {}", shape_str(&fill.shape)).into());
     }
     rel_create(args, attrs)
 }
 
-fn eval_zeros(_: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_zeros(_: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     Ok(Value::Tensor(Tensor::full(attrs.dtype("dtype")?, creation_shape(attrs)?, 0.0)))
 }
 
-fn eval_ones(_: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_ones(_: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     Ok(Value::Tensor(Tensor::full(attrs.dtype("dtype")?, creation_shape(attrs)?, 1.0)))
 }
 
-fn eval_full(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_full(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let fill = tensor_val(args, 0)?;
     if fill.numel() != 1 {
         return Err("fill_value must be a scalar".into());

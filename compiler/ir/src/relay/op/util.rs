@@ -5,18 +5,19 @@ use crate::dtype::DataType;
 use crate::relay::ty::{TensorType, Type};
 use crate::relay::value::Value;
 use crate::tensor::{strides, Tensor};
+use crate::OpError;
 
 /// The `i`-th argument as a tensor type.
-pub(crate) fn tensor_arg<'a>(args: &'a [Type], i: usize, what: &str) -> Result<&'a TensorType, String> {
+pub(crate) fn tensor_arg<'a>(args: &'a [Type], i: usize, what: &str) -> Result<&'a TensorType, OpError> {
     match args.get(i) {
         Some(Type::Tensor(t)) => Ok(t),
-        Some(other) => Err(format!("{what} must be a tensor, found {other}")),
-        None => Err(format!("missing argument {what}")),
+        Some(other) => Err(format!("{what} must be a tensor, found {other}").into()),
+        None => Err(format!("missing argument {what}").into()),
     }
 }
 
 /// The `i`-th argument value as a tensor.
-pub(crate) fn tensor_val(args: &[Value], i: usize) -> Result<&Tensor, String> {
+pub(crate) fn tensor_val(args: &[Value], i: usize) -> Result<&Tensor, OpError> {
     args.get(i).ok_or_else(|| format!("missing argument {i}"))?.tensor()
 }
 
@@ -31,25 +32,25 @@ pub(crate) fn shape_str(s: &[usize]) -> String {
 }
 
 /// Check that two dtypes agree.
-pub(crate) fn same_dtype(a: DataType, b: DataType) -> Result<DataType, String> {
+pub(crate) fn same_dtype(a: DataType, b: DataType) -> Result<DataType, OpError> {
     if a == b {
         Ok(a)
     } else {
-        Err(format!("dtype mismatch: {a} vs {b}"))
+        Err(format!("dtype mismatch: {a} vs {b}").into())
     }
 }
 
 /// Require a floating-point dtype.
-pub(crate) fn float_dtype(t: &TensorType, what: &str) -> Result<(), String> {
+pub(crate) fn float_dtype(t: &TensorType, what: &str) -> Result<(), OpError> {
     if t.dtype.is_float() {
         Ok(())
     } else {
-        Err(format!("{what} must be a floating-point tensor, found {}", t.dtype))
+        Err(format!("{what} must be a floating-point tensor, found {}", t.dtype).into())
     }
 }
 
 /// The NumPy broadcast of two shapes.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, OpError> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
@@ -59,17 +60,17 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> 
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return Err(format!("cannot broadcast shapes {} and {}", shape_str(a), shape_str(b))),
+            _ => return Err(format!("cannot broadcast shapes {} and {}", shape_str(a), shape_str(b)).into()),
         };
     }
     Ok(out)
 }
 
 /// Normalize a possibly negative axis of a rank-`ndim` tensor.
-pub(crate) fn norm_axis(axis: i64, ndim: usize) -> Result<usize, String> {
+pub(crate) fn norm_axis(axis: i64, ndim: usize) -> Result<usize, OpError> {
     let a = if axis < 0 { axis + ndim as i64 } else { axis };
     if a < 0 || a >= ndim as i64 {
-        Err(format!("axis {axis} is out of range for a tensor of rank {ndim}"))
+        Err(format!("axis {axis} is out of range for a tensor of rank {ndim}").into())
     } else {
         Ok(a as usize)
     }
@@ -136,7 +137,7 @@ mod tests {
         assert_eq!(broadcast_shapes(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
         assert_eq!(broadcast_shapes(&[], &[5]).unwrap(), vec![5]);
         let e = broadcast_shapes(&[2, 3], &[4]).unwrap_err();
-        assert_eq!(e, "cannot broadcast shapes (2, 3) and (4,)");
+        assert_eq!(e.to_string(), "cannot broadcast shapes (2, 3) and (4,)");
         assert_eq!(broadcast_index_map(&[3], &[2, 3]), vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(broadcast_index_map(&[2, 1], &[2, 3]), vec![0, 0, 0, 1, 1, 1]);
     }

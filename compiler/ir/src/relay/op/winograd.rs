@@ -25,6 +25,7 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::{check_size, Type};
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
+use crate::OpError;
 
 /// The transform matrices of F(m × m, 3 × 3), row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,7 +43,7 @@ pub struct WinogradMatrices {
 }
 
 /// The matrices for output tile `m` (2 or 4), or why there are none.
-pub fn winograd_matrices(m: i64) -> Result<WinogradMatrices, String> {
+pub fn winograd_matrices(m: i64) -> Result<WinogradMatrices, OpError> {
     let rows = |r: &[&[f64]]| r.iter().map(|row| row.to_vec()).collect::<Vec<_>>();
     match m {
         2 => Ok(WinogradMatrices {
@@ -78,7 +79,7 @@ pub fn winograd_matrices(m: i64) -> Result<WinogradMatrices, String> {
                 &[0., 4., 0., -5., 0., 1.],
             ]),
         }),
-        _ => Err(format!("tile_size must be 2 or 4, found {m}")),
+        _ => Err(format!("tile_size must be 2 or 4, found {m}").into()),
     }
 }
 
@@ -98,7 +99,7 @@ pub struct WinogradTiles {
 impl WinogradTiles {
     /// The tiling of `batch` maps of `height` × `width` in `m` × `m` tiles,
     /// or an error where the tile count overflows (hostile sizes).
-    pub fn new(batch: usize, height: usize, width: usize, m: usize) -> Result<Self, String> {
+    pub fn new(batch: usize, height: usize, width: usize, m: usize) -> Result<Self, OpError> {
         let (rows, cols) = (height.div_ceil(m), width.div_ceil(m));
         let count = batch
             .checked_mul(rows)
@@ -110,7 +111,7 @@ impl WinogradTiles {
     /// The output tiling of the 3 × 3 stride-1 convolution (a Winograd input
     /// transform's attributes `tile_size` and `padding`) whose input has
     /// shape `x` [N, C, H, W], and the padding [top, left, bottom, right].
-    pub fn of_input(x: &[usize], attrs: &Attrs) -> Result<(Self, [i64; 4]), String> {
+    pub fn of_input(x: &[usize], attrs: &Attrs) -> Result<(Self, [i64; 4]), OpError> {
         let m = winograd_matrices(attrs.int("tile_size")?)?.m;
         let p = ints_n(attrs, "padding", 4)?;
         let height = window_out(x[2], (p[0], p[2]), 3, 1, 1, false)?;
@@ -120,34 +121,36 @@ impl WinogradTiles {
 }
 
 /// `ty`, where type inference would accept its size.
-fn sized(ty: Type) -> Result<Type, String> {
+fn sized(ty: Type) -> Result<Type, OpError> {
     check_size(&ty)?;
     Ok(ty)
 }
 
 /// The `tiles` attribute: at least the real tiles, at most one padding
 /// block (a vector multiple) more than them.
-fn padded_tiles(attrs: &Attrs, real: usize) -> Result<usize, String> {
+fn padded_tiles(attrs: &Attrs, real: usize) -> Result<usize, OpError> {
     match attrs.opt_int("tiles")? {
         None => Ok(real),
         Some(t) if t >= real as i64 && t <= 2 * real as i64 + 64 => Ok(t as usize),
-        Some(t) => Err(format!("tiles={t} must cover the {real} tiles of the output (and pad them by at most 64)")),
+        Some(t) => {
+            Err(format!("tiles={t} must cover the {real} tiles of the output (and pad them by at most 64)").into())
+        }
     }
 }
 
 // ---- weight transform -------------------------------------------------------------
 
-fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let w = tensor_arg(args, 0, "weight")?;
     float_dtype(w, "weight")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
     if w.rank() != 4 || w.shape[2] != 3 || w.shape[3] != 3 {
-        return Err(format!("weight must be OIHW with a 3 × 3 kernel, found shape {}", shape_str(&w.shape)));
+        return Err(format!("weight must be OIHW with a 3 × 3 kernel, found shape {}", shape_str(&w.shape)).into());
     }
     sized(Type::tensor([t.alpha, t.alpha, w.shape[0], w.shape[1]], w.dtype))
 }
 
-fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let w = tensor_val(args, 0)?;
     let ty = rel_weight_transform(&[Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
@@ -170,11 +173,11 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String>
 
 // ---- input transform --------------------------------------------------------------
 
-fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
     if x.rank() != 4 {
-        return Err(format!("data must be 4-D (NCHW), found shape {}", shape_str(&x.shape)));
+        return Err(format!("data must be 4-D (NCHW), found shape {}", shape_str(&x.shape)).into());
     }
     let alpha = winograd_matrices(attrs.int("tile_size")?)?.alpha;
     let (tiles, _) = WinogradTiles::of_input(&x.shape, attrs)?;
@@ -182,7 +185,7 @@ fn rel_input_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
     sized(Type::tensor([alpha * alpha, x.shape[1], t], x.dtype))
 }
 
-fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let ty = rel_input_transform(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;
@@ -221,7 +224,7 @@ fn eval_input_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> 
 
 // ---- output transform -------------------------------------------------------------
 
-fn rel_output_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_output_transform(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     float_dtype(x, "data")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
@@ -230,12 +233,13 @@ fn rel_output_transform(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             "data must be [{}, K, tiles] (α², channels, tiles), found shape {}",
             t.alpha * t.alpha,
             shape_str(&x.shape)
-        ));
+        )
+        .into());
     }
     Ok(Type::tensor([t.m * t.m, x.shape[1], x.shape[2]], x.dtype))
 }
 
-fn eval_output_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_output_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let ty = rel_output_transform(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;
@@ -262,16 +266,16 @@ fn eval_output_transform(args: &[Value], attrs: &Attrs) -> Result<Value, String>
 // ---- tiles to NCHW ----------------------------------------------------------------
 
 /// The output tiling named by the attributes of `nn.contrib_winograd_tiles_to_nchw`.
-fn output_tiling(attrs: &Attrs) -> Result<WinogradTiles, String> {
+fn output_tiling(attrs: &Attrs) -> Result<WinogradTiles, OpError> {
     let m = winograd_matrices(attrs.int("tile_size")?)?.m;
     let dims = [attrs.int("batch")?, attrs.int("height")?, attrs.int("width")?];
     if dims.iter().any(|&d| d < 1 || d > i32::MAX as i64) {
-        return Err(format!("batch, height and width must be positive, found {dims:?}"));
+        return Err(format!("batch, height and width must be positive, found {dims:?}").into());
     }
     WinogradTiles::new(dims[0] as usize, dims[1] as usize, dims[2] as usize, m)
 }
 
-fn rel_tiles_to_nchw(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
+fn rel_tiles_to_nchw(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     let m = winograd_matrices(attrs.int("tile_size")?)?.m;
     let tiles = output_tiling(attrs)?;
@@ -281,12 +285,13 @@ fn rel_tiles_to_nchw(args: &[Type], attrs: &Attrs) -> Result<Type, String> {
             m * m,
             tiles.count,
             shape_str(&x.shape)
-        ));
+        )
+        .into());
     }
     sized(Type::tensor([tiles.batch, x.shape[1], tiles.height, tiles.width], x.dtype))
 }
 
-fn eval_tiles_to_nchw(args: &[Value], attrs: &Attrs) -> Result<Value, String> {
+fn eval_tiles_to_nchw(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let ty = rel_tiles_to_nchw(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;

@@ -25,6 +25,8 @@ use inkwell::values::{
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use kiln_ir::DataType;
 
+mod compat;
+
 use super::{CodegenError, PackedKernel};
 use crate::arith::{simplify, Bounds};
 use crate::tir::transform::lane_of;
@@ -89,9 +91,9 @@ impl LlvmTarget {
         }
         // An unknown CPU would make LLVM abort the whole process later; an
         // unknown feature would be ignored with only a warning.
-        crate::target::check_llvm_cpu(&t.triple, &t.cpu).map_err(&bad)?;
+        crate::target::check_llvm_cpu(&t.triple, &t.cpu).map_err(|e| bad(e.to_string()))?;
         for attrs in s.split_whitespace().filter_map(|w| w.strip_prefix("-mattr=")) {
-            crate::target::check_llvm_features(&t.triple, attrs).map_err(&bad)?;
+            crate::target::check_llvm_features(&t.triple, attrs).map_err(|e| bad(e.to_string()))?;
         }
         Ok(t)
     }
@@ -418,7 +420,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             Expr::Load(buf, idx) => {
                 let ptr = self.address(buf, idx)?;
-                let v = self.e(self.b.build_load(ptr, "load"))?;
+                let v = self.e(compat::load(&self.b, elem_type(self.ctx, buf.elem()), ptr, "load"))?;
                 if buf.elem() == DataType::Bool {
                     let zero = self.ctx.i8_type().const_zero();
                     self.e(self.b.build_int_compare(IntPredicate::NE, v.into_int_value(), zero, "tobool"))?.into()
@@ -588,7 +590,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let i32t = self.ctx.i32_type();
                 let code = i32t.const_int(kiln_runtime::STATUS_INDEX_OUT_OF_RANGE as u64, false);
                 let flag = self.e(self.b.build_select(ok, i32t.const_zero(), code, "flag"))?.into_int_value();
-                let old = self.e(self.b.build_load(slot, "old_status"))?.into_int_value();
+                let old = self.e(compat::load(&self.b, i32t, slot, "old_status"))?.into_int_value();
                 let new = self.e(self.b.build_or(old, flag, "new_status"))?;
                 self.e(self.b.build_store(slot, new))?;
             }
@@ -699,10 +701,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let high_offset = span - n;
             let load = |g: &mut Self, offset: u32, name: &str| -> Result<VectorValue<'ctx>, CodegenError> {
                 // SAFETY: the span's elements are in the buffer (the caller's index).
-                let p = unsafe { g.b.build_gep(ptr, &[g.i64c(offset as i64)], name) };
+                let p = unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], name) };
                 let p = g.e(p)?;
-                let p = g.e(g.b.build_pointer_cast(p, nt.ptr_type(AddressSpace::default()), name))?;
-                let v = g.e(g.b.build_load(p, name))?;
+                let p = g.e(g.b.build_pointer_cast(p, compat::pointer_to(g.ctx, nt), name))?;
+                let v = g.e(compat::load(&g.b, nt, p, name))?;
                 if let Some(i) = v.as_instruction_value() {
                     i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&g.kernel, m))?;
                 }
@@ -719,8 +721,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Ok(Some(picked.into()));
         }
         let vt = ft.vec_type(span);
-        let ptr = self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "sptr"))?;
-        let wide = self.e(self.b.build_load(ptr, "wide"))?;
+        let ptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "sptr"))?;
+        let wide = self.e(compat::load(&self.b, vt, ptr, "wide"))?;
         if let Some(i) = wide.as_instruction_value() {
             i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
         }
@@ -731,8 +733,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(Some(picked.into()))
     }
 
-    /// A pointer to `<lanes x T>` at `buf[base]`, when `idx` is `Ramp(base, 1)`.
-    fn contiguous(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<PointerValue<'ctx>>, CodegenError> {
+    /// A pointer to `<lanes x T>` at `buf[base]` and that vector type, when
+    /// `idx` is `Ramp(base, 1)`.
+    fn contiguous(
+        &mut self,
+        buf: &Buffer,
+        idx: &Expr,
+    ) -> Result<Option<(PointerValue<'ctx>, VectorType<'ctx>)>, CodegenError> {
         let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
         if stride.as_int() != Some(1) || buf.elem() == DataType::Bool {
             return Ok(None);
@@ -743,7 +750,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             BasicTypeEnum::IntType(t) => t.vec_type(*lanes as u32),
             _ => return Ok(None),
         };
-        Ok(Some(self.e(self.b.build_pointer_cast(ptr, vt.ptr_type(AddressSpace::default()), "vptr"))?))
+        Ok(Some((self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "vptr"))?, vt)))
     }
 
     /// Vector expressions (from tir.VectorizeLoop): native vector instructions
@@ -811,8 +818,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_select(c, x, y, "vselect"))?
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
-                Some(ptr) => {
-                    let v = self.e(self.b.build_load(ptr, "vload"))?;
+                Some((ptr, vt)) => {
+                    let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
                     if let Some(i) = v.as_instruction_value() {
                         i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
                     }
@@ -876,7 +883,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// A vector store: one store when the lanes are contiguous, else one per lane.
     fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
         let lanes = idx.ty().lanes.max(value.ty().lanes);
-        if let (Some(ptr), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
+        if let (Some((ptr, _)), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
             self.accumulator = Some(buf.id());
             let v = self.vexpr_or_splat(value, lanes as u32);
             self.accumulator = None;
@@ -951,7 +958,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
             .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
         let i = self.expr(&idx[0])?.into_int_value();
         // SAFETY (of the generated code): indices come from loops over the buffer's static shape.
-        unsafe { self.e(self.b.build_in_bounds_gep(base, &[i], "addr")) }
+        let elem = elem_type(self.ctx, buf.elem());
+        unsafe { self.e(compat::in_bounds_gep(&self.b, elem, base, &[i], "addr")) }
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), CodegenError> {
@@ -989,7 +997,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 g.set_alignment(16);
                 let ptr = self.e(self.b.build_pointer_cast(
                     g.as_pointer_value(),
-                    ty.ptr_type(AddressSpace::from(3u16)),
+                    compat::pointer_in(self.ctx, ty, AddressSpace::from(3u16)),
                     "shared",
                 ))?;
                 self.buffers.insert(buffer.id(), ptr);
@@ -1246,7 +1254,7 @@ fn start_kernel<'a, 'ctx>(
 ) -> Result<FnGen<'a, 'ctx>, CodegenError> {
     let i64t = ctx.i64_type();
     let mut params: Vec<BasicMetadataTypeEnum> =
-        f.params.iter().map(|b| elem_type(ctx, b.elem()).ptr_type(AddressSpace::default()).into()).collect();
+        f.params.iter().map(|b| compat::pointer_to(ctx, elem_type(ctx, b.elem())).into()).collect();
     if !gpu {
         params.extend([BasicMetadataTypeEnum::from(i64t), i64t.into()]);
     }
@@ -1333,11 +1341,12 @@ fn emit_kernel<'ctx>(
     }
     g.stmt(&f.body)?;
     let slot = g.status.ok_or_else(|| llvm_err(&f.name, "a CPU kernel without a status"))?;
-    let status = g.e(g.b.build_load(slot, "status"))?;
+    let status = g.e(compat::load(&g.b, ctx.i32_type(), slot, "status"))?;
     g.e(g.b.build_return(Some(&status)))?;
 
     // `i32 <name>_packed(i8** args, i64 task_id, i64 num_tasks)`.
-    let i8pp = ctx.i8_type().ptr_type(AddressSpace::default()).ptr_type(AddressSpace::default());
+    let i8p = compat::pointer_to(ctx, ctx.i8_type());
+    let i8pp = compat::pointer_to(ctx, i8p);
     let packed_ty = ctx.i32_type().fn_type(&[i8pp.into(), i64t.into(), i64t.into()], false);
     let packed = module.add_function(&format!("{}_packed", f.name), packed_ty, Some(Linkage::External));
     set_target_attributes(ctx, packed, target);
@@ -1349,11 +1358,11 @@ fn emit_kernel<'ctx>(
     let args = packed.get_nth_param(0).ok_or_else(|| llvm_err(&f.name, "packed args"))?.into_pointer_value();
     let mut call_args: Vec<BasicMetadataValueEnum> = Vec::new();
     for (i, buf) in f.params.iter().enumerate() {
-        let slot = unsafe { pb.build_in_bounds_gep(args, &[i64t.const_int(i as u64, false)], "slot").map_err(&e)? };
-        let raw = pb.build_load(slot, "raw").map_err(&e)?.into_pointer_value();
-        let typed = pb
-            .build_pointer_cast(raw, elem_type(ctx, buf.elem()).ptr_type(AddressSpace::default()), "arg")
-            .map_err(&e)?;
+        let index = [i64t.const_int(i as u64, false)];
+        let slot = unsafe { compat::in_bounds_gep(&pb, i8p, args, &index, "slot").map_err(&e)? };
+        let raw = compat::load(&pb, i8p, slot, "raw").map_err(&e)?.into_pointer_value();
+        let typed =
+            pb.build_pointer_cast(raw, compat::pointer_to(ctx, elem_type(ctx, buf.elem())), "arg").map_err(&e)?;
         call_args.push(typed.into());
     }
     for k in 1..3 {
