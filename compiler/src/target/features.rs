@@ -19,10 +19,15 @@ const V3: &[&str] = &["sse4.2", "avx", "avx2", "fma", "f16c"];
 const V4: &[&str] =
     &["sse4.2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"];
 
-/// The checkable features an x86 CPU of LLVM 14's name implies.
+/// The checkable features an x86 CPU implies (LLVM 14's names, and the
+/// newer CPUs LLVM 19 knows).
 fn x86_cpu_features(cpu: &str) -> Vec<&'static str> {
     let (base, extra): (&[&str], &[&str]) = match cpu {
-        "sapphirerapids" => (V4, &["avx512vnni", "avx512bf16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16"]),
+        "sapphirerapids" | "emeraldrapids" | "graniterapids" | "graniterapids-d" => {
+            (V4, &["avx512vnni", "avx512bf16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16"])
+        }
+        "znver4" | "znver5" => (V4, &["avx512vnni", "avx512bf16"]),
+        "raptorlake" | "meteorlake" | "arrowlake" | "lunarlake" | "gracemont" => (V3, &["avxvnni"]),
         "cooperlake" => (V4, &["avx512vnni", "avx512bf16"]),
         "cascadelake" | "icelake-client" | "icelake-server" | "tigerlake" | "rocketlake" => (V4, &["avx512vnni"]),
         "skylake-avx512" | "skx" | "cannonlake" | "x86-64-v4" => (V4, &[]),
@@ -41,12 +46,11 @@ fn x86_cpu_features(cpu: &str) -> Vec<&'static str> {
     base.iter().chain(extra).copied().collect()
 }
 
-/// The checkable features an AArch64 CPU of LLVM 14's name implies (NEON always).
+/// The checkable features an AArch64 CPU implies (NEON always).
 fn aarch64_cpu_features(cpu: &str) -> Vec<&'static str> {
     let extra: &[&str] = match cpu {
-        "neoverse-n2" | "neoverse-v1" | "cortex-a710" | "cortex-x2" | "apple-a14" | "apple-a15" | "apple-m1" => {
-            &["dotprod", "bf16", "i8mm", "fullfp16"]
-        }
+        "neoverse-n2" | "neoverse-v1" | "neoverse-v2" | "neoverse-n3" | "cortex-a710" | "cortex-x2" | "apple-a14"
+        | "apple-a15" | "apple-m1" => &["dotprod", "bf16", "i8mm", "fullfp16"],
         "neoverse-n1" | "neoverse-e1" | "cortex-a76" | "cortex-a76ae" | "cortex-a77" | "cortex-a78" | "cortex-a78c"
         | "cortex-x1" | "cortex-a55" | "cortex-a75" | "apple-a12" | "apple-a13" => &["dotprod", "fullfp16"],
         _ => &[],

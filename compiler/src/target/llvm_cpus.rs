@@ -1,9 +1,44 @@
-//! The CPU and feature names the linked LLVM (14) knows, checked before LLVM
+//! The CPU and feature names the linked LLVM knows, checked before LLVM
 //! sees a target: an unknown CPU makes LLVM abort the whole process, an
 //! unknown `-mattr` feature is ignored with a warning (a typo such as
-//! `+avx512` silently builds without AVX-512).
+//! `+avx512` silently builds without AVX-512). LLVM 14's lists are here;
+//! LLVM 19's (feature `llvm19`) in `llvm19_names.rs`.
 
 use super::TargetError;
+
+/// The names of the LLVM kiln is built against (LLVM-C has no call that
+/// checks a CPU name without aborting, so they are tables).
+#[cfg(not(feature = "llvm19"))]
+mod linked {
+    pub const VERSION: &str = "14";
+    pub use super::{
+        LLVM14_AARCH64_CPUS as AARCH64_CPUS, LLVM14_AARCH64_FEATURES as AARCH64_FEATURES, LLVM14_X86_CPUS as X86_CPUS,
+        LLVM14_X86_FEATURES as X86_FEATURES,
+    };
+    /// Newer CPUs than LLVM 14 knows, and the name to use instead.
+    pub const NEWER_CPUS: &[(&str, &str)] = &[
+        ("znver4", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
+        ("znver5", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
+        ("graniterapids", "sapphirerapids"),
+        ("emeraldrapids", "sapphirerapids"),
+        ("raptorlake", "alderlake"),
+        ("meteorlake", "alderlake"),
+        ("arrowlake", "alderlake"),
+        ("lunarlake", "alderlake"),
+        ("neoverse-v2", "neoverse-v1"),
+        ("neoverse-n3", "neoverse-n2"),
+    ];
+}
+
+#[cfg(feature = "llvm19")]
+mod linked {
+    pub const VERSION: &str = "19";
+    pub use super::super::llvm19_names::{AARCH64_CPUS, AARCH64_FEATURES, X86_CPUS, X86_FEATURES};
+    pub const NEWER_CPUS: &[(&str, &str)] = &[];
+}
+
+/// The major version of the LLVM kiln generates code with.
+pub const LLVM_VERSION: &str = linked::VERSION;
 
 /// The CPU names LLVM 14 knows for x86 (`llc -mtriple=x86_64 -mcpu=help`).
 /// A name outside them makes LLVM abort the process later, so targets are
@@ -157,27 +192,13 @@ pub const LLVM14_AARCH64_CPUS: &[&str] = &[
     "tsv110",
 ];
 
-/// Newer CPUs than LLVM 14 knows, and the name to use instead.
-const NEWER_CPUS: &[(&str, &str)] = &[
-    ("znver4", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
-    ("znver5", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
-    ("graniterapids", "sapphirerapids"),
-    ("emeraldrapids", "sapphirerapids"),
-    ("raptorlake", "alderlake"),
-    ("meteorlake", "alderlake"),
-    ("arrowlake", "alderlake"),
-    ("lunarlake", "alderlake"),
-    ("neoverse-v2", "neoverse-v1"),
-    ("neoverse-n3", "neoverse-n2"),
-];
-
-/// An error when LLVM 14 does not know `cpu` for `triple` (x86 and AArch64
-/// are checked; other architectures are left to LLVM).
+/// An error when the linked LLVM does not know `cpu` for `triple` (x86 and
+/// AArch64 are checked; other architectures are left to LLVM).
 pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), TargetError> {
     let known = if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
-        LLVM14_X86_CPUS
+        linked::X86_CPUS
     } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
-        LLVM14_AARCH64_CPUS
+        linked::AARCH64_CPUS
     } else {
         return Ok(());
     };
@@ -185,11 +206,14 @@ pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), TargetError> {
         return Ok(());
     }
     let arch = triple.split('-').next().unwrap_or(triple);
-    match NEWER_CPUS.iter().find(|(n, _)| *n == cpu) {
+    let llvm = linked::VERSION;
+    match linked::NEWER_CPUS.iter().find(|(n, _)| *n == cpu) {
         Some((_, instead)) => Err(format!(
-            "LLVM 14, which kiln links, predates the CPU `{cpu}`; use `-mcpu={instead}` (or `-mcpu=native` on that machine)"
-        ).into()),
-        None => Err(format!("LLVM 14 does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", ")).into()),
+            "LLVM {llvm}, which kiln links, predates the CPU `{cpu}`; use `-mcpu={instead}` (or `-mcpu=native` on \
+             that machine), or build kiln with LLVM 19 (feature `llvm19`)"
+        )
+        .into()),
+        None => Err(format!("LLVM {llvm} does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", ")).into()),
     }
 }
 
@@ -561,14 +585,14 @@ pub const LLVM14_AARCH64_FEATURES: &[&str] = &[
     "zcz-gp",
 ];
 
-/// An error when an `-mattr` list (`+avx2,-fma`) names a feature LLVM 14
-/// does not know for `triple` (x86 and AArch64 are checked).
+/// An error when an `-mattr` list (`+avx2,-fma`) names a feature the linked
+/// LLVM does not know for `triple` (x86 and AArch64 are checked).
 pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), TargetError> {
     let (known, arch, march) =
         if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
-            (LLVM14_X86_FEATURES, "x86", "x86-64")
+            (linked::X86_FEATURES, "x86", "x86-64")
         } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
-            (LLVM14_AARCH64_FEATURES, "AArch64", "aarch64")
+            (linked::AARCH64_FEATURES, "AArch64", "aarch64")
         } else {
             return Ok(());
         };
@@ -583,7 +607,8 @@ pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), TargetError>
             known.iter().copied().filter(|k| k.starts_with(name) || name.starts_with(k)).take(8).collect();
         let hint = if close.is_empty() { String::new() } else { format!(" (similar: {})", close.join(", ")) };
         return Err(format!(
-            "LLVM 14 does not know the {arch} feature `{name}`{hint}; `llc -march={march} -mattr=help` lists them"
+            "LLVM {} does not know the {arch} feature `{name}`{hint}; `llc -march={march} -mattr=help` lists them",
+            linked::VERSION
         )
         .into());
     }

@@ -7,12 +7,14 @@
 //! `tir.vector_registers`; a pass run without them sizes for this machine.
 
 mod features;
+#[cfg(feature = "llvm19")]
+mod llvm19_names;
 mod llvm_cpus;
 
 pub use features::{required_features, TargetDescription};
 pub use llvm_cpus::{
     check_llvm_cpu, check_llvm_features, LLVM14_AARCH64_CPUS, LLVM14_AARCH64_FEATURES, LLVM14_X86_CPUS,
-    LLVM14_X86_FEATURES,
+    LLVM14_X86_FEATURES, LLVM_VERSION,
 };
 
 use crate::transform::{ConfigValue, PassContext};
@@ -26,9 +28,14 @@ pub struct VectorUnit {
     pub registers: usize,
 }
 
-/// x86 CPUs (LLVM 14 names) with AVX-512.
+/// x86 CPUs with AVX-512 (LLVM 14 names, and the newer ones LLVM 19 knows).
 const AVX512_CPUS: &[&str] = &[
     "skylake-avx512",
+    "znver4",
+    "znver5",
+    "graniterapids",
+    "graniterapids-d",
+    "emeraldrapids",
     "cascadelake",
     "cooperlake",
     "cannonlake",

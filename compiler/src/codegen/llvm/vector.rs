@@ -1,0 +1,264 @@
+//! Vector expressions (from `tir.VectorizeLoop`): native vector instructions
+//! for arithmetic, comparisons, selects, contiguous and strided loads and
+//! stores, and the common intrinsics; anything else lane by lane.
+
+use inkwell::module::Linkage;
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, VectorType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
+use kiln_ir::DataType;
+
+use super::*;
+use crate::arith::{simplify, Bounds};
+use crate::codegen::CodegenError;
+use crate::tir::transform::lane_of;
+use crate::tir::{BinOp, Buffer, Expr, Intrinsic, Stmt};
+
+impl<'ctx> FnGen<'_, 'ctx> {
+    pub(super) fn vector_type(&self, elem: DataType, lanes: u32) -> VectorType<'ctx> {
+        match self.value_type(elem) {
+            BasicTypeEnum::FloatType(t) => t.vec_type(lanes),
+            BasicTypeEnum::IntType(t) => t.vec_type(lanes),
+            _ => self.ctx.i8_type().vec_type(lanes),
+        }
+    }
+
+    pub(super) fn splat(&self, v: BasicValueEnum<'ctx>, lanes: u32) -> Result<VectorValue<'ctx>, CodegenError> {
+        let vt = match v {
+            BasicValueEnum::FloatValue(f) => f.get_type().vec_type(lanes),
+            BasicValueEnum::IntValue(i) => i.get_type().vec_type(lanes),
+            _ => return Err(self.unsupported("a broadcast of a non-scalar")),
+        };
+        let one = self.e(self.b.build_insert_element(vt.get_undef(), v, self.i64c(0), "one"))?;
+        let mask = self.ctx.i32_type().vec_type(lanes).const_zero();
+        self.e(self.b.build_shuffle_vector(one, vt.get_undef(), mask, "splat"))
+    }
+
+    /// A vector of `e`'s lanes, each computed as a scalar (operations without a vector form).
+    pub(super) fn scalarize(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let t = e.ty();
+        let mut v = self.vector_type(t.elem, t.lanes as u32).get_undef();
+        for k in 0..t.lanes {
+            let lane = self.expr(&simplify(&lane_of(e, k), &Bounds::new()))?;
+            v = self.e(self.b.build_insert_element(v, lane, self.i64c(k as i64), "lane"))?;
+        }
+        Ok(v.into())
+    }
+
+    /// `buf[Ramp(base, s)]` for a small constant stride `s` (a stride-2
+    /// convolution's input row): one contiguous load of the `(lanes−1)·s+1`
+    /// elements from the first lane's to the last's — never past them — then
+    /// a shuffle picking every `s`-th.
+    pub(super) fn strided_load(
+        &mut self,
+        buf: &Buffer,
+        idx: &Expr,
+    ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
+        let Some(s) = stride.as_int().filter(|s| (2..=4).contains(s)) else { return Ok(None) };
+        let span = (*lanes as u32 - 1) * s as u32 + 1;
+        let ft = match elem_type(self.ctx, buf.elem()) {
+            BasicTypeEnum::FloatType(t) if buf.elem() != DataType::Bool => t,
+            _ => return Ok(None),
+        };
+        let ptr = self.address(buf, std::slice::from_ref(base))?;
+        let i32t = self.ctx.i32_type();
+        let n = *lanes as u32;
+        if span <= 2 * n {
+            // Two overlapping whole vectors — the first `n` elements of the
+            // span and the last `n` — and one two-input shuffle: an odd-sized
+            // `<15 x float>` load was legalized piece by piece (eight inserts).
+            let nt = ft.vec_type(n);
+            let high_offset = span - n;
+            let load = |g: &mut Self, offset: u32, name: &str| -> Result<VectorValue<'ctx>, CodegenError> {
+                // SAFETY: the span's elements are in the buffer (the caller's index).
+                let p = unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], name) };
+                let p = g.e(p)?;
+                let p = g.e(g.b.build_pointer_cast(p, compat::pointer_to(g.ctx, nt), name))?;
+                let v = g.e(compat::load(&g.b, nt, p, name))?;
+                if let Some(i) = v.as_instruction_value() {
+                    i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&g.kernel, m))?;
+                }
+                Ok(v.into_vector_value())
+            };
+            let (low, high) = (load(self, 0, "low")?, load(self, high_offset, "high")?);
+            let mask: Vec<IntValue> = (0..n)
+                .map(|k| {
+                    let j = k * s as u32;
+                    i32t.const_int(if j < n { j } else { n + j - high_offset } as u64, false)
+                })
+                .collect();
+            let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
+            return Ok(Some(picked.into()));
+        }
+        let vt = ft.vec_type(span);
+        let ptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "sptr"))?;
+        let wide = self.e(compat::load(&self.b, vt, ptr, "wide"))?;
+        if let Some(i) = wide.as_instruction_value() {
+            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+        }
+        let wide = wide.into_vector_value();
+        let mask: Vec<IntValue> = (0..*lanes as u64).map(|k| i32t.const_int(k * s as u64, false)).collect();
+        let picked =
+            self.e(self.b.build_shuffle_vector(wide, vt.get_undef(), VectorType::const_vector(&mask), "strided"))?;
+        Ok(Some(picked.into()))
+    }
+
+    /// A pointer to `<lanes x T>` at `buf[base]` and that vector type, when
+    /// `idx` is `Ramp(base, 1)`.
+    pub(super) fn contiguous(
+        &mut self,
+        buf: &Buffer,
+        idx: &Expr,
+    ) -> Result<Option<(PointerValue<'ctx>, VectorType<'ctx>)>, CodegenError> {
+        let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
+        if stride.as_int() != Some(1) || buf.elem() == DataType::Bool {
+            return Ok(None);
+        }
+        let ptr = self.address(buf, std::slice::from_ref(base))?;
+        let vt = match elem_type(self.ctx, buf.elem()) {
+            BasicTypeEnum::FloatType(t) => t.vec_type(*lanes as u32),
+            BasicTypeEnum::IntType(t) => t.vec_type(*lanes as u32),
+            _ => return Ok(None),
+        };
+        Ok(Some((self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "vptr"))?, vt)))
+    }
+
+    /// Vector expressions (from tir.VectorizeLoop): native vector instructions
+    /// for arithmetic, comparisons, selects, contiguous loads and the common
+    /// intrinsics; anything else lane by lane.
+    pub(super) fn vexpr(&mut self, e: &Expr) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let t = e.ty();
+        let lanes = t.lanes as u32;
+        let float_vec = |v: BasicValueEnum<'ctx>| v.into_vector_value();
+        Ok(match e {
+            Expr::Broadcast(x, n) => {
+                let s = self.expr(x)?;
+                self.splat(s, *n as u32)?.into()
+            }
+            Expr::Ramp { base, stride, lanes } => {
+                let (b, s) = (self.expr(base)?, self.expr(stride)?);
+                let (b, s) = (self.splat(b, *lanes as u32)?, self.splat(s, *lanes as u32)?);
+                let iota: Vec<IntValue> = (0..*lanes).map(|k| self.i64c(k as i64)).collect();
+                let step = self.e(self.b.build_int_mul(s, VectorType::const_vector(&iota), "step"))?;
+                self.e(self.b.build_int_add(b, step, "ramp"))?.into()
+            }
+            Expr::Bin(BinOp::Add, a, b) if t.elem == DataType::F32 && fma_operands(a, b).is_some() => {
+                let (acc, m1, m2) = fma_operands(a, b).expect("checked");
+                let acc = self.vexpr_or_splat(acc, lanes)?;
+                let (m1, m2) = (self.vexpr_or_splat(m1, lanes)?, self.vexpr_or_splat(m2, lanes)?);
+                self.vector_intrinsic(&format!("llvm.fmuladd.v{lanes}f32"), &[m1, m2, acc])?
+            }
+            Expr::Bin(op, a, b) if t.elem == DataType::F32 => {
+                let (x, y) = (float_vec(self.vexpr_or_splat(a, lanes)?), float_vec(self.vexpr_or_splat(b, lanes)?));
+                match op {
+                    BinOp::Add => self.e(self.b.build_float_add(x, y, "vadd"))?.into(),
+                    BinOp::Sub => self.e(self.b.build_float_sub(x, y, "vsub"))?.into(),
+                    BinOp::Mul => self.e(self.b.build_float_mul(x, y, "vmul"))?.into(),
+                    BinOp::Div => self.e(self.b.build_float_div(x, y, "vdiv"))?.into(),
+                    BinOp::Min | BinOp::Max => self.nan_minmax(*op == BinOp::Min, (a, x.into()), (b, y.into()))?,
+                    BinOp::FloorDiv | BinOp::FloorMod => return self.scalarize(e),
+                }
+            }
+            Expr::Bin(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), a, b) if t.elem == DataType::I64 => {
+                let (x, y) = (
+                    self.vexpr_or_splat(a, lanes)?.into_vector_value(),
+                    self.vexpr_or_splat(b, lanes)?.into_vector_value(),
+                );
+                match op {
+                    BinOp::Add => self.e(self.b.build_int_add(x, y, "vadd"))?.into(),
+                    BinOp::Sub => self.e(self.b.build_int_sub(x, y, "vsub"))?.into(),
+                    _ => self.e(self.b.build_int_mul(x, y, "vmul"))?.into(),
+                }
+            }
+            Expr::Cmp(op, a, b) if a.ty().elem == DataType::F32 => {
+                let (x, y) = (float_vec(self.vexpr_or_splat(a, lanes)?), float_vec(self.vexpr_or_splat(b, lanes)?));
+                let pred = float_predicate(*op);
+                self.e(self.b.build_float_compare(pred, x, y, "vcmp"))?.into()
+            }
+            Expr::Select(c, a, b) if t.elem != DataType::Bool => {
+                let c = self.vexpr_or_splat(c, lanes)?.into_vector_value();
+                let (x, y) = (self.vexpr_or_splat(a, lanes)?, self.vexpr_or_splat(b, lanes)?);
+                self.e(self.b.build_select(c, x, y, "vselect"))?
+            }
+            Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
+                Some((ptr, vt)) => {
+                    let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
+                    if let Some(i) = v.as_instruction_value() {
+                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+                    }
+                    v
+                }
+                None => match self.strided_load(buf, &idx[0])? {
+                    Some(v) => v,
+                    None => self.scalarize(e)?,
+                },
+            },
+            Expr::Call(f, args, _) if t.elem == DataType::F32 => {
+                let vals: Vec<BasicValueEnum> =
+                    args.iter().map(|a| self.vexpr_or_splat(a, lanes)).collect::<Result<_, _>>()?;
+                let name = match f {
+                    Intrinsic::Fabs => "fabs",
+                    Intrinsic::Sqrt => "sqrt",
+                    Intrinsic::Floor => "floor",
+                    Intrinsic::Ceil => "ceil",
+                    Intrinsic::Round => "rint",
+                    Intrinsic::Exp => "exp",
+                    Intrinsic::Log => "log",
+                    Intrinsic::Ldexp => return self.ldexp(vals[0], vals[1]),
+                    _ => return self.scalarize(e),
+                };
+                self.vector_intrinsic(&format!("llvm.{name}.v{lanes}f32"), &vals)?
+            }
+            _ => self.scalarize(e)?,
+        })
+    }
+
+    pub(super) fn vexpr_or_splat(&mut self, e: &Expr, lanes: u32) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        if e.ty().lanes == 1 {
+            let s = self.expr(e)?;
+            Ok(self.splat(s, lanes)?.into())
+        } else {
+            self.vexpr(e)
+        }
+    }
+
+    pub(super) fn vector_intrinsic(
+        &self,
+        name: &str,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let ty = args.first().ok_or_else(|| self.unsupported("an intrinsic without arguments"))?.get_type();
+        let f = match self.module.get_function(name) {
+            Some(f) => f,
+            None => {
+                let params: Vec<BasicMetadataTypeEnum> = args.iter().map(|a| a.get_type().into()).collect();
+                self.module.add_function(name, ty.fn_type(&params, false), Some(Linkage::External))
+            }
+        };
+        let args: Vec<BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let call = self.e(self.b.build_call(f, &args, "vcall"))?;
+        match call.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Ok(v),
+            inkwell::values::ValueKind::Instruction(_) => Err(self.unsupported("a void intrinsic")),
+        }
+    }
+
+    /// A vector store: one store when the lanes are contiguous, else one per lane.
+    pub(super) fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
+        let lanes = idx.ty().lanes.max(value.ty().lanes);
+        if let (Some((ptr, _)), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
+            self.accumulator = Some(buf.id());
+            let v = self.vexpr_or_splat(value, lanes as u32);
+            self.accumulator = None;
+            let v = v?;
+            let st = self.e(self.b.build_store(ptr, v))?;
+            st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+            return Ok(());
+        }
+        for k in 0..lanes {
+            let i = simplify(&lane_of(idx, k), &Bounds::new());
+            self.stmt(&Stmt::Store { buffer: buf.clone(), indices: vec![i], value: lane_of(value, k) })?;
+        }
+        Ok(())
+    }
+}
