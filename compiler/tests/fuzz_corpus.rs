@@ -14,6 +14,9 @@
 //! `n` mutations per seed instead of the default. Inputs that panic because
 //! of a known, not yet fixed defect are listed in `KNOWN_DEFECTS`.
 
+// Tests read their own knobs from the environment (not the build API).
+#![allow(clippy::disallowed_methods)]
+
 use harness::{catch, Rng};
 
 #[path = "../../fuzz/targets.rs"]

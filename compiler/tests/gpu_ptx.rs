@@ -91,6 +91,13 @@ fn reference_onnx_models_compile_to_ptx() {
 #[test]
 fn bad_cuda_targets_are_errors() {
     assert!(CudaTarget::parse("cuda -arch=sm_7x").unwrap_err().to_string().contains("sm_7x"));
+    // An SM the linked LLVM cannot emit is refused (H100 is sm_90: LLVM 14 stops at sm_86).
+    let newest = if kiln::target::LLVM_VERSION == "14" { "sm_86" } else { "sm_90a" };
+    assert!(CudaTarget::parse(&format!("cuda -arch={newest}")).is_ok());
+    for sm in ["sm_100", if kiln::target::LLVM_VERSION == "14" { "sm_90" } else { "sm_120" }] {
+        let e = CudaTarget::parse(&format!("cuda -arch={sm}")).unwrap_err().to_string();
+        assert!(e.contains(&format!("cannot emit PTX for `{sm}`")) && e.contains(newest), "{e}");
+    }
     assert!(CudaTarget::parse("cuda -O3").unwrap_err().to_string().contains("-O3"));
     assert_eq!(CudaTarget::parse("cuda").expect("default").arch, "sm_80");
 }

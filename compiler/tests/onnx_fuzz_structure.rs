@@ -15,6 +15,9 @@
 //! A failure names the mutant; `KILN_FUZZ_CASE=<n>` runs that one alone,
 //! `KILN_FUZZ_MUTANTS=<n>` tries more (10,000 by default).
 
+// Tests read their own knobs from the environment (not the build API).
+#![allow(clippy::disallowed_methods)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests that sweep the Relay corpus or
 //! assemble PTX (each test binary uses a part of them).
+
+// Tests read their own knobs from the environment (not the build API).
+#![allow(clippy::disallowed_methods)]
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;

@@ -10,6 +10,18 @@ use super::*;
 use crate::codegen::CodegenError;
 use crate::tir::PrimFunc;
 
+/// The SMs (35 and newer) the linked LLVM's NVPTX backend can emit, from
+/// `llc -march=nvptx64 -mcpu=help`.
+#[cfg(not(feature = "llvm19"))]
+const EMITTABLE_SMS: &[&str] = &[
+    "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86",
+];
+#[cfg(feature = "llvm19")]
+const EMITTABLE_SMS: &[&str] = &[
+    "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80",
+    "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+];
+
 /// A parsed `cuda` target string: `cuda`, `cuda -arch=sm_80` (the default SM;
 /// PTX for an older SM runs on newer GPUs through the driver's JIT).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,8 +39,21 @@ impl CudaTarget {
         let mut t = CudaTarget { arch: "sm_80".into() };
         for w in words {
             match w.strip_prefix("-arch=") {
-                Some(a) if a.strip_prefix("sm_").is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 35)) => {
-                    t.arch = a.to_string()
+                Some(a) if EMITTABLE_SMS.contains(&a) => t.arch = a.to_string(),
+                Some(a) if a.strip_prefix("sm_").is_some_and(|n| n.trim_end_matches('a').parse::<u32>().is_ok()) => {
+                    // An SM newer than the linked LLVM's NVPTX backend: PTX
+                    // claiming it would be wrong, so refuse and say what works.
+                    return Err(bad(format!(
+                        "LLVM {}, which kiln links, cannot emit PTX for `{a}`; it emits {} (PTX for an older SM \
+                         runs on newer GPUs through the driver's JIT){}",
+                        crate::target::LLVM_VERSION,
+                        EMITTABLE_SMS.join(", "),
+                        if cfg!(feature = "llvm19") {
+                            ""
+                        } else {
+                            "; kiln built with LLVM 19 (feature `llvm19`) emits up to sm_90a"
+                        }
+                    )));
                 }
                 Some(a) => return Err(bad(format!("unknown architecture `{a}`; expected sm_NN (35 or newer)"))),
                 None => return Err(bad(format!("unknown option `{w}`; expected -arch=sm_NN"))),
@@ -37,8 +62,14 @@ impl CudaTarget {
         Ok(t)
     }
 
-    /// The PTX ISA version LLVM 14 needs for this SM (the oldest that has it).
+    /// The PTX ISA version the linked LLVM needs for this SM (the oldest that has it).
     fn ptx_feature(&self) -> &'static str {
+        match self.arch.as_str() {
+            "sm_90a" => return "+ptx80",
+            "sm_90" | "sm_89" => return "+ptx78",
+            "sm_87" => return "+ptx74",
+            _ => {}
+        }
         match self.arch.trim_start_matches("sm_").parse::<u32>().unwrap_or(80) {
             n if n >= 86 => "+ptx71",
             n if n >= 80 => "+ptx70",
