@@ -5,7 +5,7 @@
 #   `llvm14-0-prefer-dynamic`; Polly's library because Debian's llvm-config
 #   lists it among the system libraries).
 # - LLVM 19 development files: `cargo test -p kiln --no-default-features
-#   --features llvm19` checks the opaque-pointer code path.
+#   --features llvm19,cli` checks the opaque-pointer code path.
 set -euo pipefail
 need=()
 [ -x /usr/lib/llvm-14/bin/llvm-config ] || need+=(llvm-14-dev libpolly-14-dev)

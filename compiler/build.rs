@@ -5,6 +5,8 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // cargo always sets TARGET for a build script and reruns it when it changes.
+    #[allow(clippy::disallowed_methods)]
     let target = std::env::var("TARGET").expect("cargo sets TARGET for build scripts");
     println!("cargo:rustc-env=KILN_HOST_TRIPLE={target}");
 }

@@ -31,7 +31,7 @@ prepare() {
     # PTX from the tests' plans (LLVM here).
     KILN_PTX_OUT="$PWD/.gpu/ptx" cargo test -p kiln --test gpu_ptx
     # The GPU test binary and the CLI without LLVM.
-    exe=$(cargo test -p kiln --no-default-features --features cuda --test gpu_run --no-run \
+    exe=$(cargo test -p kiln --no-default-features --features cuda,cli --test gpu_run --no-run \
         --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -39,7 +39,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu_run":
         print(m["executable"])')
     strip -o .gpu/gpu_run "$exe"
-    cargo build --release -p kiln --no-default-features --features cuda --bin kiln --target-dir target/gpu
+    cargo build --release -p kiln --no-default-features --features cuda,cli --bin kiln --target-dir target/gpu
     strip -o .gpu/kiln target/gpu/release/kiln
     # PTX of the CLI's own plans, from the CLI built with LLVM.
     cargo build --release -p kiln --bin kiln

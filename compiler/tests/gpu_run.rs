@@ -6,7 +6,7 @@
 //! device each test prints why it was skipped.
 //!
 //! On a GPU machine without LLVM, build this test with
-//! `--no-default-features --features cuda` and point `KILN_PTX_DIR` at PTX
+//! `--no-default-features --features cuda,cli` and point `KILN_PTX_DIR` at PTX
 //! written on a machine with LLVM (`KILN_PTX_OUT=DIR cargo test -p kiln
 //! --test gpu_ptx`); `scripts/gpu_session.sh` does both halves.
 #![cfg(feature = "cuda")]

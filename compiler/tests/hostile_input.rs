@@ -303,7 +303,7 @@ fn errors_name_the_file_and_the_place() {
     let model = write(&dir, "id.relay", format!("#[version = \"0.0.5\"]\n{body}").as_bytes());
     let (code, _, err) = kiln(&["run", &model, "--threads", "5000"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("--threads 5000: at most 1024 threads"), "{err}");
+    assert!(err.contains("'5000' for '--threads <N>': at most 1024 threads"), "{err}");
     // The thread pool itself never panics when the system refuses threads.
     assert!(kiln_runtime::ThreadPool::try_new(3).is_ok_and(|p| p.threads() == 3));
 }

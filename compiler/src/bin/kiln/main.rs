@@ -3,54 +3,18 @@
 //! Every user error is one message on stderr that says what and where, and
 //! exit code 1 — never a panic.
 
+mod args;
+
 use std::process::ExitCode;
 use std::sync::Arc;
+
+use args::{BenchOptions, BuildOptions, Cli, Command, CompileOptions, OptOptions, RunOptions};
+use clap::Parser;
 
 use kiln::relay::transform::default_pipeline;
 use kiln::relay::{infer_module, parse_module_file, print_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, PrintIr, Selection, WellFormedChecker};
 use kiln::transform::{apply, registry, ConfigValue, Pass, PassContext, PassInstrument, Sequential};
-
-const USAGE: &str = "\
-usage: kiln <command> [options]
-
-commands:
-  print FILE      parse Relay text and print it back, type-annotated
-  opt FILE        optimize a Relay module and print it
-      --opt-level N              optimization level (default 2)
-      --passes P1,P2,…           run these registered passes instead of the default pipeline
-      --disable P                never run pass P (repeatable)
-      --require P                always run pass P (repeatable)
-      --config KEY=VALUE         set a pass configuration key (repeatable)
-      --print-ir-before P|all    print the module before pass P (repeatable)
-      --print-ir-after P|all     print the module after pass P (repeatable)
-      --time-passes              print a pass timing report
-      --dump-ir DIR              write the module after every pass to DIR/NNN_<pass>.relay
-      --verify                   check the module is well-formed and well-typed after every pass
-  build FILE      compile a Relay module and write what --emit asks for
-      --target T                 `llvm -mcpu=native` (default), `llvm -mcpu=…`, `c`, or
-                                 `cuda [-arch=sm_80]` (NVIDIA GPUs; run/bench need feature `cuda`)
-      --opt-level N              optimization level (default 3)
-      --weights FILE             bind @main parameters from .safetensors/.npy (repeatable)
-      --config KEY=VALUE         set a pass configuration key, as for opt (repeatable; e.g.
-                                 relay.AlterOpLayout.winograd=false keeps convolutions direct)
-      --input-shape NAME=1x3x224x224  (ONNX) fix the symbolic dimensions of an input (repeatable)
-      --emit LIST                comma-separated: relay,tir,llvm,asm,obj,c,ptx (default obj)
-      -o DIR                     output directory (default .)
-  run FILE        compile in process (JIT, or C) and run on .npy inputs
-      --input NAME=PATH.npy      an input of @main (repeatable; every non-weight parameter)
-      --bind NAME=PATH.npy       (ONNX) fix an input at build time: it becomes a constant, so
-                                 shapes, axes or scales fed as inputs are known to the compiler
-      --output PATH.npy          where to write each output, in order (repeatable)
-      --weights FILE, --target T, --opt-level N, --config as for build
-      --threads N                threads for the parallel kernels (default 1)
-      --ptx FILE                 (cuda) run this PTX, from `kiln build --target cuda --emit ptx`
-                                 on a machine with LLVM, instead of compiling it here
-  bench FILE      like run, then time the compiled model
-      --runs N                   timed runs after 10 warm-up runs (default 100)
-      --profile                  also the time of each kernel, slowest first
-  passes          list the registered passes
-";
 
 /// Write to stdout; a closed pipe (`kiln print f | head`) ends quietly instead of panicking.
 fn out(text: &str) {
@@ -80,25 +44,6 @@ fn read_module_with_shapes(path: &str, shapes: &[(String, Vec<usize>)]) -> Resul
     Ok(m)
 }
 
-/// More threads than any machine kiln runs on has cores: a typo, not a plan.
-const MAX_THREADS: usize = 1024;
-
-/// Options of `kiln opt`.
-#[derive(Default)]
-struct OptArgs {
-    file: Option<String>,
-    opt_level: u32,
-    passes: Option<Vec<String>>,
-    disable: Vec<String>,
-    require: Vec<String>,
-    config: Vec<(String, String)>,
-    before: Vec<String>,
-    after: Vec<String>,
-    time: bool,
-    dump: Option<String>,
-    verify: bool,
-}
-
 fn selection(names: &[String]) -> Selection {
     if names.iter().any(|n| n == "all") {
         Selection::All
@@ -119,44 +64,8 @@ fn set_config(ctx: &mut PassContext, config: &[(String, String)]) -> Result<(), 
     Ok(())
 }
 
-/// `--config KEY=VALUE`, split at the first `=`.
-fn config_option(v: &str) -> Result<(String, String), String> {
-    let (k, x) = v.split_once('=').ok_or_else(|| format!("--config takes KEY=VALUE, not `{v}`"))?;
-    Ok((k.to_string(), x.to_string()))
-}
-
-fn parse_opt_args(args: &[String]) -> Result<OptArgs, String> {
-    let mut o = OptArgs { opt_level: 2, ..Default::default() };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("`{flag}` needs a value"));
-        match a.as_str() {
-            "--opt-level" => {
-                let v = value(a)?;
-                o.opt_level = v.parse().map_err(|_| format!("--opt-level takes a number, not `{v}`"))?;
-            }
-            "--passes" => {
-                o.passes = Some(value(a)?.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
-            }
-            "--disable" => o.disable.push(value(a)?),
-            "--require" => o.require.push(value(a)?),
-            "--config" => o.config.push(config_option(&value(a)?)?),
-            "--print-ir-before" => o.before.push(value(a)?),
-            "--print-ir-after" => o.after.push(value(a)?),
-            "--time-passes" => o.time = true,
-            "--dump-ir" => o.dump = Some(value(a)?),
-            "--verify" => o.verify = true,
-            flag if flag.starts_with('-') => return Err(format!("unknown option `{flag}`\n\n{USAGE}")),
-            file if o.file.is_none() => o.file = Some(file.to_string()),
-            extra => return Err(format!("unexpected argument `{extra}`")),
-        }
-    }
-    Ok(o)
-}
-
-fn opt(args: &[String]) -> Result<(), String> {
-    let o = parse_opt_args(args)?;
-    let file = o.file.clone().ok_or_else(|| format!("`kiln opt` needs a FILE\n\n{USAGE}"))?;
+fn opt(o: &OptOptions) -> Result<(), String> {
+    let file = o.file.clone();
     let module = read_module(&file)?;
     // Every pass name given must exist.
     for name in o.disable.iter().chain(&o.require).chain(o.before.iter().chain(&o.after).filter(|n| *n != "all")) {
@@ -164,7 +73,7 @@ fn opt(args: &[String]) -> Result<(), String> {
     }
     let pipeline: Arc<dyn Pass> = match &o.passes {
         Some(names) => {
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let refs: Vec<&str> = names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
             Sequential::from_names("Passes", &refs).map_err(|e| e.to_string())?.arc()
         }
         None => default_pipeline().map_err(|e| e.to_string())?.arc(),
@@ -178,18 +87,18 @@ fn opt(args: &[String]) -> Result<(), String> {
     if o.verify {
         instruments.push(Arc::new(WellFormedChecker::with_type_check()));
     }
-    if o.time {
+    if o.time_passes {
         instruments.push(timing.clone());
     }
     if !o.before.is_empty() || !o.after.is_empty() {
         instruments.push(Arc::new(PrintIr::new(selection(&o.before), selection(&o.after))));
     }
-    if let Some(dir) = &o.dump {
+    if let Some(dir) = &o.dump_ir {
         instruments.push(Arc::new(DumpIr::new(dir)));
     }
     let ctx = Arc::new(ctx.with_instruments(instruments));
     let result = ctx.scope(|ctx| apply(pipeline.as_ref(), module, ctx)).map_err(|e| format!("{file}: {e}"))?;
-    if o.time {
+    if o.time_passes {
         eprint!("{}", timing.report());
     }
     out(&print_module(&result));
@@ -215,98 +124,51 @@ struct CompileArgs {
     /// `kiln bench --profile`: time each kernel too.
     profile: bool,
     /// `--ptx FILE`: prebuilt PTX for a `cuda` run (this kiln may lack LLVM).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     ptx: Option<String>,
     /// `--config KEY=VALUE`: pass configuration.
     config: Vec<(String, String)>,
 }
 
-fn parse_compile_args(args: &[String], cmd: &str) -> Result<CompileArgs, String> {
-    let mut c = CompileArgs {
-        file: String::new(),
-        target: "llvm -mcpu=native".into(),
-        opt_level: 3,
-        weights: Vec::new(),
-        emit: vec!["obj".into()],
-        out: ".".into(),
-        inputs: Vec::new(),
-        bound: Vec::new(),
-        input_shapes: Vec::new(),
-        outputs: Vec::new(),
-        threads: 1,
-        runs: 100,
-        profile: false,
-        ptx: None,
-        config: Vec::new(),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("`{flag}` needs a value"));
-        match a.as_str() {
-            "--target" => c.target = value(a)?,
-            "--opt-level" => {
-                let v = value(a)?;
-                c.opt_level = v.parse().map_err(|_| format!("--opt-level takes a number, not `{v}`"))?;
-            }
-            "--weights" => c.weights.push(value(a)?),
-            "--emit" => c.emit = value(a)?.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-            "-o" => c.out = value(a)?,
-            "--input" => {
-                let v = value(a)?;
-                let (n, p) = v.split_once('=').ok_or_else(|| format!("--input takes NAME=PATH.npy, not `{v}`"))?;
-                c.inputs.push((n.to_string(), p.to_string()));
-            }
-            "--bind" => {
-                let v = value(a)?;
-                let (n, p) = v.split_once('=').ok_or_else(|| format!("--bind takes NAME=PATH.npy, not `{v}`"))?;
-                c.bound.push((n.to_string(), p.to_string()));
-            }
-            "--input-shape" => {
-                let v = value(a)?;
-                let bad = || format!("--input-shape takes NAME=D1xD2x…, e.g. x=1x3x224x224, not `{v}`");
-                let (n, dims) = v.split_once('=').ok_or_else(bad)?;
-                let shape: Vec<usize> =
-                    dims.split('x').map(|d| d.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-                c.input_shapes.push((n.to_string(), shape));
-            }
-            "--output" => c.outputs.push(value(a)?),
-            "--ptx" => c.ptx = Some(value(a)?),
-            "--config" => c.config.push(config_option(&value(a)?)?),
-            "--profile" => c.profile = true,
-            "--runs" => {
-                let v = value(a)?;
-                c.runs = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--runs takes a positive number, not `{v}`"))?;
-            }
-            "--threads" => {
-                let v = value(a)?;
-                c.threads = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--threads takes a positive number, not `{v}`"))?;
-                if c.threads > MAX_THREADS {
-                    return Err(format!("--threads {v}: at most {MAX_THREADS} threads"));
-                }
-            }
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option `{flag}` for `kiln {cmd}`\n\n{USAGE}"))
-            }
-            file if c.file.is_empty() => c.file = file.to_string(),
-            extra => return Err(format!("unexpected argument `{extra}`")),
+impl CompileArgs {
+    fn new(c: CompileOptions) -> Self {
+        CompileArgs {
+            file: c.file,
+            target: c.target,
+            opt_level: c.opt_level,
+            weights: c.weights,
+            emit: Vec::new(),
+            out: ".".into(),
+            inputs: Vec::new(),
+            bound: Vec::new(),
+            input_shapes: c.input_shape,
+            outputs: Vec::new(),
+            threads: 1,
+            runs: 100,
+            profile: false,
+            ptx: None,
+            config: c.config,
         }
     }
-    if c.file.is_empty() {
-        return Err(format!("`kiln {cmd}` needs a FILE\n\n{USAGE}"));
+
+    fn build(b: BuildOptions) -> Self {
+        CompileArgs { emit: b.emit, out: b.out, ..CompileArgs::new(b.compile) }
     }
-    for e in &c.emit {
-        if !["relay", "tir", "llvm", "asm", "obj", "c", "ptx"].contains(&e.as_str()) {
-            return Err(format!("unknown --emit kind `{e}`; expected relay, tir, llvm, asm, obj, c or ptx"));
+
+    fn run(r: RunOptions) -> Self {
+        CompileArgs {
+            inputs: r.input,
+            bound: r.bind,
+            outputs: r.output,
+            threads: r.threads,
+            ptx: r.ptx,
+            ..CompileArgs::new(r.compile)
         }
     }
-    Ok(c)
+
+    fn bench(b: BenchOptions) -> Self {
+        CompileArgs { runs: b.runs as usize, profile: b.profile, ..CompileArgs::run(b.run) }
+    }
 }
 
 /// Parse, bind weights, type-check, optimize and plan.
@@ -451,9 +313,8 @@ fn execute_cuda(
         .into())
 }
 
-fn build(args: &[String]) -> Result<(), String> {
-    let c = parse_compile_args(args, "build")?;
-    let (fused, plan) = compile_file(&c)?;
+fn build(c: &CompileArgs) -> Result<(), String> {
+    let (fused, plan) = compile_file(c)?;
     let dir = std::path::Path::new(&c.out);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
@@ -487,7 +348,7 @@ fn build(args: &[String]) -> Result<(), String> {
                 if c.target.trim() == "c" {
                     return Err(format!("--emit {kind} needs an LLVM target, not `c`"));
                 }
-                emit_llvm(&c, &stem, &plan.kernels, kind, &write)?;
+                emit_llvm(c, &stem, &plan.kernels, kind, &write)?;
             }
         }
     }
@@ -683,10 +544,9 @@ fn execute(
     Ok(ex.outputs())
 }
 
-fn run_model(args: &[String], bench: bool) -> Result<(), String> {
-    let c = parse_compile_args(args, if bench { "bench" } else { "run" })?;
-    let (plan, inputs) = prepare_run(&c)?;
-    let outputs = execute(&c, &plan, &inputs, bench)?;
+fn run_model(c: &CompileArgs, bench: bool) -> Result<(), String> {
+    let (plan, inputs) = prepare_run(c)?;
+    let outputs = execute(c, &plan, &inputs, bench)?;
     if bench {
         return Ok(());
     }
@@ -707,19 +567,18 @@ fn run_model(args: &[String], bench: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    match args.first().map(String::as_str) {
-        Some("build") => build(&args[1..]),
-        Some("run") => run_model(&args[1..], false),
-        Some("bench") => run_model(&args[1..], true),
-        Some("print") => {
-            let [_, file] = args else { return Err(format!("`kiln print` takes one FILE\n\n{USAGE}")) };
-            let m = read_module(file)?;
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Build(b) => build(&CompileArgs::build(b)),
+        Command::Run(r) => run_model(&CompileArgs::run(r), false),
+        Command::Bench(b) => run_model(&CompileArgs::bench(b), true),
+        Command::Print { file } => {
+            let m = read_module(&file)?;
             out(&print_module(&m));
             Ok(())
         }
-        Some("opt") => opt(&args[1..]),
-        Some("passes") => {
+        Command::Opt(o) => opt(&o),
+        Command::Passes => {
             for name in registry::pass_names() {
                 if let Some(p) = registry::get_pass(&name) {
                     let i = p.info();
@@ -728,18 +587,28 @@ fn run(args: &[String]) -> Result<(), String> {
             }
             Ok(())
         }
-        Some("-h" | "--help" | "help") => {
-            out(USAGE);
-            Ok(())
-        }
-        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
-        None => Err(USAGE.to_string()),
     }
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print and succeed; a wrong option is a
+        // user error like any other (exit code 1), with clap's message.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprint!("error: no command given\n\n{}", e.render());
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprint!("{}", e.render());
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,0 +1,183 @@
+//! The command line's grammar: every command and option, parsed by clap, so
+//! that `kiln --help` and `kiln <command> --help` describe them and a wrong
+//! option is an error that names it.
+
+use clap::{Args, Parser, Subcommand};
+
+/// More threads than any machine kiln runs on has cores: a typo, not a plan.
+pub const MAX_THREADS: usize = 1024;
+
+/// What `--emit` can write.
+pub const EMIT_KINDS: [&str; 7] = ["relay", "tir", "llvm", "asm", "obj", "c", "ptx"];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kiln",
+    version,
+    about = "Compile deep-learning models (Relay text or ONNX) into machine code",
+    after_help = "Every user error is one message on stderr and exit code 1."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Parse a model (Relay text or ONNX) and print it as Relay text, type-annotated
+    Print {
+        /// A Relay text file, or an ONNX model (`.onnx`)
+        file: String,
+    },
+    /// Optimize a model and print it
+    Opt(OptOptions),
+    /// Compile a model and write what --emit asks for
+    Build(BuildOptions),
+    /// Compile in process (LLVM JIT, or C) and run on .npy inputs
+    Run(RunOptions),
+    /// Like run, then time the compiled model
+    Bench(BenchOptions),
+    /// List the registered passes
+    Passes,
+}
+
+#[derive(Args, Debug)]
+pub struct OptOptions {
+    /// A Relay text file, or an ONNX model (`.onnx`)
+    pub file: String,
+    /// Optimization level
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub opt_level: u32,
+    /// Run these registered passes instead of the default pipeline
+    #[arg(long, value_name = "P1,P2,…", value_delimiter = ',')]
+    pub passes: Option<Vec<String>>,
+    /// Never run this pass (repeatable)
+    #[arg(long, value_name = "PASS")]
+    pub disable: Vec<String>,
+    /// Always run this pass (repeatable)
+    #[arg(long, value_name = "PASS")]
+    pub require: Vec<String>,
+    /// Set a pass configuration key (repeatable)
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub config: Vec<(String, String)>,
+    /// Print the module before this pass, or `all` (repeatable)
+    #[arg(long = "print-ir-before", value_name = "PASS|all")]
+    pub before: Vec<String>,
+    /// Print the module after this pass, or `all` (repeatable)
+    #[arg(long = "print-ir-after", value_name = "PASS|all")]
+    pub after: Vec<String>,
+    /// Print a pass timing report
+    #[arg(long)]
+    pub time_passes: bool,
+    /// Write the module after every pass to DIR/NNN_<pass>.relay
+    #[arg(long, value_name = "DIR")]
+    pub dump_ir: Option<String>,
+    /// Check that the module is well-formed and well-typed after every pass
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// What every compiling command takes.
+#[derive(Args, Debug)]
+pub struct CompileOptions {
+    /// A Relay text file, or an ONNX model (`.onnx`)
+    pub file: String,
+    /// `llvm -mcpu=native`, `llvm -mcpu=<cpu> [-mattr=…] [-mtriple=…] [-fast-math]`, `c`, or
+    /// `cuda [-arch=sm_NN]` (NVIDIA GPUs; run and bench need kiln's `cuda` feature)
+    #[arg(long, value_name = "T", default_value = "llvm -mcpu=native")]
+    pub target: String,
+    /// Optimization level
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub opt_level: u32,
+    /// Bind @main parameters from a .safetensors or .npy file (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub weights: Vec<String>,
+    /// Set a pass configuration key (repeatable; `relay.AlterOpLayout.winograd=false` keeps
+    /// convolutions direct; an unknown key is an error that lists the valid ones)
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub config: Vec<(String, String)>,
+    /// (ONNX) fix the symbolic dimensions of an input (repeatable)
+    #[arg(long, value_name = "NAME=1x3x224x224", value_parser = input_shape)]
+    pub input_shape: Vec<(String, Vec<usize>)>,
+}
+
+#[derive(Args, Debug)]
+pub struct BuildOptions {
+    #[command(flatten)]
+    pub compile: CompileOptions,
+    /// What to write (comma-separated)
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "obj", value_parser = EMIT_KINDS)]
+    pub emit: Vec<String>,
+    /// Output directory
+    #[arg(short = 'o', value_name = "DIR", default_value = ".")]
+    pub out: String,
+}
+
+#[derive(Args, Debug)]
+pub struct RunOptions {
+    #[command(flatten)]
+    pub compile: CompileOptions,
+    /// An input of @main (repeatable; every parameter that is not a weight)
+    #[arg(long, value_name = "NAME=PATH.npy", value_parser = key_value)]
+    pub input: Vec<(String, String)>,
+    /// (ONNX) fix an input at build time: it becomes a constant, so shapes, axes or scales fed
+    /// as inputs are known to the compiler (repeatable)
+    #[arg(long, value_name = "NAME=PATH.npy", value_parser = key_value)]
+    pub bind: Vec<(String, String)>,
+    /// Where to write each output, in order (repeatable)
+    #[arg(long, value_name = "PATH.npy")]
+    pub output: Vec<String>,
+    /// Threads for the parallel kernels
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads)]
+    pub threads: usize,
+    /// (cuda) run this PTX, from `kiln build --target cuda --emit ptx` on a machine with LLVM,
+    /// instead of compiling it here
+    #[arg(long, value_name = "FILE")]
+    pub ptx: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchOptions {
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Timed runs after 10 warm-up runs
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
+    /// Also time each kernel, slowest first
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn key_value(v: &str) -> Result<(String, String), String> {
+    let (k, x) = v.split_once('=').ok_or_else(|| format!("expected KEY=VALUE, not `{v}`"))?;
+    Ok((k.to_string(), x.to_string()))
+}
+
+/// `NAME=D1xD2x…`.
+fn input_shape(v: &str) -> Result<(String, Vec<usize>), String> {
+    let bad = || format!("expected NAME=D1xD2x…, e.g. x=1x3x224x224, not `{v}`");
+    let (n, dims) = v.split_once('=').ok_or_else(bad)?;
+    let shape = dims.split('x').map(|d| d.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+    Ok((n.to_string(), shape))
+}
+
+/// A positive thread count, at most [`MAX_THREADS`].
+fn threads(v: &str) -> Result<usize, String> {
+    let n: usize = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("expected a positive number, not `{v}`"))?;
+    if n > MAX_THREADS {
+        return Err(format!("at most {MAX_THREADS} threads"));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
