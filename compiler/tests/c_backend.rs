@@ -3,7 +3,6 @@
 
 mod common;
 
-use common::CLibrary;
 use kiln::te::{compute, lower, placeholder, reduce_axis, sum};
 use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
 use kiln::tir::{BinOp, Expr};
@@ -21,7 +20,7 @@ fn elementwise_add_relu_inlines_and_runs() {
     let f = simplify_prim_func(flatten_buffers(f));
     let text = kiln::tir::print_prim_func(&f);
     assert!(!text.contains("alloc_buffer"), "the add must be inlined:\n{text}");
-    let lib = CLibrary::build(&[f]);
+    let lib = common::c_library(&[f]);
     let k: libloading::Symbol<Kernel3> = unsafe { lib.library().get(b"add_relu") }.expect("symbol");
     let av: Vec<f32> = (0..15).map(|i| i as f32 - 7.0).collect();
     let bv: Vec<f32> = (0..5).map(|i| i as f32 * 0.5 - 1.0).collect();
@@ -45,7 +44,7 @@ fn matmul_reduction_runs() {
         sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
     });
     let f = simplify_prim_func(flatten_buffers(lower("matmul", &[a, b], &[c]).expect("lower")));
-    let lib = CLibrary::build(&[f]);
+    let lib = common::c_library(&[f]);
     let kern: libloading::Symbol<Kernel3> = unsafe { lib.library().get(b"matmul") }.expect("symbol");
     let av: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32 - 2.0).collect();
     let bv: Vec<f32> = (0..k * n).map(|i| (i % 3) as f32 * 0.25).collect();
@@ -76,7 +75,7 @@ fn the_smallest_int64_constant_is_valid_c() {
         source.contains("(-INT64_C(9223372036854775807) - 1)") && !source.contains("9223372036854775808"),
         "{source}"
     );
-    let lib = CLibrary::build(&[f]);
+    let lib = common::c_library(&[f]);
     let k: libloading::Symbol<KernelI64> = unsafe { lib.library().get(b"clamp_low") }.expect("symbol");
     let input = [5i64, -1, 0];
     let mut got = [0i64; 3];

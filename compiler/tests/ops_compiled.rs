@@ -7,7 +7,7 @@
 #![cfg(feature = "llvm")]
 mod common;
 
-use common::{compare, flat, inputs, CLibrary};
+use common::{compare, flat, inputs};
 
 use std::collections::BTreeSet;
 
@@ -37,7 +37,7 @@ fn every_operator_compiled_matches_the_interpreter() {
             let Ok(jit) = kiln::codegen::llvm::Jit::new(&name, &plan.kernels) else {
                 panic!("{name}: LLVM codegen failed")
             };
-            let c = CLibrary::build(&plan.kernels);
+            let c = common::c_library(&plan.kernels);
             for threads in [1, 3] {
                 compare(
                     &name,
@@ -247,7 +247,7 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
         let (_, plan) = kiln::build::optimize_and_plan(bound.clone(), std::sync::Arc::new(ctx)).expect("compile");
         inspect(&plan.kernels, unit.f32_lanes);
         let jit = kiln::codegen::llvm::Jit::new("packed", &plan.kernels).expect("jit");
-        let c = CLibrary::build(&plan.kernels);
+        let c = common::c_library(&plan.kernels);
         for threads in [1, 2] {
             let (llvm_out, c_out) =
                 (host::run(&plan, &jit, &all[..n_inputs], threads), host::run(&plan, &c, &all[..n_inputs], threads));
@@ -297,7 +297,7 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         let fallbacks: Vec<_> = depthwise.iter().filter(|k| k.attrs.contains_key("depthwise")).collect();
         assert_eq!(fallbacks.len(), 1, "{:?}", fallbacks.iter().map(|k| &k.attrs).collect::<Vec<_>>());
         let jit = kiln::codegen::llvm::Jit::new("depthwise", &plan.kernels).expect("jit");
-        let c = CLibrary::build(&plan.kernels);
+        let c = common::c_library(&plan.kernels);
         for threads in [1, 2] {
             compare("depthwise", "llvm", &host::run(&plan, &jit, &args, threads).expect("run"), &want, false);
             compare("depthwise", "C", &host::run(&plan, &c, &args, threads).expect("run"), &want, false);

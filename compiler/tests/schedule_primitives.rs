@@ -30,7 +30,7 @@ fn run_both(f: &PrimFunc, inputs: &[Vec<f32>], tasks: i64) -> Vec<Vec<f32>> {
     let out_len: usize = f.params.last().expect("an output").numel();
     let jit = Jit::new(&f.name, std::slice::from_ref(f)).expect("jit");
     let k = jit.kernel(&f.name).expect("kernel");
-    let lib = common::CLibrary::build(std::slice::from_ref(f));
+    let lib = common::c_library(std::slice::from_ref(f));
     let ck = lib.packed(&f.name).expect("C kernel");
     for kernel in [k, ck] {
         let mut args: Vec<Vec<f32>> = inputs.to_vec();

@@ -81,7 +81,7 @@ impl<'p> Executor<'p> {
         let kernels = plan
             .kernels
             .iter()
-            .map(|k| Ok((lib.packed(&k.name)?, crate::build::glue::is_parallel(k))))
+            .map(|k| Ok((lib.packed(&k.name)?, k.body.has_parallel_loop())))
             .collect::<Result<_, RunError>>()?;
         Ok(Executor {
             plan,

@@ -2,6 +2,7 @@
 //! function → one TIR kernel).
 
 pub mod aot;
+pub mod c_library;
 pub mod cuda;
 pub mod host;
 pub mod lower_te;

@@ -26,6 +26,9 @@ pub enum RunError {
     /// Kernel `kernel` returned the nonzero `status` (a `kiln_runtime::STATUS_*` code).
     #[error("kernel `{kernel}`: {}", kiln_runtime::status_message(*status))]
     Kernel { kernel: String, status: i32 },
+    /// Generating, compiling or loading the kernels' C failed (`CLibrary`).
+    #[error("C backend: {message}")]
+    CCompiler { message: String },
     /// The GPU (driver, memory, launch) failed.
     #[error("GPU: {message}")]
     Device { message: String },

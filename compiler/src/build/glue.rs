@@ -12,7 +12,6 @@ use kiln_ir::DataType;
 
 use crate::backend::aot::{ExecutorPlan, Storage};
 use crate::target::TargetDescription;
-use crate::tir::{ForKind, PrimFunc, Stmt};
 
 /// The Rust element type of a dtype.
 pub fn rust_type(t: DataType) -> &'static str {
@@ -53,12 +52,6 @@ pub fn ident(name: &str, fallback: &str) -> String {
 /// The symbol of constant `i` of `model` in the library.
 pub fn constant_symbol(model: &str, i: usize) -> String {
     format!("kiln_{model}_c{i}")
-}
-
-pub(crate) fn is_parallel(f: &PrimFunc) -> bool {
-    let mut found = false;
-    f.body.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
-    found
 }
 
 /// `<model>.rs`.
@@ -152,7 +145,7 @@ pub fn rust_glue(
             k.name,
             k.name,
             args.join(", "),
-            is_parallel(k)
+            k.body.has_parallel_loop()
         );
     }
     let _ = writeln!(o, "        Ok(())");

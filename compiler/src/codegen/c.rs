@@ -8,7 +8,7 @@ use kiln_ir::DataType;
 use super::CodegenError;
 use crate::arith::{simplify, Bounds};
 use crate::tir::transform::lane_of;
-use crate::tir::{BinOp, Buffer, CmpOp, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, TirType, Var};
+use crate::tir::{BinOp, Buffer, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, TirType, Var};
 
 /// Largest kernel-local buffer placed on the stack.
 const MAX_LOCAL_BYTES: usize = 1 << 20;
@@ -144,15 +144,7 @@ impl Emitter<'_> {
             }
             Expr::Cmp(op, a, b) => {
                 let (x, y) = (self.expr(a)?, self.expr(b)?);
-                let sym = match op {
-                    CmpOp::Eq => "==",
-                    CmpOp::Ne => "!=",
-                    CmpOp::Lt => "<",
-                    CmpOp::Le => "<=",
-                    CmpOp::Gt => ">",
-                    CmpOp::Ge => ">=",
-                };
-                format!("({x} {sym} {y})")
+                format!("({x} {} {y})", op.symbol())
             }
             Expr::And(a, b) => format!("({} && {})", self.expr(a)?, self.expr(b)?),
             Expr::Or(a, b) => format!("({} || {})", self.expr(a)?, self.expr(b)?),
@@ -292,12 +284,6 @@ impl Emitter<'_> {
     }
 }
 
-fn has_parallel_loop(s: &Stmt) -> bool {
-    let mut found = false;
-    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
-    found
-}
-
 /// The C definition of one kernel (without the prelude).
 pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
     let mut e = Emitter {
@@ -321,7 +307,7 @@ pub fn codegen_prim_func(f: &PrimFunc) -> Result<String, CodegenError> {
     params.push("int64_t task_id".into());
     params.push("int64_t num_tasks".into());
     let _ = writeln!(e.out, "int32_t {}({}) {{", f.name, params.join(", "));
-    if !has_parallel_loop(&f.body) {
+    if !f.body.has_parallel_loop() {
         e.line(1, "(void)num_tasks;");
         e.line(1, "if (task_id != 0) return 0;");
     }

@@ -9,8 +9,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use kiln::backend::aot::ExecutorPlan;
-use kiln::backend::host::KernelLibrary;
-use kiln::codegen::PackedKernel;
 use kiln::relay::{eval_function, infer_module, parse_module, post_order, IRModule, Type, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
@@ -138,45 +136,11 @@ pub fn sweep_context(opt_level: u32) -> PassContext {
     }
 }
 
-/// Kernels compiled as C into a shared object and loaded.
-pub struct CLibrary {
-    _dir: tempfile::TempDir,
-    lib: libloading::Library,
-}
+pub use kiln::backend::c_library::CLibrary;
 
-impl CLibrary {
-    pub fn build(kernels: &[PrimFunc]) -> CLibrary {
-        let src = kiln::codegen::c::codegen_module(kernels).expect("C code");
-        let dir = tempfile::tempdir().expect("dir");
-        let (c, so) = (dir.path().join("k.c"), dir.path().join("k.so"));
-        std::fs::write(&c, &src).expect("write");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let ok = std::process::Command::new(cc)
-            .args(["-O1", "-std=c99", "-shared", "-fPIC", "-o"])
-            .arg(&so)
-            .arg(&c)
-            .arg("-lm")
-            .status()
-            .expect("cc");
-        assert!(ok.success(), "the C compiler rejected:\n{src}");
-        // SAFETY: a library just built from kiln's C output; it runs no initializers.
-        let lib = unsafe { libloading::Library::new(&so) }.expect("load");
-        CLibrary { _dir: dir, lib }
-    }
-
-    /// The loaded library, for the kernels' own (unpacked) symbols.
-    pub fn library(&self) -> &libloading::Library {
-        &self.lib
-    }
-}
-
-impl KernelLibrary for CLibrary {
-    fn packed(&self, name: &str) -> Result<PackedKernel, kiln::backend::RunError> {
-        // SAFETY: every `<name>_packed` kiln emits has the PackedKernel signature.
-        let sym: libloading::Symbol<PackedKernel> = unsafe { self.lib.get(format!("{name}_packed").as_bytes()) }
-            .map_err(|e| kiln::backend::RunError::MissingKernel { kernel: name.to_string(), message: e.to_string() })?;
-        Ok(*sym)
-    }
+/// Kernels compiled as C (at -O1, for test speed) and loaded; panics with the C compiler's message.
+pub fn c_library(kernels: &[PrimFunc]) -> CLibrary {
+    CLibrary::build(kernels, 1).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Inputs for a corpus program's `@main`: deterministic values in [0.5, 1.5).

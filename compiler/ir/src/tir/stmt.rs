@@ -151,6 +151,14 @@ impl Stmt {
         })
     }
 
+    /// Whether a loop of this statement is parallel (the kernel is then
+    /// task-sliced; otherwise task 0 does all the work).
+    pub fn has_parallel_loop(&self) -> bool {
+        let mut found = false;
+        self.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
+        found
+    }
+
     /// Calls `f` on every statement, parents before children.
     pub fn visit(&self, f: &mut impl FnMut(&Stmt)) {
         f(self);

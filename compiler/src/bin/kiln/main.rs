@@ -8,6 +8,8 @@ mod args;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use kiln::backend::c_library::CLibrary;
+
 use args::{BenchOptions, BuildOptions, Cli, Command, CompileOptions, OptOptions, RunOptions};
 use clap::Parser;
 
@@ -394,43 +396,6 @@ fn llvm_library(_: &kiln::backend::aot::ExecutorPlan, _: &str) -> Result<CLibrar
 }
 
 /// Kernels compiled as C into a shared object and loaded.
-struct CLibrary {
-    _dir: std::path::PathBuf,
-    lib: libloading::Library,
-}
-
-impl kiln::backend::host::KernelLibrary for CLibrary {
-    fn packed(&self, name: &str) -> Result<kiln::codegen::PackedKernel, kiln::backend::RunError> {
-        // SAFETY: every kernel has a `<name>_packed` entry point of this type (codegen::c).
-        let sym: libloading::Symbol<kiln::codegen::PackedKernel> = unsafe {
-            self.lib.get(format!("{name}_packed").as_bytes())
-        }
-        .map_err(|e| kiln::backend::RunError::MissingKernel { kernel: name.to_string(), message: e.to_string() })?;
-        Ok(*sym)
-    }
-}
-
-fn c_library(plan: &kiln::backend::aot::ExecutorPlan) -> Result<CLibrary, String> {
-    let src = kiln::codegen::c::codegen_module(&plan.kernels).map_err(|e| e.to_string())?;
-    let dir = std::env::temp_dir().join(format!("kiln-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let (cfile, so) = (dir.join("kernels.c"), dir.join("kernels.so"));
-    std::fs::write(&cfile, src).map_err(|e| e.to_string())?;
-    let status = std::process::Command::new("cc")
-        .args(["-O2", "-std=c99", "-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&cfile)
-        .arg("-lm")
-        .status()
-        .map_err(|e| format!("cannot run the C compiler `cc`: {e}"))?;
-    if !status.success() {
-        return Err("the C compiler failed on the generated kernels".into());
-    }
-    // SAFETY: the library is the C we just generated; loading it runs no initializers of ours.
-    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string())?;
-    Ok(CLibrary { _dir: dir, lib })
-}
-
 /// Compile `FILE` and load its inputs: what `run` and `bench` share.
 fn prepare_run(c: &CompileArgs) -> Result<(kiln::backend::aot::ExecutorPlan, Vec<kiln::Tensor>), String> {
     let (_, plan) = compile_file(c)?;
@@ -474,7 +439,7 @@ fn execute(
     let jit;
     let clib;
     let lib: &dyn kiln::backend::host::KernelLibrary = if c.target.trim() == "c" {
-        clib = c_library(plan)?;
+        clib = CLibrary::build(&plan.kernels, 2).map_err(|e| e.to_string())?;
         &clib
     } else {
         jit = llvm_library(plan, &c.target)?;

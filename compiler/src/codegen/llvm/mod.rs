@@ -36,7 +36,7 @@ use target::set_target_attributes;
 pub use target::LlvmTarget;
 
 use super::CodegenError;
-use crate::tir::{BinOp, CmpOp, Expr, ForKind, PrimFunc, Stmt};
+use crate::tir::{BinOp, CmpOp, Expr, PrimFunc};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
 const MAX_LOCAL_BYTES: usize = 1 << 20;
@@ -115,12 +115,6 @@ fn fma_operands<'e>(a: &'e Expr, b: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e
         (acc, Expr::Bin(BinOp::Mul, m1, m2)) | (Expr::Bin(BinOp::Mul, m1, m2), acc) => Some((acc, m1, m2)),
         _ => None,
     }
-}
-
-fn has_parallel_loop(s: &Stmt) -> bool {
-    let mut found = false;
-    s.visit(&mut |s| found |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
-    found
 }
 
 /// Declare kernel `f` — one `noalias nocapture` pointer per buffer, then, on
@@ -209,7 +203,7 @@ fn emit_kernel<'ctx>(
         }
     }
     set_target_attributes(ctx, func, target);
-    if !has_parallel_loop(&f.body) {
+    if !f.body.has_parallel_loop() {
         // Serial kernels do all the work in task 0.
         let work = ctx.append_basic_block(func, "work");
         let done = ctx.append_basic_block(func, "done");
