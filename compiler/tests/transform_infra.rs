@@ -355,6 +355,13 @@ fn checker_names_the_pass_that_broke_the_module() {
     let ctx = PassContext::new().with_instruments(vec![Arc::new(WellFormedChecker::with_type_check())]);
     let e = apply(&seq, module(), &ctx).unwrap_err().to_string();
     assert_eq!(e, "instrument `WellFormedChecker` failed in run_after_pass: after pass `Breaker`, the module is malformed: in `@main`: `@missing` is not a function of the module");
+    // Without the instrument, debug builds (every test) check each pass's result anyway.
+    let result = apply(&seq, module(), &PassContext::new());
+    if !cfg!(debug_assertions) {
+        return; // release test builds do not verify
+    }
+    let e = result.unwrap_err().to_string();
+    assert_eq!(e, "pass `Breaker` left the module malformed: in `@main`: `@missing` is not a function of the module");
 }
 
 #[test]
@@ -403,8 +410,32 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
         f.name = "other".into();
         Ok(f)
     });
-    let e = apply(&renamer, lowered, &PassContext::new()).unwrap_err();
+    let e = apply(&renamer, lowered.clone(), &PassContext::new()).unwrap_err();
     assert_eq!(e, PassError::FunctionSetChanged { pass: "Renamer".into() });
+
+    // Debug builds (every test) verify each kernel a PrimFuncPass returns:
+    // here a store through a variable no loop binds.
+    let unbinder = kiln::transform::PrimFuncPass::new(PassInfo::new("Unbinder", 0, &[]), |mut f, _, _| {
+        let out = f.params.last().cloned().ok_or("no output")?;
+        let stray = kiln::tir::Var::index("stray");
+        let store = kiln::tir::Stmt::Store {
+            buffer: out,
+            indices: vec![kiln::tir::Expr::var(&stray)],
+            value: kiln::tir::Expr::float(0.0, kiln::DataType::F32),
+        };
+        f.body = kiln::tir::Stmt::seq(vec![f.body, store]);
+        Ok(f)
+    });
+    let result = apply(&unbinder, lowered, &PassContext::new());
+    if !cfg!(debug_assertions) {
+        return; // release test builds do not verify
+    }
+    let e = result.unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "pass `Unbinder` failed: in kernel `fused_exp_add`: kernel `fused_exp_add` is ill-formed TIR: \
+         variable `stray` is used outside the loop or `let` that binds it"
+    );
 }
 
 /// A pass body's own error type survives as the `source` of the pass error,

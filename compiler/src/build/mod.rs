@@ -669,6 +669,13 @@ fn optimize_and_plan_with(
         // The kernels travel in the module through the TIR passes, so instruments see them.
         let mut lowered = fused.clone();
         for k in std::mem::take(&mut plan.kernels) {
+            if cfg!(debug_assertions) {
+                kiln_ir::tir::verify_prim_func(&k).map_err(|e| PassError::Failed {
+                    pass: "LowerTE".into(),
+                    context: String::new(),
+                    error: BodyError::new(e),
+                })?;
+            }
             lowered.add_prim_func(k);
         }
         let mut lowered = apply(tir, lowered, ctx)?;

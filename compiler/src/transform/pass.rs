@@ -95,6 +95,10 @@ pub enum PassError {
     FunctionSetChanged { pass: String },
     #[error("pass `{name}` is registered twice")]
     Duplicate { name: String },
+    /// A pass returned a module that is not well-formed or not well-typed
+    /// (checked after every pass in debug builds, so in every test).
+    #[error("pass `{pass}` left the module {message}")]
+    Malformed { pass: String, message: String },
 }
 
 /// A module-to-module transformation.
@@ -123,7 +127,20 @@ pub fn apply(pass: &dyn Pass, module: IRModule, ctx: &PassContext) -> Result<IRM
     }
     let out = pass.run(module, ctx)?;
     ctx.instrument_after_pass(&out, info)?;
+    if cfg!(debug_assertions) {
+        check_result(&out, &info.name)?;
+    }
     Ok(out)
+}
+
+/// What debug builds check after every pass: the module is well-formed and
+/// well-typed (inference runs on a copy, so the pass's own types stay as
+/// they are). Release builds leave it to `WellFormedChecker` (`opt --verify`).
+fn check_result(m: &IRModule, pass: &str) -> Result<(), PassError> {
+    let malformed = |message: String| PassError::Malformed { pass: pass.to_string(), message };
+    super::verify::well_formed(m).map_err(|e| malformed(format!("malformed: {}", e.message())))?;
+    let mut copy = m.clone();
+    kiln_ir::relay::infer_module(&mut copy).map_err(|e| malformed(format!("ill-typed: {e}")))
 }
 
 type ModuleFn = dyn Fn(IRModule, &PassContext) -> Result<IRModule, PassBodyError> + Send + Sync;
@@ -288,6 +305,14 @@ impl Pass for PrimFuncPass {
             })?;
             if new.name != name {
                 return Err(PassError::FunctionSetChanged { pass: self.info.name.clone() });
+            }
+            // Debug builds (and so every test) check that the pass left well-formed TIR.
+            if cfg!(debug_assertions) {
+                kiln_ir::tir::verify_prim_func(&new).map_err(|e| PassError::Failed {
+                    pass: self.info.name.clone(),
+                    context: format!("in kernel `{name}`"),
+                    error: BodyError::new(e),
+                })?;
             }
             module.add_prim_func(new);
         }

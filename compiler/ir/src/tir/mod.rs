@@ -4,7 +4,9 @@ pub mod expr;
 pub mod printer;
 pub mod stmt;
 pub mod transform;
+pub mod verify;
 
 pub use expr::{BinOp, Buffer, CmpOp, Combiner, Expr, Intrinsic, Reduce, Scope, TirType, Var};
 pub use printer::{print_expr, print_prim_func, print_stmt};
 pub use stmt::{For, ForKind, PrimFunc, Stmt, ThreadAxis};
+pub use verify::{verify_prim_func, IllFormed};
