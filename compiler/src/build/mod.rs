@@ -34,6 +34,7 @@
 //! ([`crate::target::follow_cargo_target`]).
 
 pub mod glue;
+mod report;
 mod weights;
 
 use std::collections::BTreeMap;
@@ -49,6 +50,7 @@ use crate::relay::transform::default_pipeline;
 use crate::target::TargetDescription;
 use crate::transform::instrument::DumpIr;
 use crate::transform::{apply, BodyError, PassContext, PassError, PassInstrument};
+use report::report_json;
 
 /// What went wrong in a model build; the text says what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -735,45 +737,4 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
         b.file(dir.join(format!("{}.c", a.name))).flag_if_supported("-std=c99").opt_level(2);
     }
     b.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
-}
-
-fn report_json(name: &str, target: &TargetDescription, plan: &ExecutorPlan) -> String {
-    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-    let kernels: Vec<String> = plan.kernels.iter().map(|k| format!("\"{}\"", esc(&k.name))).collect();
-    let calls: Vec<String> = plan
-        .calls
-        .iter()
-        .map(|c| format!("{{\"kernel\": \"{}\", \"args\": {:?}}}", esc(&plan.kernels[c.kernel].name), c.args))
-        .collect();
-    let tensors: Vec<String> = plan
-        .tensors
-        .iter()
-        .map(|t| {
-            format!(
-                "{{\"name\": \"{}\", \"shape\": {:?}, \"dtype\": \"{}\", \"storage\": \"{:?}\"}}",
-                esc(&t.name),
-                t.shape,
-                t.dtype,
-                t.storage
-            )
-        })
-        .collect();
-    let bytes = |f: &dyn Fn(&crate::backend::aot::TensorSlot) -> bool| {
-        plan.tensors.iter().filter(|t| f(t)).map(|t| t.bytes()).sum::<usize>()
-    };
-    use crate::backend::aot::Storage;
-    format!(
-        "{{\n  \"model\": \"{}\",\n  \"target\": \"{}\",\n  \"target_description\": {},\n  \"memory\": {{\"arena_bytes\": {}, \"lower_bound_bytes\": {}, \"input_bytes\": {}, \"output_bytes\": {}, \"constant_bytes\": {}}},\n  \"kernels\": [{}],\n  \"calls\": [\n    {}\n  ],\n  \"tensors\": [\n    {}\n  ]\n}}\n",
-        esc(name),
-        esc(&target.target),
-        target.to_json(),
-        plan.arena_bytes,
-        plan.arena_lower_bound,
-        bytes(&|t| matches!(t.storage, Storage::Input(_))),
-        bytes(&|t| matches!(t.storage, Storage::Output(_))),
-        plan.constants.iter().map(|c| c.bytes().len()).sum::<usize>(),
-        kernels.join(", "),
-        calls.join(",\n    "),
-        tensors.join(",\n    ")
-    )
 }

@@ -124,18 +124,15 @@ impl TargetDescription {
     }
 
     /// A JSON object (for `<model>.json`).
-    pub fn to_json(&self) -> String {
-        let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-        let features: Vec<String> = self.features.iter().map(|f| format!("\"{}\"", esc(f))).collect();
-        format!(
-            "{{\"target\": \"{}\", \"triple\": \"{}\", \"cpu\": \"{}\", \"features\": [{}], \"f32_lanes\": {}, \"vector_registers\": {}}}",
-            esc(&self.target),
-            esc(&self.triple),
-            esc(&self.cpu),
-            features.join(", "),
-            self.f32_lanes,
-            self.vector_registers
-        )
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "target": self.target,
+            "triple": self.triple,
+            "cpu": self.cpu,
+            "features": self.features,
+            "f32_lanes": self.f32_lanes,
+            "vector_registers": self.vector_registers,
+        })
     }
 }
 
@@ -183,6 +180,6 @@ mod tests {
         let d = TargetDescription::resolve("llvm -mcpu=native");
         assert_ne!(d.cpu, "native");
         assert!(d.first_missing_on_this_cpu().is_none(), "{d:?}");
-        assert!(d.to_json().contains("\"cpu\""));
+        assert_eq!(d.to_json()["cpu"].as_str(), Some(d.cpu.as_str()));
     }
 }

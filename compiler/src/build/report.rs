@@ -1,0 +1,74 @@
+//! `<model>.json`, the build report: the target, the memory plan and the
+//! kernels, written by serde_json so that any name an ONNX file brings is
+//! escaped correctly; deterministic (sorted keys), like every artifact.
+
+use crate::backend::aot::ExecutorPlan;
+use crate::target::TargetDescription;
+
+/// `<model>.json`: the memory plan and the kernels, deterministic (sorted keys).
+pub(super) fn report_json(name: &str, target: &TargetDescription, plan: &ExecutorPlan) -> String {
+    use crate::backend::aot::{Storage, TensorSlot};
+    let bytes =
+        |f: &dyn Fn(&TensorSlot) -> bool| plan.tensors.iter().filter(|t| f(t)).map(|t| t.bytes()).sum::<usize>();
+    let report = serde_json::json!({
+        "model": name,
+        "target": target.target,
+        "target_description": target.to_json(),
+        "memory": {
+            "arena_bytes": plan.arena_bytes,
+            "lower_bound_bytes": plan.arena_lower_bound,
+            "input_bytes": bytes(&|t| matches!(t.storage, Storage::Input(_))),
+            "output_bytes": bytes(&|t| matches!(t.storage, Storage::Output(_))),
+            "constant_bytes": plan.constants.iter().map(|c| c.bytes().len()).sum::<usize>(),
+        },
+        "kernels": plan.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        "calls": plan.calls.iter().map(|c| serde_json::json!({
+            "kernel": plan.kernels[c.kernel].name,
+            "args": c.args,
+        })).collect::<Vec<_>>(),
+        "tensors": plan.tensors.iter().map(|t| serde_json::json!({
+            "name": t.name,
+            "shape": t.shape,
+            "dtype": t.dtype.to_string(),
+            "storage": format!("{:?}", t.storage),
+        })).collect::<Vec<_>>(),
+    });
+    // Serializing a `Value` cannot fail (string keys, finite numbers only).
+    serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::aot::{Storage, TensorSlot};
+    use kiln_ir::DataType;
+
+    /// Names come from ONNX files: quotes, backslashes and control
+    /// characters must not break `<model>.json` (the hand-written writer
+    /// escaped only `"` and `\`).
+    #[test]
+    fn the_report_is_valid_json_whatever_the_names() {
+        let hostile = "x\"y\\z\nw\u{1}";
+        let plan = ExecutorPlan {
+            kernels: Vec::new(),
+            tensors: vec![TensorSlot {
+                name: hostile.into(),
+                shape: vec![2, 3],
+                dtype: DataType::F32,
+                storage: Storage::Input(0),
+            }],
+            calls: Vec::new(),
+            constants: Vec::new(),
+            inputs: vec![0],
+            outputs: Vec::new(),
+            arena_bytes: 64,
+            arena_lower_bound: 0,
+        };
+        let text = report_json(hostile, &TargetDescription::resolve("c"), &plan);
+        let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(v["model"], hostile);
+        assert_eq!(v["tensors"][0]["name"], hostile);
+        assert_eq!(v["memory"]["input_bytes"], 24);
+        assert_eq!(v["memory"]["arena_bytes"], 64);
+    }
+}
