@@ -491,6 +491,16 @@ impl Build {
     /// Generate, write into `$OUT_DIR/kiln/` (reusing an identical earlier
     /// build), build the static library and print the cargo directives.
     pub fn compile(&self) -> Result<Artifacts, Error> {
+        // The name prefixes C symbols and names files and the glue's module.
+        let mut chars = self.name.chars();
+        if !chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(self.model_err(
+                "a model name must be a C identifier (ASCII letters, digits and `_`, not starting with a digit): \
+                 it prefixes the kernels' symbols and names the generated files",
+            ));
+        }
         let emit = self.cargo_metadata;
         let out_dir = match &self.out_dir {
             Some(d) => d.clone(),
