@@ -127,3 +127,71 @@ fn cuda_target_embeds_ptx_and_lays_out_the_weights() {
         assert!(e.contains("a model name must be a C identifier"), "{name:?}: {e}");
     }
 }
+
+/// The ELF machine of an object file (`e_machine`, little-endian at byte 18).
+fn elf_machine(path: &std::path::Path) -> u16 {
+    let bytes = std::fs::read(path).expect("object");
+    assert!(bytes.starts_with(b"\x7fELF"), "{} is not ELF", path.display());
+    u16::from_le_bytes([bytes[18], bytes[19]])
+}
+
+/// A cross build as a build script sees it — cargo's `TARGET` names another
+/// triple — compiles the model for that triple, for the CPU the target
+/// string names (`-mcpu=native` would be this machine's and is refused).
+/// `TARGET` is process-wide, so the build runs in a child process: this test
+/// binary again, running `cross_build_child` with the variables set.
+#[test]
+fn a_cross_build_follows_cargos_target() {
+    let d = tempfile::tempdir().unwrap();
+    let run_child = |kiln_target: &str| {
+        std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "cross_build_child", "--nocapture", "--test-threads=1"])
+            .env("KILN_CROSS_OUT", d.path())
+            // What cargo gives a build script (the `cc` crate reads them too).
+            .env("TARGET", "aarch64-unknown-linux-gnu")
+            .env("HOST", kiln::target::host_triple())
+            .env("OPT_LEVEL", "0")
+            .env("DEBUG", "false")
+            .env("KILN_TARGET", kiln_target)
+            .output()
+            .expect("child")
+    };
+    let out = run_child("llvm -mcpu=neoverse-n1");
+    let log = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && log.contains("cross build done"), "{log}");
+    const EM_AARCH64: u16 = 183;
+    assert_eq!(elf_machine(&d.path().join("kiln/mlp.o")), EM_AARCH64);
+    // This machine's CPU is no target for another triple.
+    let out = run_child("llvm -mcpu=native");
+    let log = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && log.contains("`-mcpu=native` (the default) is this machine's CPU"), "{log}");
+}
+
+/// The child of `a_cross_build_follows_cargos_target` (does nothing on its own).
+#[test]
+fn cross_build_child() {
+    let Some(out) = std::env::var_os("KILN_CROSS_OUT") else { return };
+    let mut b = Build::new("mlp");
+    // The archive step needs no cross toolchain: kiln writes the object itself.
+    b.relay_file(MLP).weights(WEIGHTS).out_dir(std::path::Path::new(&out)).cargo_metadata(false);
+    let a = b.compile().expect("cross build");
+    assert!(a.object.is_some());
+    println!("cross build done");
+}
+
+/// The cache key holds the resolved CPU and features: the same model for
+/// another CPU is rebuilt, for the same CPU reused.
+#[test]
+fn the_cache_distinguishes_cpus() {
+    let d = tempfile::tempdir().unwrap();
+    let haswell = build(d.path()).compile().expect("haswell");
+    assert!(!haswell.reused);
+    let mut skx = build(d.path());
+    skx.target("llvm -mcpu=skylake-avx512");
+    let skx = skx.compile().expect("skylake-avx512");
+    assert!(!skx.reused, "another CPU must not reuse the haswell artifacts");
+    assert_ne!(skx.object, haswell.object);
+    assert!(skx.glue.contains("avx512f") && !haswell.glue.contains("avx512f"));
+    let again = build(d.path()).compile().expect("haswell again");
+    assert!(!again.reused || again.object == haswell.object);
+}

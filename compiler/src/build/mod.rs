@@ -475,6 +475,8 @@ impl Build {
         (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes, &self.bound_inputs).hash(&mut h);
         // `native` is this machine: an artifact built on another CPU is not reused.
         TargetDescription::resolve(&self.target).hash(&mut h);
+        // The same kiln linked against another LLVM generates other code.
+        crate::target::LLVM_VERSION.hash(&mut h);
         // Touching an input file rebuilds, as cargo users expect.
         for w in &self.weights {
             if let WeightSource::File(p) = w {
