@@ -6,15 +6,38 @@
 
 use super::TargetError;
 
+/// One list of names the linked LLVM knows: LLVM 14's, with what LLVM 19
+/// added and dropped when kiln is built against it.
+struct Names {
+    base: &'static [&'static str],
+    added: &'static [&'static str],
+    removed: &'static [&'static str],
+}
+
+impl Names {
+    fn contains(&self, name: &str) -> bool {
+        (self.base.contains(&name) && !self.removed.contains(&name)) || self.added.contains(&name)
+    }
+
+    /// Every name, sorted.
+    fn all(&self) -> Vec<&'static str> {
+        let mut v: Vec<&str> =
+            self.base.iter().filter(|n| !self.removed.contains(n)).chain(self.added).copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
 /// The names of the LLVM kiln is built against (LLVM-C has no call that
 /// checks a CPU name without aborting, so they are tables).
 #[cfg(not(feature = "llvm19"))]
 mod linked {
+    use super::*;
     pub const VERSION: &str = "14";
-    pub use super::{
-        LLVM14_AARCH64_CPUS as AARCH64_CPUS, LLVM14_AARCH64_FEATURES as AARCH64_FEATURES, LLVM14_X86_CPUS as X86_CPUS,
-        LLVM14_X86_FEATURES as X86_FEATURES,
-    };
+    pub const X86_CPUS: Names = Names { base: LLVM14_X86_CPUS, added: &[], removed: &[] };
+    pub const AARCH64_CPUS: Names = Names { base: LLVM14_AARCH64_CPUS, added: &[], removed: &[] };
+    pub const X86_FEATURES: Names = Names { base: LLVM14_X86_FEATURES, added: &[], removed: &[] };
+    pub const AARCH64_FEATURES: Names = Names { base: LLVM14_AARCH64_FEATURES, added: &[], removed: &[] };
     /// Newer CPUs than LLVM 14 knows, and the name to use instead.
     pub const NEWER_CPUS: &[(&str, &str)] = &[
         ("znver4", "znver3 -mattr=+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512vnni,+avx512bf16"),
@@ -32,8 +55,16 @@ mod linked {
 
 #[cfg(feature = "llvm19")]
 mod linked {
+    use super::super::llvm19_names::*;
+    use super::*;
     pub const VERSION: &str = "19";
-    pub use super::super::llvm19_names::{AARCH64_CPUS, AARCH64_FEATURES, X86_CPUS, X86_FEATURES};
+    pub const X86_CPUS: Names = Names { base: LLVM14_X86_CPUS, added: X86_CPUS_ADDED, removed: X86_CPUS_REMOVED };
+    pub const AARCH64_CPUS: Names =
+        Names { base: LLVM14_AARCH64_CPUS, added: AARCH64_CPUS_ADDED, removed: AARCH64_CPUS_REMOVED };
+    pub const X86_FEATURES: Names =
+        Names { base: LLVM14_X86_FEATURES, added: X86_FEATURES_ADDED, removed: X86_FEATURES_REMOVED };
+    pub const AARCH64_FEATURES: Names =
+        Names { base: LLVM14_AARCH64_FEATURES, added: AARCH64_FEATURES_ADDED, removed: AARCH64_FEATURES_REMOVED };
     pub const NEWER_CPUS: &[(&str, &str)] = &[];
 }
 
@@ -196,13 +227,13 @@ pub const LLVM14_AARCH64_CPUS: &[&str] = &[
 /// AArch64 are checked; other architectures are left to LLVM).
 pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), TargetError> {
     let known = if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
-        linked::X86_CPUS
+        &linked::X86_CPUS
     } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
-        linked::AARCH64_CPUS
+        &linked::AARCH64_CPUS
     } else {
         return Ok(());
     };
-    if cpu.is_empty() || known.contains(&cpu) {
+    if cpu.is_empty() || known.contains(cpu) {
         return Ok(());
     }
     let arch = triple.split('-').next().unwrap_or(triple);
@@ -213,7 +244,10 @@ pub fn check_llvm_cpu(triple: &str, cpu: &str) -> Result<(), TargetError> {
              that machine), or build kiln with LLVM 19 (feature `llvm19`)"
         )
         .into()),
-        None => Err(format!("LLVM {llvm} does not know the {arch} CPU `{cpu}`; it knows: {}", known.join(", ")).into()),
+        None => {
+            Err(format!("LLVM {llvm} does not know the {arch} CPU `{cpu}`; it knows: {}", known.all().join(", "))
+                .into())
+        }
     }
 }
 
@@ -590,9 +624,9 @@ pub const LLVM14_AARCH64_FEATURES: &[&str] = &[
 pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), TargetError> {
     let (known, arch, march) =
         if triple.starts_with("x86_64") || triple.starts_with("i686") || triple.starts_with("i386") {
-            (linked::X86_FEATURES, "x86", "x86-64")
+            (&linked::X86_FEATURES, "x86", "x86-64")
         } else if triple.starts_with("aarch64") || triple.starts_with("arm64") {
-            (linked::AARCH64_FEATURES, "AArch64", "aarch64")
+            (&linked::AARCH64_FEATURES, "AArch64", "aarch64")
         } else {
             return Ok(());
         };
@@ -600,11 +634,11 @@ pub fn check_llvm_features(triple: &str, attrs: &str) -> Result<(), TargetError>
         let Some(name) = attr.strip_prefix('+').or_else(|| attr.strip_prefix('-')) else {
             return Err(format!("`-mattr` entries are `+feature` or `-feature`, not `{attr}`").into());
         };
-        if known.contains(&name) {
+        if known.contains(name) {
             continue;
         }
         let close: Vec<&str> =
-            known.iter().copied().filter(|k| k.starts_with(name) || name.starts_with(k)).take(8).collect();
+            known.all().into_iter().filter(|k| k.starts_with(name) || name.starts_with(k)).take(8).collect();
         let hint = if close.is_empty() { String::new() } else { format!(" (similar: {})", close.join(", ")) };
         return Err(format!(
             "LLVM {} does not know the {arch} feature `{name}`{hint}; `llc -march={march} -mattr=help` lists them",
