@@ -53,8 +53,8 @@ pub struct KernelCall {
     pub args: Vec<usize>,
 }
 
-/// The whole executor of a model.
-#[derive(Clone, Debug)]
+/// The whole executor of a model (the default: empty, no arena).
+#[derive(Clone, Debug, Default)]
 pub struct ExecutorPlan {
     pub kernels: Vec<PrimFunc>,
     pub tensors: Vec<TensorSlot>,
@@ -130,16 +130,7 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
     let main = m.main().map_err(|e| err(e.to_string()))?;
     let f = m.store.as_function(main).ok_or_else(|| err("@main is not a function".into()))?;
     let store = &m.store;
-    let mut p = ExecutorPlan {
-        kernels: Vec::new(),
-        tensors: Vec::new(),
-        calls: Vec::new(),
-        constants: Vec::new(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        arena_bytes: 0,
-        arena_lower_bound: 0,
-    };
+    let mut p = ExecutorPlan::default();
     let mut vals: FxHashMap<ExprId, Val> = FxHashMap::default();
     for (i, &param) in f.params.iter().enumerate() {
         let ty = store.checked_type(param).ok_or_else(|| err("run InferType before planning".into()))?;

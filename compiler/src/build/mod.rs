@@ -552,16 +552,7 @@ impl Build {
             && dump.is_none();
         let mut artifacts = if fresh {
             // Reuse: regenerate nothing, but report what is there.
-            let plan = ExecutorPlan {
-                kernels: Vec::new(),
-                tensors: Vec::new(),
-                calls: Vec::new(),
-                constants: Vec::new(),
-                inputs: Vec::new(),
-                outputs: Vec::new(),
-                arena_bytes: 0,
-                arena_lower_bound: 0,
-            };
+            let plan = ExecutorPlan::default();
             let read = |p: PathBuf| std::fs::read_to_string(&p).map_err(|e| io(&p, e));
             Artifacts {
                 name: self.name.clone(),

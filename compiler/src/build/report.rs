@@ -50,19 +50,15 @@ mod tests {
     fn the_report_is_valid_json_whatever_the_names() {
         let hostile = "x\"y\\z\nw\u{1}";
         let plan = ExecutorPlan {
-            kernels: Vec::new(),
             tensors: vec![TensorSlot {
                 name: hostile.into(),
                 shape: vec![2, 3],
                 dtype: DataType::F32,
                 storage: Storage::Input(0),
             }],
-            calls: Vec::new(),
-            constants: Vec::new(),
             inputs: vec![0],
-            outputs: Vec::new(),
             arena_bytes: 64,
-            arena_lower_bound: 0,
+            ..ExecutorPlan::default()
         };
         let text = report_json(hostile, &TargetDescription::resolve("c"), &plan);
         let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");

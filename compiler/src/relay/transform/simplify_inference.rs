@@ -9,7 +9,7 @@
 //! Needs checked types (the rank and dtype of the data).
 
 use kiln_ir::attrs::{AttrValue, Attrs};
-use kiln_ir::relay::{mutate, ExprId, ExprKind, ExprMutator, Store};
+use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store, TensorType};
 use kiln_ir::{DataType, Tensor};
 
 struct Simplify {
@@ -40,22 +40,34 @@ fn expand_to_axis(store: &mut Store, v: ExprId, ndim: usize, axis: usize, at: Ex
     op(store, "expand_dims", vec![v], a, at)
 }
 
+/// What batch and layer normalization share: the rewritten call, the data's
+/// checked type, the axis (normalized; `None` when out of range, left to the
+/// type checker) and epsilon.
+fn normalization(
+    store: &Store,
+    call: ExprId,
+    original: ExprId,
+) -> Result<Option<(Call, TensorType, usize, f64)>, String> {
+    let call = store.as_call(call).cloned().ok_or("not a call")?;
+    let data = store.as_call(original).map(|c| c.args[0]).ok_or("not a call")?;
+    let ty = store.checked_type(data).and_then(|t| t.as_tensor()).cloned();
+    let Some(ty) = ty else { return Err("SimplifyInference needs checked types: run InferType first".into()) };
+    let ndim = ty.rank() as i64;
+    let axis = call.attrs.int("axis")?;
+    let axis = if axis < 0 { axis + ndim } else { axis };
+    if axis < 0 || axis >= ndim {
+        return Ok(None);
+    }
+    let eps = call.attrs.float("epsilon")?;
+    Ok(Some((call, ty, axis as usize, eps)))
+}
+
 impl Simplify {
     /// `bn` is the call over rewritten arguments, `original` the call before
     /// the rewrite (rewritten nodes have no checked type yet).
     fn batch_norm(&self, store: &mut Store, bn: ExprId, original: ExprId) -> Result<Option<ExprId>, String> {
-        let call = store.as_call(bn).cloned().ok_or("not a call")?;
-        let data = store.as_call(original).map(|c| c.args[0]).ok_or("not a call")?;
-        let ty = store.checked_type(data).and_then(|t| t.as_tensor()).cloned();
-        let Some(ty) = ty else { return Err("SimplifyInference needs checked types: run InferType first".into()) };
+        let Some((call, ty, axis, eps)) = normalization(store, bn, original)? else { return Ok(None) };
         let ndim = ty.rank();
-        let axis = call.attrs.int("axis")?;
-        let axis = if axis < 0 { axis + ndim as i64 } else { axis };
-        if axis < 0 || axis as usize >= ndim {
-            return Ok(None);
-        }
-        let axis = axis as usize;
-        let eps = call.attrs.float("epsilon")?;
         let (x, gamma, beta, mean, var) = (call.args[0], call.args[1], call.args[2], call.args[3], call.args[4]);
         let eps_c = scalar(store, ty.dtype, eps);
         let var_eps = op(store, "add", vec![var, eps_c], Attrs::new(), bn)?;
@@ -79,18 +91,8 @@ impl Simplify {
     /// `ln` is the call over rewritten arguments, `original` the call before
     /// the rewrite (rewritten nodes have no checked type yet).
     fn layer_norm(&self, store: &mut Store, ln: ExprId, original: ExprId) -> Result<Option<ExprId>, String> {
-        let call = store.as_call(ln).cloned().ok_or("not a call")?;
-        let data = store.as_call(original).map(|c| c.args[0]).ok_or("not a call")?;
-        let ty = store.checked_type(data).and_then(|t| t.as_tensor()).cloned();
-        let Some(ty) = ty else { return Err("SimplifyInference needs checked types: run InferType first".into()) };
+        let Some((call, ty, axis, eps)) = normalization(store, ln, original)? else { return Ok(None) };
         let ndim = ty.rank();
-        let axis = call.attrs.int("axis")?;
-        let axis = if axis < 0 { axis + ndim as i64 } else { axis };
-        if axis < 0 || axis as usize >= ndim {
-            return Ok(None);
-        }
-        let axis = axis as usize;
-        let eps = call.attrs.float("epsilon")?;
         let (x, gamma, beta) = (call.args[0], call.args[1], call.args[2]);
         let reduce = attrs(&[("axis", AttrValue::Ints(vec![axis as i64])), ("keepdims", AttrValue::Bool(true))]);
         let mean = op(store, "mean", vec![x], reduce.clone(), ln)?;
