@@ -46,6 +46,7 @@ use kiln_ir::relay::{ExprId, ExprKind, ExprMutator, IRModule, Store};
 use kiln_ir::Tensor;
 
 use crate::backend::aot::{plan_executor, ExecutorPlan};
+use crate::frontend::ModelFormat;
 use crate::relay::transform::default_pipeline;
 use crate::target::TargetDescription;
 use crate::transform::instrument::DumpIr;
@@ -256,27 +257,22 @@ impl Build {
         match &self.model {
             None => Err(Error::NoModel { model: self.name.clone() }),
             Some(ModelSource::Module(m)) => Ok((**m).clone()),
-            Some(ModelSource::RelayFile(p)) => {
-                let bytes = std::fs::read(p).map_err(|e| Error::Io {
-                    model: self.name.clone(),
-                    path: p.display().to_string(),
-                    source: e,
-                })?;
-                let m = kiln_ir::relay::parse_module_file(&bytes)
-                    .map_err(|e| self.model_err(format!("{}:{e}", p.display())))?;
-                m.main().map_err(|e| self.model_err(format!("{}:{e}", p.display())))?;
-                Ok(m)
-            }
-            Some(ModelSource::Onnx(p)) => {
-                let bytes = std::fs::read(p).map_err(|e| Error::Io {
-                    model: self.name.clone(),
-                    path: p.display().to_string(),
-                    source: e,
-                })?;
-                crate::frontend::onnx::import_with(&bytes, &self.input_shapes, &self.bound_inputs)
-                    .map_err(|e| self.model_err(format!("{}: {e}", p.display())))
-            }
+            Some(ModelSource::RelayFile(p)) => self.load_file(p, ModelFormat::RelayText, &[], &[]),
+            Some(ModelSource::Onnx(p)) => self.load_file(p, ModelFormat::Onnx, &self.input_shapes, &self.bound_inputs),
         }
+    }
+
+    fn load_file(
+        &self,
+        path: &Path,
+        format: ModelFormat,
+        shapes: &[(String, Vec<usize>)],
+        bound: &[(String, Tensor)],
+    ) -> Result<IRModule, Error> {
+        crate::frontend::load_model(path, format, shapes, bound).map_err(|e| match e {
+            crate::frontend::LoadError::Io { path, source } => Error::Io { model: self.name.clone(), path, source },
+            e => self.model_err(e.to_string()),
+        })
     }
 
     fn load_weights(&self) -> Result<Vec<(String, Tensor)>, Error> {

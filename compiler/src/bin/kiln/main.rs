@@ -14,7 +14,7 @@ use args::{BenchOptions, BuildOptions, Cli, Command, CompileOptions, OptOptions,
 use clap::Parser;
 
 use kiln::relay::transform::default_pipeline;
-use kiln::relay::{infer_module, parse_module_file, print_module, IRModule};
+use kiln::relay::{infer_module, print_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, PrintIr, Selection, WellFormedChecker};
 use kiln::transform::{apply, registry, ConfigValue, Pass, PassContext, PassInstrument, Sequential};
 
@@ -28,21 +28,21 @@ fn out(text: &str) {
 }
 
 fn read_module(path: &str) -> Result<IRModule, String> {
-    read_module_with_shapes(path, &[])
+    read_module_with_shapes(path, &[], &[])
 }
 
-/// Relay text, or an ONNX file (`.onnx`; dynamic input dimensions fixed by `shapes`).
-fn read_module_with_shapes(path: &str, shapes: &[(String, Vec<usize>)]) -> Result<IRModule, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{path}: cannot read: {e}"))?;
-    if path.ends_with(".onnx") {
-        let mut m = kiln::frontend::onnx::import(&bytes, shapes).map_err(|e| format!("{path}: {e}"))?;
-        infer_module(&mut m).map_err(|e| format!("{path}: {e}"))?;
-        return Ok(m);
-    }
-    let mut m = parse_module_file(&bytes).map_err(|e| format!("{path}:{e}"))?;
-    // Every command works on a model: its `@main`.
-    m.main().map_err(|e| format!("{path}:{e}"))?;
-    infer_module(&mut m).map_err(|e| format!("{path}:{e}"))?;
+/// Relay text, or an ONNX file (`.onnx`; dynamic input dimensions fixed by
+/// `shapes`, inputs in `bound` made constants), type-checked.
+fn read_module_with_shapes(
+    path: &str,
+    shapes: &[(String, Vec<usize>)],
+    bound: &[(String, kiln::Tensor)],
+) -> Result<IRModule, String> {
+    let file = std::path::Path::new(path);
+    let format = kiln::frontend::ModelFormat::of_path(file);
+    let mut m = kiln::frontend::load_model(file, format, shapes, bound).map_err(|e| e.to_string())?;
+    let sep = if path.ends_with(".onnx") { ": " } else { ":" };
+    infer_module(&mut m).map_err(|e| format!("{path}{sep}{e}"))?;
     Ok(m)
 }
 
@@ -194,15 +194,8 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     if !bound.is_empty() && !c.file.ends_with(".onnx") {
         return Err("--bind applies to ONNX models".into());
     }
-    if c.file.ends_with(".onnx") {
-        // File errors with their location first.
-        let bytes = std::fs::read(&c.file).map_err(|e| format!("{}: cannot read: {e}", c.file))?;
-        let mut m =
-            kiln::frontend::onnx::import_with(&bytes, &shapes, &bound).map_err(|e| format!("{}: {e}", c.file))?;
-        infer_module(&mut m).map_err(|e| format!("{}: {e}", c.file))?;
-    } else {
-        read_module_with_shapes(&c.file, &shapes)?;
-    }
+    // File errors with their location first.
+    read_module_with_shapes(&c.file, &shapes, &bound)?;
     let mut b = kiln::Build::new("model");
     if c.file.ends_with(".onnx") {
         b.onnx(&c.file);
