@@ -3,7 +3,7 @@
 
 mod common;
 
-use kiln::te::{compute, lower, placeholder, reduce_axis, sum};
+use kiln::te::{compute, lower, placeholder};
 use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
 use kiln::tir::{BinOp, Expr};
 use kiln::DataType;
@@ -36,14 +36,7 @@ fn elementwise_add_relu_inlines_and_runs() {
 #[test]
 fn matmul_reduction_runs() {
     let (m, k, n) = (3, 7, 5);
-    let a = placeholder("a", &[m, k], DataType::F32);
-    let b = placeholder("b", &[k, n], DataType::F32);
-    let kk = reduce_axis(k, "k");
-    let kv = Expr::var(&kk.0);
-    let c = compute("c", &[m, n], |i| {
-        sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
-    });
-    let f = simplify_prim_func(flatten_buffers(lower("matmul", &[a, b], &[c]).expect("lower")));
+    let f = common::matmul_kernel("matmul", m, k, n);
     let lib = common::c_library(&[f]);
     let kern: libloading::Symbol<Kernel3> = unsafe { lib.library().get(b"matmul") }.expect("symbol");
     let av: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32 - 2.0).collect();

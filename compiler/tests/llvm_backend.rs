@@ -2,8 +2,10 @@
 //! the emitted assembly of an elementwise kernel uses vector registers.
 #![cfg(feature = "llvm")]
 
+mod common;
+
 use kiln::codegen::llvm::{compile, Jit, LlvmTarget};
-use kiln::te::{compute, lower, placeholder, reduce_axis, sum};
+use kiln::te::{compute, lower, placeholder};
 use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
 use kiln::tir::{BinOp, Expr, ForKind, PrimFunc, Stmt};
 use kiln::DataType;
@@ -51,14 +53,7 @@ fn jit_elementwise_serial_and_task_sliced() {
 #[test]
 fn jit_matmul() {
     let (m, k, n) = (5, 33, 9);
-    let a = placeholder("a", &[m, k], DataType::F32);
-    let b = placeholder("b", &[k, n], DataType::F32);
-    let kk = reduce_axis(k, "k");
-    let kv = Expr::var(&kk.0);
-    let c = compute("c", &[m, n], |i| {
-        sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
-    });
-    let f = simplify_prim_func(flatten_buffers(lower("mm", &[a, b], &[c]).expect("lower")));
+    let f = common::matmul_kernel("mm", m, k, n);
     let jit = Jit::new("mm", &[f]).expect("jit");
     let mut av: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
     let mut bv: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();

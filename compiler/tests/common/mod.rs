@@ -286,3 +286,17 @@ pub fn ahead_of_time(
         }
     }
 }
+
+/// `c[m, n] = Σ_k a[m, k] · b[k, n]` in f32 as a flattened, simplified kernel `name`.
+pub fn matmul_kernel(name: &str, m: usize, k: usize, n: usize) -> PrimFunc {
+    use kiln::te::{compute, lower, placeholder, reduce_axis, sum};
+    use kiln::tir::transform::{flatten_buffers, simplify_prim_func};
+    let a = placeholder("a", &[m, k], kiln::DataType::F32);
+    let b = placeholder("b", &[k, n], kiln::DataType::F32);
+    let kk = reduce_axis(k, "k");
+    let kv = kiln::tir::Expr::var(&kk.0);
+    let c = compute("c", &[m, n], |i| {
+        sum(a.at(&[i[0].clone(), kv.clone()]) * b.at(&[kv.clone(), i[1].clone()]), &[kk.clone()])
+    });
+    simplify_prim_func(flatten_buffers(lower(name, &[a, b], &[c]).expect("lower")))
+}
