@@ -70,8 +70,7 @@ pub fn rust_glue(
             let slot = &plan.tensors[t];
             let what = if k < plan.inputs.len() { "Input" } else { "Output" };
             let doc = format!(" {what} `{}`: shape {:?}, {}.", slot.name, slot.shape, slot.dtype);
-            let upper = n.to_string().trim_start_matches("r#").to_uppercase();
-            let (shape_name, len_name) = (format_ident!("{upper}_SHAPE"), format_ident!("{upper}_LEN"));
+            let (shape_name, len_name) = (const_name(n, "SHAPE"), const_name(n, "LEN"));
             let (rank, len) = (lit(slot.shape.len()), lit(slot.shape.iter().product::<usize>()));
             let dims = slot.shape.iter().map(|&d| lit(d));
             quote! {
@@ -229,6 +228,11 @@ pub fn rust_ident(name: &str, fallback: &str) -> Ident {
     }
 }
 
+/// `X_SHAPE` for input `x` (`TYPE_LEN` for `r#type`).
+fn const_name(n: &Ident, suffix: &str) -> Ident {
+    format_ident!("{}_{suffix}", n.to_string().trim_start_matches("r#").to_uppercase())
+}
+
 /// The identifiers of a model's inputs and outputs.
 struct Io {
     inputs: Vec<Ident>,
@@ -255,34 +259,26 @@ impl Io {
 
     /// The parameters of `run`: fixed-size arrays, shared for the inputs, mutable for the outputs.
     fn params(&self, plan: &ExecutorPlan) -> Vec<TokenStream> {
-        let array = |t: usize| {
-            let s = &plan.tensors[t];
-            let (ty, len) = (format_ident!("{}", rust_type(s.dtype)), lit(s.shape.iter().product::<usize>()));
-            quote!([#ty; #len])
-        };
-        let ins = plan.inputs.iter().zip(&self.inputs).map(|(&t, n)| {
-            let a = array(t);
-            quote!(#n: &#a)
-        });
-        let outs = plan.outputs.iter().zip(&self.outputs).map(|(&t, n)| {
-            let a = array(t);
-            quote!(#n: &mut #a)
-        });
-        ins.chain(outs).collect()
+        self.typed(plan, |n, output, elem, len| {
+            let mutability = output.then(|| quote!(mut));
+            quote!(#n: &#mutability [#elem; #len])
+        })
     }
 
     /// The raw-pointer parameters of `run_kernels`.
     fn raw_params(&self, plan: &ExecutorPlan) -> Vec<TokenStream> {
-        let ty = |t: usize| format_ident!("{}", rust_type(plan.tensors[t].dtype));
-        let ins = plan.inputs.iter().zip(&self.inputs).map(|(&t, n)| {
-            let e = ty(t);
-            quote!(#n: *const #e)
-        });
-        let outs = plan.outputs.iter().zip(&self.outputs).map(|(&t, n)| {
-            let e = ty(t);
-            quote!(#n: *mut #e)
-        });
-        ins.chain(outs).collect()
+        self.typed(plan, |n, output, elem, _| if output { quote!(#n: *mut #elem) } else { quote!(#n: *const #elem) })
+    }
+
+    /// `f(identifier, is an output, element type, elements)` for the inputs, then the outputs.
+    fn typed(&self, plan: &ExecutorPlan, f: impl Fn(&Ident, bool, Ident, Literal) -> TokenStream) -> Vec<TokenStream> {
+        self.all(plan)
+            .map(|(k, t, n)| {
+                let s = &plan.tensors[t];
+                let elem = format_ident!("{}", rust_type(s.dtype));
+                f(n, k >= self.inputs.len(), elem, lit(s.shape.iter().product::<usize>()))
+            })
+            .collect()
     }
 
     /// What `run` passes to `run_kernels` for the inputs and outputs.
@@ -349,7 +345,7 @@ pub fn cuda_glue(
     let weights_file = format!("/kiln/{model}.weights.bin");
     let io = Io::of(plan);
     let lens = io.all(plan).map(|(_, t, n)| {
-        let name = format_ident!("{}_LEN", n.to_string().trim_start_matches("r#").to_uppercase());
+        let name = const_name(n, "LEN");
         let len = lit(plan.tensors[t].shape.iter().product::<usize>());
         quote! { pub const #name: usize = #len; }
     });

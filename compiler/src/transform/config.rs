@@ -128,11 +128,6 @@ pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<()
 
 /// The kind of a registered key, or an error listing the valid keys.
 pub fn config_kind(name: &str) -> Result<ConfigKind, ConfigError> {
-    lookup(name)
-}
-
-/// The kind of a registered key, or an error listing the valid keys.
-pub(crate) fn lookup(name: &str) -> Result<ConfigKind, ConfigError> {
     let k = keys().read().unwrap_or_else(|e| e.into_inner());
     match k.get(name) {
         Some(spec) => Ok(spec.kind),

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use kiln_ir::relay::IRModule;
 
-use super::config::{lookup, ConfigError, ConfigValue};
+use super::config::{config_kind, ConfigError, ConfigValue};
 use super::instrument::PassInstrument;
 use super::pass::{BodyError, PassBodyError, PassError, PassInfo};
 
@@ -97,7 +97,7 @@ impl PassContext {
 
     /// Set a configuration key; an unknown key or a value of the wrong kind is an error.
     pub fn set_config(&mut self, key: &str, value: ConfigValue) -> Result<(), PassError> {
-        let kind = lookup(key)?;
+        let kind = config_kind(key)?;
         if value.kind() != kind {
             return Err(ConfigError::WrongKind { key: key.to_string(), expected: kind, given: value.kind() }.into());
         }

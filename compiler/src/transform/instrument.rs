@@ -229,12 +229,7 @@ impl WellFormedChecker {
 
     /// Also type-check after every pass (with kiln's type inference on a copy).
     pub fn with_type_check() -> Self {
-        WellFormedChecker {
-            type_check: Some(|m| {
-                let mut copy = m.clone();
-                kiln_ir::relay::infer_module(&mut copy).map(|_| ())
-            }),
-        }
+        WellFormedChecker { type_check: Some(super::verify::well_typed) }
     }
 }
 

@@ -4,6 +4,13 @@ use rustc_hash::FxHashSet;
 
 use kiln_ir::relay::{post_order, ExprKind, IRModule};
 
+/// Well-typed: kiln's type inference succeeds on a copy (the module's own
+/// checked types stay as they are).
+pub fn well_typed(m: &IRModule) -> Result<(), kiln_ir::Error> {
+    let mut copy = m.clone();
+    kiln_ir::relay::infer_module(&mut copy)
+}
+
 /// Every global is a function; children precede parents; binders are
 /// variables; every variable used is bound by an enclosing function or `let`
 /// (checked per function: a use must come after its binder was seen); every

@@ -10,17 +10,19 @@ use super::*;
 use crate::codegen::CodegenError;
 use crate::tir::PrimFunc;
 
-/// The SMs (35 and newer) the linked LLVM's NVPTX backend can emit, from
+/// The SMs (35 and newer) LLVM 14's NVPTX backend can emit, from
 /// `llc -march=nvptx64 -mcpu=help`.
-#[cfg(not(feature = "llvm19"))]
-const EMITTABLE_SMS: &[&str] = &[
+const LLVM14_SMS: &[&str] = &[
     "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86",
 ];
-#[cfg(feature = "llvm19")]
-const EMITTABLE_SMS: &[&str] = &[
-    "sm_35", "sm_37", "sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80",
-    "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
-];
+/// What LLVM 19 adds to them.
+const LLVM19_ADDED_SMS: &[&str] = &["sm_87", "sm_89", "sm_90", "sm_90a"];
+
+/// The SMs the linked LLVM can emit.
+fn emittable_sms() -> Vec<&'static str> {
+    let added = if cfg!(feature = "llvm19") { LLVM19_ADDED_SMS } else { &[] };
+    LLVM14_SMS.iter().chain(added).copied().collect()
+}
 
 /// A parsed `cuda` target string: `cuda`, `cuda -arch=sm_80` (the default SM;
 /// PTX for an older SM runs on newer GPUs through the driver's JIT).
@@ -37,9 +39,10 @@ impl CudaTarget {
             return Err(bad("a CUDA target string starts with `cuda`".into()));
         }
         let mut t = CudaTarget { arch: "sm_80".into() };
+        let sms = emittable_sms();
         for w in words {
             match w.strip_prefix("-arch=") {
-                Some(a) if EMITTABLE_SMS.contains(&a) => t.arch = a.to_string(),
+                Some(a) if sms.contains(&a) => t.arch = a.to_string(),
                 Some(a) if a.strip_prefix("sm_").is_some_and(|n| n.trim_end_matches('a').parse::<u32>().is_ok()) => {
                     // An SM newer than the linked LLVM's NVPTX backend: PTX
                     // claiming it would be wrong, so refuse and say what works.
@@ -47,7 +50,7 @@ impl CudaTarget {
                         "LLVM {}, which kiln links, cannot emit PTX for `{a}`; it emits {} (PTX for an older SM \
                          runs on newer GPUs through the driver's JIT){}",
                         crate::target::LLVM_VERSION,
-                        EMITTABLE_SMS.join(", "),
+                        sms.join(", "),
                         if cfg!(feature = "llvm19") {
                             ""
                         } else {
