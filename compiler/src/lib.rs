@@ -91,6 +91,13 @@ pub mod topi;
 pub mod transform;
 
 pub use build::Build;
+
+/// The layers that contribute built-in passes to the registry
+/// ([`transform::get_pass`]), wired here at the crate root so that the pass
+/// infrastructure never names a layer above it.
+pub(crate) const BUILTIN_PASS_PROVIDERS: &[transform::PassProvider] =
+    &[relay::transform::builtin_passes, schedule::passes::tir_passes];
+
 pub use kiln_macros::{function_pass, module_pass, relay_model};
 
 /// What the macros' expansions call. Not a public API.

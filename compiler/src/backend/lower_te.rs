@@ -112,7 +112,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     .map(|a| values.get(a).cloned().ok_or_else(|| err(format!("`{op_name}` argument not computed"))))
                     .collect::<Result<_, _>>()?;
                 let out = store.checked_type(id).ok_or_else(|| err("missing checked types: run InferType".into()))?;
-                compute_op(op_name, &args, &call.attrs, out).map_err(|m| err(format!("`{op_name}`: {m}")))?
+                compute_op(op, &args, &call.attrs, out).map_err(|m| err(format!("`{op_name}`: {m}")))?
             }
             ExprKind::Tuple(fields) => TeValue::Tuple(
                 fields

@@ -642,7 +642,7 @@ pub fn is_cuda_target(target: &str) -> bool {
 /// executor plan with its kernels flattened, simplified and scheduled.
 /// (What [`Build`] and `kiln build`/`kiln run` share.)
 pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let tir = crate::relay::transform::tir_pipeline()?;
+    let tir = crate::schedule::passes::tir_pipeline()?;
     optimize_and_plan_with(m, ctx, &tir)
 }
 
@@ -650,7 +650,7 @@ pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule
 /// TIR pipeline, bound to blocks and threads, with their launch shapes in
 /// the attributes `gpu.grid` and `gpu.block`.
 pub fn optimize_and_plan_gpu(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let tir = crate::relay::transform::gpu_tir_pipeline()?;
+    let tir = crate::schedule::passes::gpu_tir_pipeline()?;
     optimize_and_plan_with(m, ctx, &tir)
 }
 

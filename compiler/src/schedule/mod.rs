@@ -36,6 +36,7 @@
 //! every primitive preserves the kernel's meaning.
 
 pub mod gpu;
+pub mod passes;
 pub mod primitives;
 mod winograd;
 

@@ -1,10 +1,11 @@
 //! Computes of the `nn.*` operators.
 
-use kiln_ir::attrs::Attrs;
-use kiln_ir::relay::Type;
+use std::sync::Arc;
+
+use kiln_ir::relay::OpMap;
 use kiln_ir::OpError;
 
-use super::{expand_ints, in_range, out_tensor, select, TeValue};
+use super::{expand_ints, in_range, one, out_tensor, select, ComputeCall, ComputeFn, TeValue};
 use crate::te::{compute, reduce, reduce_axis, sum, Tensor};
 use crate::tir::{BinOp, Combiner, Expr, Intrinsic, TirType};
 
@@ -69,295 +70,307 @@ fn four(v: &[i64]) -> [i64; 4] {
     [v[0], v[1], v[2], v[3]]
 }
 
-pub(super) fn compute_nn(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
-    let tensor = |i: usize| -> Result<Tensor, OpError> {
-        inputs.get(i).ok_or_else(|| format!("`{op}` is missing input {i}"))?.tensor().cloned()
+/// Attach this module's computes to their operators.
+pub(super) fn register(m: &mut OpMap<ComputeFn>) {
+    m.set_all(&["nn.dense", "nn.matmul"], Arc::new(dense));
+    m.set("nn.contrib_dense_pack", Arc::new(contrib_dense_pack));
+    m.set("nn.batch_matmul", Arc::new(batch_matmul));
+    m.set("nn.bias_add", Arc::new(bias_add));
+    m.set("nn.conv2d", Arc::new(conv2d));
+    m.set_all(&["nn.max_pool2d", "nn.avg_pool2d"], Arc::new(pool2d));
+    m.set("nn.global_avg_pool2d", Arc::new(global_avg_pool2d));
+    m.set("nn.softmax", Arc::new(softmax));
+    m.set("nn.batch_norm", Arc::new(batch_norm));
+    m.set("nn.layer_norm", Arc::new(layer_norm));
+    m.set("nn.dropout", Arc::new(dropout));
+}
+
+fn dense(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, _) = c.out_tensor()?;
+    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
+    let (ta, tb) =
+        if c.op == "nn.dense" { (false, true) } else { (c.attrs.bool("transpose_a")?, c.attrs.bool("transpose_b")?) };
+    let k_dim = if ta { x.shape()[0] } else { x.shape()[x.ndim() - 1] };
+    let k = reduce_axis(k_dim, "k");
+    let kv = Expr::var(&k.0);
+    one(compute(c.op.trim_start_matches("nn."), &shape, |i| {
+        let n = i.len();
+        let lhs = if ta {
+            at2(&x, kv.clone(), i[n - 2].clone())
+        } else {
+            let mut idx = i[..n - 1].to_vec();
+            idx.push(kv.clone());
+            x.at(&idx)
+        };
+        let rhs = if tb { at2(&w, i[n - 1].clone(), kv.clone()) } else { at2(&w, kv.clone(), i[n - 1].clone()) };
+        sum(lhs * rhs, &[k.clone()])
+    }))
+}
+
+fn contrib_dense_pack(c: &ComputeCall) -> Result<TeValue, OpError> {
+    // Weight [units / b, in, b]: column j is lane j % b of panel j / b.
+    let (shape, _) = c.out_tensor()?;
+    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
+    let b = Expr::int(w.shape()[2] as i64);
+    let k = reduce_axis(x.shape()[x.ndim() - 1], "k");
+    let kv = Expr::var(&k.0);
+    one(compute("dense_pack", &shape, |i| {
+        let n = i.len();
+        let mut idx = i[..n - 1].to_vec();
+        idx.push(kv.clone());
+        let j = i[n - 1].clone();
+        let (panel, lane) =
+            (Expr::bin(BinOp::FloorDiv, j.clone(), b.clone()), Expr::bin(BinOp::FloorMod, j, b.clone()));
+        sum(x.at(&idx) * w.at(&[panel, kv.clone(), lane]), &[k.clone()])
+    }))
+}
+
+fn batch_matmul(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, _) = c.out_tensor()?;
+    let (a, b) = (c.tensor(0)?, c.tensor(1)?);
+    let (ta, tb) = (c.attrs.bool("transpose_a")?, c.attrs.bool("transpose_b")?);
+    let k_dim = if ta { a.shape()[1] } else { a.shape()[2] };
+    let k = reduce_axis(k_dim, "k");
+    let kv = Expr::var(&k.0);
+    let batch = |t: &Tensor, i: &Expr| if t.shape()[0] == 1 { Expr::int(0) } else { i.clone() };
+    one(compute("batch_matmul", &shape, |i| {
+        let lhs = if ta {
+            a.at(&[batch(&a, &i[0]), kv.clone(), i[1].clone()])
+        } else {
+            a.at(&[batch(&a, &i[0]), i[1].clone(), kv.clone()])
+        };
+        let rhs = if tb {
+            b.at(&[batch(&b, &i[0]), i[2].clone(), kv.clone()])
+        } else {
+            b.at(&[batch(&b, &i[0]), kv.clone(), i[2].clone()])
+        };
+        sum(lhs * rhs, &[k.clone()])
+    }))
+}
+
+fn bias_add(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, _) = c.out_tensor()?;
+    let (x, b) = (c.tensor(0)?, c.tensor(1)?);
+    let axis = c.attrs.int("axis")?;
+    let axis = if axis < 0 { axis + shape.len() as i64 } else { axis } as usize;
+    one(compute("bias_add", &shape, |i| x.at(i) + b.at(&[i[axis].clone()])))
+}
+
+fn conv2d(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
+    let strides = expand_ints(c.attrs, "strides", 2)?;
+    let dilation = expand_ints(c.attrs, "dilation", 2)?;
+    let pads = four(&expand_ints(c.attrs, "padding", 4)?);
+    let groups = c.attrs.int("groups")?.max(1) as usize;
+    // OIHW, or OIHW<k>o: [O/k, I, KH, KW, k], read at [oc / k, …, oc % k].
+    let block = kiln_ir::relay::op::conv2d_weight_block(c.attrs)?;
+    let o = w.shape()[0] * block.unwrap_or(1);
+    let (icpg, kh, kw) = (w.shape()[1], w.shape()[2], w.shape()[3]);
+    let opg = (o / groups).max(1) as i64;
+    // A depthwise window of stride 2 along rows reads a phase-split image.
+    let phases = groups > 1 && icpg == 1 && block.is_none() && strides[1] == 2 && dilation[1] == 1;
+    // A packed 1 × 1 window reads its input as rows of every channel.
+    let rows = block.is_some() && kh == 1 && kw == 1 && pads == [0; 4];
+    let padded = if phases {
+        pad_nchw_phases(&x, pads, Expr::constant(0.0, dt))
+    } else if rows {
+        input_rows(&x, &strides, shape[2], shape[3])
+    } else {
+        pad_nchw(&x, pads, Expr::constant(0.0, dt))
     };
-    let one = |x: Tensor| Ok(TeValue::Tensor(x));
-    match op {
-        "nn.dense" | "nn.matmul" => {
-            let (shape, _) = out_tensor(out)?;
-            let (x, w) = (tensor(0)?, tensor(1)?);
-            let (ta, tb) =
-                if op == "nn.dense" { (false, true) } else { (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?) };
-            let k_dim = if ta { x.shape()[0] } else { x.shape()[x.ndim() - 1] };
-            let k = reduce_axis(k_dim, "k");
-            let kv = Expr::var(&k.0);
-            one(compute(op.trim_start_matches("nn."), &shape, |i| {
-                let n = i.len();
-                let lhs = if ta {
-                    at2(&x, kv.clone(), i[n - 2].clone())
-                } else {
-                    let mut idx = i[..n - 1].to_vec();
-                    idx.push(kv.clone());
-                    x.at(&idx)
-                };
-                let rhs =
-                    if tb { at2(&w, i[n - 1].clone(), kv.clone()) } else { at2(&w, kv.clone(), i[n - 1].clone()) };
-                sum(lhs * rhs, &[k.clone()])
-            }))
-        }
-        "nn.contrib_dense_pack" => {
-            // Weight [units / b, in, b]: column j is lane j % b of panel j / b.
-            let (shape, _) = out_tensor(out)?;
-            let (x, w) = (tensor(0)?, tensor(1)?);
-            let b = Expr::int(w.shape()[2] as i64);
-            let k = reduce_axis(x.shape()[x.ndim() - 1], "k");
-            let kv = Expr::var(&k.0);
-            one(compute("dense_pack", &shape, |i| {
-                let n = i.len();
-                let mut idx = i[..n - 1].to_vec();
-                idx.push(kv.clone());
-                let j = i[n - 1].clone();
-                let (panel, lane) =
-                    (Expr::bin(BinOp::FloorDiv, j.clone(), b.clone()), Expr::bin(BinOp::FloorMod, j, b.clone()));
-                sum(x.at(&idx) * w.at(&[panel, kv.clone(), lane]), &[k.clone()])
-            }))
-        }
-        "nn.batch_matmul" => {
-            let (shape, _) = out_tensor(out)?;
-            let (a, b) = (tensor(0)?, tensor(1)?);
-            let (ta, tb) = (attrs.bool("transpose_a")?, attrs.bool("transpose_b")?);
-            let k_dim = if ta { a.shape()[1] } else { a.shape()[2] };
-            let k = reduce_axis(k_dim, "k");
-            let kv = Expr::var(&k.0);
-            let batch = |t: &Tensor, i: &Expr| if t.shape()[0] == 1 { Expr::int(0) } else { i.clone() };
-            one(compute("batch_matmul", &shape, |i| {
-                let lhs = if ta {
-                    a.at(&[batch(&a, &i[0]), kv.clone(), i[1].clone()])
-                } else {
-                    a.at(&[batch(&a, &i[0]), i[1].clone(), kv.clone()])
-                };
-                let rhs = if tb {
-                    b.at(&[batch(&b, &i[0]), i[2].clone(), kv.clone()])
-                } else {
-                    b.at(&[batch(&b, &i[0]), kv.clone(), i[2].clone()])
-                };
-                sum(lhs * rhs, &[k.clone()])
-            }))
-        }
-        "nn.bias_add" => {
-            let (shape, _) = out_tensor(out)?;
-            let (x, b) = (tensor(0)?, tensor(1)?);
-            let axis = attrs.int("axis")?;
-            let axis = if axis < 0 { axis + shape.len() as i64 } else { axis } as usize;
-            one(compute("bias_add", &shape, |i| x.at(i) + b.at(&[i[axis].clone()])))
-        }
-        "nn.conv2d" => {
-            let (shape, dt) = out_tensor(out)?;
-            let (x, w) = (tensor(0)?, tensor(1)?);
-            let strides = expand_ints(attrs, "strides", 2)?;
-            let dilation = expand_ints(attrs, "dilation", 2)?;
-            let pads = four(&expand_ints(attrs, "padding", 4)?);
-            let groups = attrs.int("groups")?.max(1) as usize;
-            // OIHW, or OIHW<k>o: [O/k, I, KH, KW, k], read at [oc / k, …, oc % k].
-            let block = kiln_ir::relay::op::conv2d_weight_block(attrs)?;
-            let o = w.shape()[0] * block.unwrap_or(1);
-            let (icpg, kh, kw) = (w.shape()[1], w.shape()[2], w.shape()[3]);
-            let opg = (o / groups).max(1) as i64;
-            // A depthwise window of stride 2 along rows reads a phase-split image.
-            let phases = groups > 1 && icpg == 1 && block.is_none() && strides[1] == 2 && dilation[1] == 1;
-            // A packed 1 × 1 window reads its input as rows of every channel.
-            let rows = block.is_some() && kh == 1 && kw == 1 && pads == [0; 4];
-            let padded = if phases {
-                pad_nchw_phases(&x, pads, Expr::constant(0.0, dt))
-            } else if rows {
-                input_rows(&x, &strides, shape[2], shape[3])
-            } else {
-                pad_nchw(&x, pads, Expr::constant(0.0, dt))
-            };
-            let (rc, rh, rw) = (reduce_axis(icpg, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
-            let (c, y, z) = (Expr::var(&rc.0), Expr::var(&rh.0), Expr::var(&rw.0));
-            one(compute("conv2d", &shape, |i| {
-                let group = Expr::bin(BinOp::FloorDiv, i[1].clone(), Expr::int(opg));
-                let ic = group * Expr::int(icpg as i64) + c.clone();
-                let h = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
-                let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
-                let data = if phases {
-                    let two = Expr::int(2);
-                    let (phase, column) = (
-                        Expr::bin(BinOp::FloorMod, z.clone(), two.clone()),
-                        i[3].clone() + Expr::bin(BinOp::FloorDiv, z.clone(), two),
-                    );
-                    padded.at(&[i[0].clone(), ic, h, phase, column])
-                } else if rows {
-                    padded.at(&[i[0].clone(), i[2].clone(), ic, i[3].clone()])
-                } else {
-                    padded.at(&[i[0].clone(), ic, h, ww])
-                };
-                let weight = match block {
-                    None => w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]),
-                    Some(k) => {
-                        let k = Expr::int(k as i64);
-                        let (ob, oi) = (
-                            Expr::bin(BinOp::FloorDiv, i[1].clone(), k.clone()),
-                            Expr::bin(BinOp::FloorMod, i[1].clone(), k),
-                        );
-                        w.at(&[ob, c.clone(), y.clone(), z.clone(), oi])
-                    }
-                };
-                sum(data * weight, &[rc.clone(), rh.clone(), rw.clone()])
-            }))
-        }
-        "nn.max_pool2d" | "nn.avg_pool2d" => {
-            let (shape, dt) = out_tensor(out)?;
-            let x = tensor(0)?;
-            let pool = expand_ints(attrs, "pool_size", 2)?;
-            let strides = expand_ints(attrs, "strides", 2)?;
-            let dilation = expand_ints(attrs, "dilation", 2)?;
-            let pads = four(&expand_ints(attrs, "padding", 4)?);
-            let is_max = op == "nn.max_pool2d";
-            // ceil_mode may read past the padded input: pad the far side enough for every window.
-            let (h, w) = (x.shape()[2] as i64, x.shape()[3] as i64);
-            let need_h = (shape[2] as i64 - 1) * strides[0] + (pool[0] - 1) * dilation[0] + 1;
-            let need_w = (shape[3] as i64 - 1) * strides[1] + (pool[1] - 1) * dilation[1] + 1;
-            let far = [pads[0], pads[1], (need_h - h - pads[0]).max(pads[2]), (need_w - w - pads[1]).max(pads[3])];
-            let pad_value = if is_max { crate::tir::Combiner::Max.identity(dt) } else { Expr::constant(0.0, dt) };
-            let padded = pad_nchw(&x, far, pad_value);
-            let (ry, rx) = (reduce_axis(pool[0] as usize, "ry"), reduce_axis(pool[1] as usize, "rx"));
-            let (y, z) = (Expr::var(&ry.0), Expr::var(&rx.0));
-            let window = |i: &[Expr]| {
-                let hh = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
-                let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
-                (hh, ww)
-            };
-            let combiner = if is_max { Combiner::Max } else { Combiner::Sum };
-            let pooled = compute("pool", &shape, |i| {
-                let (hh, ww) = window(i);
-                reduce(combiner, padded.at(&[i[0].clone(), i[1].clone(), hh, ww]), &[ry.clone(), rx.clone()])
-            });
-            if is_max {
-                return one(pooled);
+    let (rc, rh, rw) = (reduce_axis(icpg, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
+    let (c, y, z) = (Expr::var(&rc.0), Expr::var(&rh.0), Expr::var(&rw.0));
+    one(compute("conv2d", &shape, |i| {
+        let group = Expr::bin(BinOp::FloorDiv, i[1].clone(), Expr::int(opg));
+        let ic = group * Expr::int(icpg as i64) + c.clone();
+        let h = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
+        let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
+        let data = if phases {
+            let two = Expr::int(2);
+            let (phase, column) = (
+                Expr::bin(BinOp::FloorMod, z.clone(), two.clone()),
+                i[3].clone() + Expr::bin(BinOp::FloorDiv, z.clone(), two),
+            );
+            padded.at(&[i[0].clone(), ic, h, phase, column])
+        } else if rows {
+            padded.at(&[i[0].clone(), i[2].clone(), ic, i[3].clone()])
+        } else {
+            padded.at(&[i[0].clone(), ic, h, ww])
+        };
+        let weight = match block {
+            None => w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]),
+            Some(k) => {
+                let k = Expr::int(k as i64);
+                let (ob, oi) =
+                    (Expr::bin(BinOp::FloorDiv, i[1].clone(), k.clone()), Expr::bin(BinOp::FloorMod, i[1].clone(), k));
+                w.at(&[ob, c.clone(), y.clone(), z.clone(), oi])
             }
-            let include_pad = attrs.bool("count_include_pad")?;
-            let (ph, pw) = (pool[0], pool[1]);
-            one(compute("avg_pool2d", &shape, |i| {
-                // The number of window positions inside the input (or inside the padding too).
-                let count = |o: &Expr, stride: i64, dil: i64, p: i64, lo: i64, hi: i64, extent: i64| {
-                    let start = o.clone() * Expr::int(stride) - Expr::int(lo);
-                    let end = start.clone() + Expr::int((p - 1) * dil + 1);
-                    let (clo, chi) = if include_pad { (-lo, extent + hi) } else { (0, extent) };
-                    let s = Expr::bin(BinOp::Max, start, Expr::int(clo));
-                    let e = Expr::bin(BinOp::Min, end, Expr::int(chi));
-                    // Windows with dilation 1 (the common case) count exactly; dilated ones approximately per step.
-                    Expr::bin(BinOp::FloorDiv, e - s + Expr::int(dil - 1), Expr::int(dil))
-                };
-                let ch = count(&i[2], strides[0], dilation[0], ph, pads[0], pads[2], h);
-                let cw = count(&i[3], strides[1], dilation[1], pw, pads[1], pads[3], w);
-                let n = Expr::cast(TirType::scalar(dt), Expr::bin(BinOp::Max, ch * cw, Expr::int(1)));
-                Expr::bin(BinOp::Div, pooled.at(i), n)
-            }))
-        }
-        "nn.global_avg_pool2d" => {
-            let (shape, dt) = out_tensor(out)?;
-            let x = tensor(0)?;
-            let (ry, rx) = (reduce_axis(x.shape()[2], "ry"), reduce_axis(x.shape()[3], "rx"));
-            let area = (x.shape()[2] * x.shape()[3]) as f64;
-            let total = compute("pool_sum", &shape, |i| {
-                sum(x.at(&[i[0].clone(), i[1].clone(), Expr::var(&ry.0), Expr::var(&rx.0)]), &[ry.clone(), rx.clone()])
-            });
-            one(compute("global_avg_pool2d", &shape, |i| Expr::bin(BinOp::Div, total.at(i), Expr::constant(area, dt))))
-        }
-        "nn.softmax" => {
-            let (shape, dt) = out_tensor(out)?;
-            let x = tensor(0)?;
-            let nd = shape.len() as i64;
-            let axis = attrs.int("axis")?;
-            let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
-            let mut red_shape = shape.clone();
-            red_shape[axis] = 1;
-            let r = reduce_axis(shape[axis], "k");
-            let with_axis = |i: &[Expr], e: Expr| {
-                let mut v = i.to_vec();
-                v[axis] = e;
-                v
-            };
-            let mx = compute("softmax_max", &red_shape, |i| {
-                reduce(Combiner::Max, x.at(&with_axis(i, Expr::var(&r.0))), &[r.clone()])
-            });
-            let t = TirType::scalar(dt);
-            let ex = compute("softmax_exp", &shape, |i| {
-                Expr::call(Intrinsic::Exp, vec![x.at(i) - mx.at(&with_axis(i, Expr::int(0)))], t)
-            });
-            let r2 = reduce_axis(shape[axis], "k2");
-            let total =
-                compute("softmax_sum", &red_shape, |i| sum(ex.at(&with_axis(i, Expr::var(&r2.0))), &[r2.clone()]));
-            one(compute("softmax", &shape, |i| Expr::bin(BinOp::Div, ex.at(i), total.at(&with_axis(i, Expr::int(0))))))
-        }
-        "nn.batch_norm" => {
-            let fields = out.as_tuple().ok_or("batch_norm returns a tuple")?;
-            let (shape, dt) = out_tensor(&fields[0])?;
-            let (x, gamma, beta, mean, var) = (tensor(0)?, tensor(1)?, tensor(2)?, tensor(3)?, tensor(4)?);
-            let nd = shape.len() as i64;
-            let axis = attrs.int("axis")?;
-            let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
-            let eps = attrs.float("epsilon")?;
-            let (scale, center) = (attrs.bool("scale")?, attrs.bool("center")?);
-            let t = TirType::scalar(dt);
-            let y = compute("batch_norm", &shape, |i| {
-                let c = [i[axis].clone()];
-                let inv = Expr::call(Intrinsic::Rsqrt, vec![var.at(&c) + Expr::constant(eps, dt)], t);
-                let mut v = (x.at(i) - mean.at(&c)) * inv;
-                if scale {
-                    v = v * gamma.at(&c);
-                }
-                if center {
-                    v = v + beta.at(&c);
-                }
-                v
-            });
-            let (m2, v2) = (mean.clone(), var.clone());
-            let mean_out = compute("bn_mean", mean.shape(), |i| m2.at(i));
-            let var_out = compute("bn_var", var.shape(), |i| v2.at(i));
-            Ok(TeValue::Tuple(vec![TeValue::Tensor(y), TeValue::Tensor(mean_out), TeValue::Tensor(var_out)]))
-        }
-        "nn.layer_norm" => {
-            let (shape, dt) = out_tensor(out)?;
-            let (x, gamma, beta) = (tensor(0)?, tensor(1)?, tensor(2)?);
-            let nd = shape.len() as i64;
-            let axis = attrs.int("axis")?;
-            let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
-            let eps = attrs.float("epsilon")?;
-            let (scale, center) = (attrs.bool("scale")?, attrs.bool("center")?);
-            let n = shape[axis] as f64;
-            let mut red_shape = shape.clone();
-            red_shape[axis] = 1;
-            let with_axis = |i: &[Expr], e: Expr| {
-                let mut v = i.to_vec();
-                v[axis] = e;
-                v
-            };
-            let r = reduce_axis(shape[axis], "k");
-            let s = compute("ln_sum", &red_shape, |i| sum(x.at(&with_axis(i, Expr::var(&r.0))), &[r.clone()]));
-            let mean = compute("ln_mean", &red_shape, |i| Expr::bin(BinOp::Div, s.at(i), Expr::constant(n, dt)));
-            let r2 = reduce_axis(shape[axis], "k2");
-            let sq = compute("ln_sqsum", &red_shape, |i| {
-                let d = x.at(&with_axis(i, Expr::var(&r2.0))) - mean.at(i);
-                sum(d.clone() * d, &[r2.clone()])
-            });
-            let t = TirType::scalar(dt);
-            one(compute("layer_norm", &shape, |i| {
-                let m = mean.at(&with_axis(i, Expr::int(0)));
-                let var = Expr::bin(BinOp::Div, sq.at(&with_axis(i, Expr::int(0))), Expr::constant(n, dt));
-                let mut v = (x.at(i) - m) * Expr::call(Intrinsic::Rsqrt, vec![var + Expr::constant(eps, dt)], t);
-                if scale {
-                    v = v * gamma.at(&[i[axis].clone()]);
-                }
-                if center {
-                    v = v + beta.at(&[i[axis].clone()]);
-                }
-                v
-            }))
-        }
-        "nn.dropout" => {
-            let fields = out.as_tuple().ok_or("dropout returns a tuple")?;
-            let (shape, _) = out_tensor(&fields[0])?;
-            let x = tensor(0)?;
-            let y = compute("dropout", &shape, |i| x.at(i));
-            let (mshape, mdt) = out_tensor(&fields[1])?;
-            let mask = compute("dropout_mask", &mshape, |_| Expr::constant(1.0, mdt));
-            Ok(TeValue::Tuple(vec![TeValue::Tensor(y), TeValue::Tensor(mask)]))
-        }
-        _ => Err(format!("no compute for operator `{op}`").into()),
+        };
+        sum(data * weight, &[rc.clone(), rh.clone(), rw.clone()])
+    }))
+}
+
+fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let x = c.tensor(0)?;
+    let pool = expand_ints(c.attrs, "pool_size", 2)?;
+    let strides = expand_ints(c.attrs, "strides", 2)?;
+    let dilation = expand_ints(c.attrs, "dilation", 2)?;
+    let pads = four(&expand_ints(c.attrs, "padding", 4)?);
+    let is_max = c.op == "nn.max_pool2d";
+    // ceil_mode may read past the padded input: pad the far side enough for every window.
+    let (h, w) = (x.shape()[2] as i64, x.shape()[3] as i64);
+    let need_h = (shape[2] as i64 - 1) * strides[0] + (pool[0] - 1) * dilation[0] + 1;
+    let need_w = (shape[3] as i64 - 1) * strides[1] + (pool[1] - 1) * dilation[1] + 1;
+    let far = [pads[0], pads[1], (need_h - h - pads[0]).max(pads[2]), (need_w - w - pads[1]).max(pads[3])];
+    let pad_value = if is_max { crate::tir::Combiner::Max.identity(dt) } else { Expr::constant(0.0, dt) };
+    let padded = pad_nchw(&x, far, pad_value);
+    let (ry, rx) = (reduce_axis(pool[0] as usize, "ry"), reduce_axis(pool[1] as usize, "rx"));
+    let (y, z) = (Expr::var(&ry.0), Expr::var(&rx.0));
+    let window = |i: &[Expr]| {
+        let hh = i[2].clone() * Expr::int(strides[0]) + y.clone() * Expr::int(dilation[0]);
+        let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
+        (hh, ww)
+    };
+    let combiner = if is_max { Combiner::Max } else { Combiner::Sum };
+    let pooled = compute("pool", &shape, |i| {
+        let (hh, ww) = window(i);
+        reduce(combiner, padded.at(&[i[0].clone(), i[1].clone(), hh, ww]), &[ry.clone(), rx.clone()])
+    });
+    if is_max {
+        return one(pooled);
     }
+    let include_pad = c.attrs.bool("count_include_pad")?;
+    let (ph, pw) = (pool[0], pool[1]);
+    one(compute("avg_pool2d", &shape, |i| {
+        // The number of window positions inside the input (or inside the padding too).
+        let count = |o: &Expr, stride: i64, dil: i64, p: i64, lo: i64, hi: i64, extent: i64| {
+            let start = o.clone() * Expr::int(stride) - Expr::int(lo);
+            let end = start.clone() + Expr::int((p - 1) * dil + 1);
+            let (clo, chi) = if include_pad { (-lo, extent + hi) } else { (0, extent) };
+            let s = Expr::bin(BinOp::Max, start, Expr::int(clo));
+            let e = Expr::bin(BinOp::Min, end, Expr::int(chi));
+            // Windows with dilation 1 (the common case) count exactly; dilated ones approximately per step.
+            Expr::bin(BinOp::FloorDiv, e - s + Expr::int(dil - 1), Expr::int(dil))
+        };
+        let ch = count(&i[2], strides[0], dilation[0], ph, pads[0], pads[2], h);
+        let cw = count(&i[3], strides[1], dilation[1], pw, pads[1], pads[3], w);
+        let n = Expr::cast(TirType::scalar(dt), Expr::bin(BinOp::Max, ch * cw, Expr::int(1)));
+        Expr::bin(BinOp::Div, pooled.at(i), n)
+    }))
+}
+
+fn global_avg_pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let x = c.tensor(0)?;
+    let (ry, rx) = (reduce_axis(x.shape()[2], "ry"), reduce_axis(x.shape()[3], "rx"));
+    let area = (x.shape()[2] * x.shape()[3]) as f64;
+    let total = compute("pool_sum", &shape, |i| {
+        sum(x.at(&[i[0].clone(), i[1].clone(), Expr::var(&ry.0), Expr::var(&rx.0)]), &[ry.clone(), rx.clone()])
+    });
+    one(compute("global_avg_pool2d", &shape, |i| Expr::bin(BinOp::Div, total.at(i), Expr::constant(area, dt))))
+}
+
+fn softmax(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let x = c.tensor(0)?;
+    let nd = shape.len() as i64;
+    let axis = c.attrs.int("axis")?;
+    let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
+    let mut red_shape = shape.clone();
+    red_shape[axis] = 1;
+    let r = reduce_axis(shape[axis], "k");
+    let with_axis = |i: &[Expr], e: Expr| {
+        let mut v = i.to_vec();
+        v[axis] = e;
+        v
+    };
+    let mx = compute("softmax_max", &red_shape, |i| {
+        reduce(Combiner::Max, x.at(&with_axis(i, Expr::var(&r.0))), &[r.clone()])
+    });
+    let t = TirType::scalar(dt);
+    let ex = compute("softmax_exp", &shape, |i| {
+        Expr::call(Intrinsic::Exp, vec![x.at(i) - mx.at(&with_axis(i, Expr::int(0)))], t)
+    });
+    let r2 = reduce_axis(shape[axis], "k2");
+    let total = compute("softmax_sum", &red_shape, |i| sum(ex.at(&with_axis(i, Expr::var(&r2.0))), &[r2.clone()]));
+    one(compute("softmax", &shape, |i| Expr::bin(BinOp::Div, ex.at(i), total.at(&with_axis(i, Expr::int(0))))))
+}
+
+fn batch_norm(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let fields = c.out.as_tuple().ok_or("batch_norm returns a tuple")?;
+    let (shape, dt) = out_tensor(&fields[0])?;
+    let (x, gamma, beta, mean, var) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?, c.tensor(3)?, c.tensor(4)?);
+    let nd = shape.len() as i64;
+    let axis = c.attrs.int("axis")?;
+    let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
+    let eps = c.attrs.float("epsilon")?;
+    let (scale, center) = (c.attrs.bool("scale")?, c.attrs.bool("center")?);
+    let t = TirType::scalar(dt);
+    let y = compute("batch_norm", &shape, |i| {
+        let c = [i[axis].clone()];
+        let inv = Expr::call(Intrinsic::Rsqrt, vec![var.at(&c) + Expr::constant(eps, dt)], t);
+        let mut v = (x.at(i) - mean.at(&c)) * inv;
+        if scale {
+            v = v * gamma.at(&c);
+        }
+        if center {
+            v = v + beta.at(&c);
+        }
+        v
+    });
+    let (m2, v2) = (mean.clone(), var.clone());
+    let mean_out = compute("bn_mean", mean.shape(), |i| m2.at(i));
+    let var_out = compute("bn_var", var.shape(), |i| v2.at(i));
+    Ok(TeValue::Tuple(vec![TeValue::Tensor(y), TeValue::Tensor(mean_out), TeValue::Tensor(var_out)]))
+}
+
+fn layer_norm(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let (x, gamma, beta) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+    let nd = shape.len() as i64;
+    let axis = c.attrs.int("axis")?;
+    let axis = (if axis < 0 { axis + nd } else { axis }) as usize;
+    let eps = c.attrs.float("epsilon")?;
+    let (scale, center) = (c.attrs.bool("scale")?, c.attrs.bool("center")?);
+    let n = shape[axis] as f64;
+    let mut red_shape = shape.clone();
+    red_shape[axis] = 1;
+    let with_axis = |i: &[Expr], e: Expr| {
+        let mut v = i.to_vec();
+        v[axis] = e;
+        v
+    };
+    let r = reduce_axis(shape[axis], "k");
+    let s = compute("ln_sum", &red_shape, |i| sum(x.at(&with_axis(i, Expr::var(&r.0))), &[r.clone()]));
+    let mean = compute("ln_mean", &red_shape, |i| Expr::bin(BinOp::Div, s.at(i), Expr::constant(n, dt)));
+    let r2 = reduce_axis(shape[axis], "k2");
+    let sq = compute("ln_sqsum", &red_shape, |i| {
+        let d = x.at(&with_axis(i, Expr::var(&r2.0))) - mean.at(i);
+        sum(d.clone() * d, &[r2.clone()])
+    });
+    let t = TirType::scalar(dt);
+    one(compute("layer_norm", &shape, |i| {
+        let m = mean.at(&with_axis(i, Expr::int(0)));
+        let var = Expr::bin(BinOp::Div, sq.at(&with_axis(i, Expr::int(0))), Expr::constant(n, dt));
+        let mut v = (x.at(i) - m) * Expr::call(Intrinsic::Rsqrt, vec![var + Expr::constant(eps, dt)], t);
+        if scale {
+            v = v * gamma.at(&[i[axis].clone()]);
+        }
+        if center {
+            v = v + beta.at(&[i[axis].clone()]);
+        }
+        v
+    }))
+}
+
+fn dropout(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let fields = c.out.as_tuple().ok_or("dropout returns a tuple")?;
+    let (shape, _) = out_tensor(&fields[0])?;
+    let x = c.tensor(0)?;
+    let y = compute("dropout", &shape, |i| x.at(i));
+    let (mshape, mdt) = out_tensor(&fields[1])?;
+    let mask = compute("dropout_mask", &mshape, |_| Expr::constant(1.0, mdt));
+    Ok(TeValue::Tuple(vec![TeValue::Tensor(y), TeValue::Tensor(mask)]))
 }

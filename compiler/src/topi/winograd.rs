@@ -10,14 +10,16 @@
 //! combination it needs, and LLVM shares the loads and partial sums between
 //! copies.
 
+use std::sync::Arc;
+
 use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::op::{winograd_matrices, WinogradTiles};
-use kiln_ir::relay::Type;
+use kiln_ir::relay::{OpMap, Type};
 use kiln_ir::DataType;
 use kiln_ir::OpError;
 
 use super::nn::pad_nchw;
-use super::{out_tensor, select, zero, TeValue};
+use super::{one, out_tensor, select, zero, ComputeCall, ComputeFn};
 use crate::te::{compute, Tensor};
 use crate::tir::{BinOp, CmpOp, Expr};
 
@@ -143,15 +145,16 @@ fn tiles_to_nchw(yt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpErr
     }))
 }
 
-/// The compute of a Winograd transform operator.
-pub(super) fn compute_winograd(op: &str, inputs: &[TeValue], attrs: &Attrs, out: &Type) -> Result<TeValue, OpError> {
-    let x = inputs.first().ok_or("missing argument 0")?.tensor()?;
-    let t = match op {
-        "nn.contrib_conv2d_winograd_weight_transform" => weight_transform(x, attrs, out)?,
-        "nn.contrib_winograd_input_transform" => input_transform(x, attrs, out)?,
-        "nn.contrib_winograd_output_transform" => output_transform(x, attrs, out)?,
-        "nn.contrib_winograd_tiles_to_nchw" => tiles_to_nchw(x, attrs, out)?,
-        _ => return Err(format!("no Winograd compute for `{op}`").into()),
-    };
-    Ok(TeValue::Tensor(t))
+/// Attach the Winograd transforms' computes to their operators.
+pub(super) fn register(m: &mut OpMap<ComputeFn>) {
+    type Transform = fn(&Tensor, &Attrs, &Type) -> Result<Tensor, OpError>;
+    let transforms: [(&str, Transform); 4] = [
+        ("nn.contrib_conv2d_winograd_weight_transform", weight_transform),
+        ("nn.contrib_winograd_input_transform", input_transform),
+        ("nn.contrib_winograd_output_transform", output_transform),
+        ("nn.contrib_winograd_tiles_to_nchw", tiles_to_nchw),
+    ];
+    for (op, transform) in transforms {
+        m.set(op, Arc::new(move |c: &ComputeCall| one(transform(&c.tensor(0)?, c.attrs, c.out)?)));
+    }
 }

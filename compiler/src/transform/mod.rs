@@ -29,5 +29,5 @@ pub use pass::{
     apply, run_function_pass, BodyError, FunctionPass, ModulePass, Pass, PassBodyError, PassError, PassInfo,
     PrimFuncPass,
 };
-pub use registry::{get_pass, pass_names, register_pass};
+pub use registry::{get_pass, pass_names, register_pass, PassProvider};
 pub use sequential::Sequential;

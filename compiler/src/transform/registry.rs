@@ -1,6 +1,11 @@
-//! Passes by name (TVM's `GetPass`): the built-in Relay passes and any user
-//! pass registered with [`register_pass`] (the `#[module_pass]` and
+//! Passes by name (TVM's `GetPass`): the built-in passes and any user pass
+//! registered with [`register_pass`] (the `#[module_pass]` and
 //! `#[function_pass]` macros generate a registration function that calls it).
+//!
+//! The registry sits below the layers whose passes it holds: it never names
+//! them. Each layer exports its passes as a provider function and the crate
+//! root lists the providers ([`crate::BUILTIN_PASS_PROVIDERS`]), as rustc's
+//! driver wires each crate's query providers.
 
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -8,12 +13,17 @@ use indexmap::IndexMap;
 
 use super::pass::{Pass, PassError};
 
+/// A layer's contribution to the registry: its built-in passes.
+pub type PassProvider = fn() -> Vec<Arc<dyn Pass>>;
+
 fn table() -> &'static RwLock<IndexMap<String, Arc<dyn Pass>>> {
     static TABLE: OnceLock<RwLock<IndexMap<String, Arc<dyn Pass>>>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut m = IndexMap::new();
-        for p in crate::relay::transform::builtin_passes() {
-            m.insert(p.info().name.clone(), p);
+        for provide in crate::BUILTIN_PASS_PROVIDERS {
+            for p in provide() {
+                m.insert(p.info().name.clone(), p);
+            }
         }
         RwLock::new(m)
     })

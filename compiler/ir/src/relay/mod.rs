@@ -18,7 +18,7 @@ pub use expr::{Call, Callee, ConstId, Expr, ExprId, ExprKind, Function, Store, V
 pub use infer::{infer_expr, infer_module};
 pub use interp::{eval_expr, eval_function};
 pub use module::IRModule;
-pub use op::{op_registry, OpDef, OpId, OpPattern};
+pub use op::{op_registry, OpDef, OpId, OpMap, OpPattern};
 pub use parser::{parse_module, parse_module_file, TEXT_VERSION};
 pub use printer::{print_expr, print_module};
 pub use structural::{structural_eq, structural_hash};

@@ -1,12 +1,14 @@
 //! The Relay optimization passes, one file each, and their registration as
-//! [`Pass`]es: [`builtin_passes`] (what the registry starts with) and
-//! [`default_pipeline`] (what `relay.build` runs, as far as the passes exist).
+//! [`Pass`]es: [`builtin_passes`] (what this layer adds to the registry; the
+//! crate root wires it in) and [`default_pipeline`] (what `relay.build` runs,
+//! as far as the passes exist). The TIR passes are registered by their own
+//! layer, [`crate::schedule::passes`].
 
 use std::sync::Arc;
 
 use kiln_ir::relay::{infer_module, IRModule};
 
-use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, PrimFuncPass, Sequential};
+use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, Sequential};
 
 pub mod alter_op_layout;
 pub mod common_subexpr;
@@ -41,7 +43,7 @@ fn function_pass(
 
 /// Every built-in Relay pass, as registered by name.
 pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
-    let mut v = vec![
+    let mut v: Vec<Arc<dyn Pass>> = vec![
         infer_type(),
         function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
             simplify_inference::simplify_inference(&mut m.store, f)
@@ -88,131 +90,10 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         })
         .arc(),
     ];
-    // TIR passes over lowered kernels.
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.FuseSiblingLoops", 1, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::fuse_sibling_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
-            let unit = crate::target::VectorUnit::of_context(ctx);
-            let mut f = crate::schedule::default_cpu_schedule(f, ctx.opt_level, unit);
-            if ctx.config_bool("tir.fast_math") == Some(true) {
-                f.attrs.insert("fast_math".into(), "true".into());
-            }
-            Ok(f)
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, ctx: &PassContext| {
-            crate::schedule::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(Into::into)
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.LowerThreadLocal", 0, &[]), |f, _, _| {
-            crate::schedule::gpu::lower_thread_local(f).map_err(Into::into)
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.LowerIntrinsics", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::lower_intrinsics(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.LoopPartition", 1, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::partition_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::unroll_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.VectorizeLoop", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::vectorize_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.RemoveNoOp", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::remove_noops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::flatten_buffers(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.Simplify", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::simplify_prim_func(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.ParallelizeOuter", 1, &[]), |f, _, _| {
-            Ok(crate::schedule::parallelize_outer(f))
-        })
-        .arc(),
-    );
     // FoldScaleAxis is a Sequential of the backward and the forward pass (the seeds' example).
     let halves: Vec<Arc<dyn Pass>> = v.iter().filter(|p| p.info().name.ends_with("FoldScaleAxis")).cloned().collect();
     v.push(Arc::new(Sequential::unchecked(PassInfo::new("FoldScaleAxis", 3, &[]), halves)));
     v
-}
-
-/// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
-/// lower intrinsics, simplify, unroll, partition loops at constant tests (after
-/// unrolling, which makes tests on small outer loops constant), vectorize,
-/// clean up, parallelize.
-pub fn tir_pipeline() -> Result<Sequential, PassError> {
-    Sequential::from_names(
-        "TirPipeline",
-        &[
-            "tir.FuseSiblingLoops",
-            "tir.DefaultSchedule",
-            "tir.FlattenBuffer",
-            "tir.LowerIntrinsics",
-            "tir.Simplify",
-            "tir.UnrollLoop",
-            "tir.LoopPartition",
-            "tir.VectorizeLoop",
-            "tir.RemoveNoOp",
-            "tir.ParallelizeOuter",
-        ],
-    )
-}
-
-/// The TIR pipeline for GPU kernels: fuse stage loops, bind them to blocks and
-/// threads (tiles in shared memory and registers), make registers per thread,
-/// flatten, lower intrinsics, simplify, unroll register tiles, clean up.
-/// Without `tir.LowerThreadLocal` the kernels keep serial semantics and run on
-/// the CPU backends as they are (how tests check GPU schedules without a GPU).
-pub fn gpu_tir_pipeline() -> Result<Sequential, PassError> {
-    Sequential::from_names(
-        "GpuTirPipeline",
-        &[
-            "tir.FuseSiblingLoops",
-            "tir.GpuSchedule",
-            "tir.LowerThreadLocal",
-            "tir.FlattenBuffer",
-            "tir.LowerIntrinsics",
-            "tir.Simplify",
-            "tir.UnrollLoop",
-            "tir.RemoveNoOp",
-        ],
-    )
 }
 
 /// The standard pipeline (TVM's `relay.build` order, as far as the passes exist):

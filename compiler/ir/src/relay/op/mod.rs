@@ -217,3 +217,63 @@ pub fn op_registry() -> &'static OpRegistry {
     static REGISTRY: OnceLock<OpRegistry> = OnceLock::new();
     REGISTRY.get_or_init(OpRegistry::build)
 }
+
+/// A per-operator attribute that a layer above the registry attaches (TVM's
+/// `Op::GetAttrMap<T>`: `FTVMCompute`, `FTVMStrategy`, …): one slot per
+/// registered operator, filled by name when that layer builds its table and
+/// read by [`OpId`], so the layer dispatches without matching on names.
+pub struct OpMap<T> {
+    attr: &'static str,
+    slots: Vec<Option<T>>,
+}
+
+impl<T> OpMap<T> {
+    /// An empty map for the attribute named `attr` (for messages).
+    pub fn new(attr: &'static str) -> Self {
+        OpMap { attr, slots: (0..op_registry().len()).map(|_| None).collect() }
+    }
+
+    /// Attach `value` to the operator named `op`.
+    ///
+    /// # Panics
+    /// If `op` is not registered or already has a value: both are mistakes in
+    /// the code that builds the table, caught by the first test that builds it.
+    pub fn set(&mut self, op: &str, value: T) {
+        let id =
+            op_registry().lookup(op).unwrap_or_else(|| panic!("{}: `{op}` is not a registered operator", self.attr));
+        let slot = &mut self.slots[id.0 as usize];
+        assert!(slot.is_none(), "{}: `{op}` is set twice", self.attr);
+        *slot = Some(value);
+    }
+
+    /// [`OpMap::set`] for several operators that share one value.
+    pub fn set_all(&mut self, ops: &[&str], value: T)
+    where
+        T: Clone,
+    {
+        for op in ops {
+            self.set(op, value.clone());
+        }
+    }
+
+    /// The value attached to `op`, if any.
+    pub fn get(&self, op: OpId) -> Option<&T> {
+        self.slots.get(op.0 as usize).and_then(Option::as_ref)
+    }
+
+    /// The attribute's name.
+    pub fn attr(&self) -> &'static str {
+        self.attr
+    }
+
+    /// The registered operators without a value, in registration order.
+    pub fn unset(&self) -> Vec<&'static str> {
+        op_registry().iter().filter(|(id, _)| self.get(*id).is_none()).map(|(_, d)| d.name).collect()
+    }
+}
+
+impl<T> fmt::Debug for OpMap<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpMap").field("attr", &self.attr).field("set", &self.slots.iter().flatten().count()).finish()
+    }
+}

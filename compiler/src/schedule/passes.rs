@@ -1,0 +1,132 @@
+//! The TIR passes as registered [`Pass`]es — this layer's contribution to the
+//! pass registry (the crate root wires [`tir_passes`] in) — and the two TIR
+//! pipelines built from them by name.
+
+use std::sync::Arc;
+
+use crate::transform::{Pass, PassContext, PassError, PassInfo, PrimFuncPass, Sequential};
+
+/// Every built-in TIR pass: the loop transforms of `kiln_ir::tir::transform`
+/// and this crate's schedules.
+pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
+    let mut v: Vec<Arc<dyn Pass>> = Vec::new();
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.FuseSiblingLoops", 1, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::fuse_sibling_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
+            let unit = crate::target::VectorUnit::of_context(ctx);
+            let mut f = super::default_cpu_schedule(f, ctx.opt_level, unit);
+            if ctx.config_bool("tir.fast_math") == Some(true) {
+                f.attrs.insert("fast_math".into(), "true".into());
+            }
+            Ok(f)
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, ctx: &PassContext| {
+            super::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(Into::into)
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LowerThreadLocal", 0, &[]), |f, _, _| {
+            super::gpu::lower_thread_local(f).map_err(Into::into)
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LowerIntrinsics", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::lower_intrinsics(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.LoopPartition", 1, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::partition_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::unroll_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.VectorizeLoop", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::vectorize_loops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.RemoveNoOp", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::remove_noops(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::flatten_buffers(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.Simplify", 0, &[]), |f, _, _| {
+            Ok(kiln_ir::tir::transform::simplify_prim_func(f))
+        })
+        .arc(),
+    );
+    v.push(
+        PrimFuncPass::new(PassInfo::new("tir.ParallelizeOuter", 1, &[]), |f, _, _| Ok(super::parallelize_outer(f)))
+            .arc(),
+    );
+    v
+}
+
+/// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
+/// lower intrinsics, simplify, unroll, partition loops at constant tests (after
+/// unrolling, which makes tests on small outer loops constant), vectorize,
+/// clean up, parallelize.
+pub fn tir_pipeline() -> Result<Sequential, PassError> {
+    Sequential::from_names(
+        "TirPipeline",
+        &[
+            "tir.FuseSiblingLoops",
+            "tir.DefaultSchedule",
+            "tir.FlattenBuffer",
+            "tir.LowerIntrinsics",
+            "tir.Simplify",
+            "tir.UnrollLoop",
+            "tir.LoopPartition",
+            "tir.VectorizeLoop",
+            "tir.RemoveNoOp",
+            "tir.ParallelizeOuter",
+        ],
+    )
+}
+
+/// The TIR pipeline for GPU kernels: fuse stage loops, bind them to blocks and
+/// threads (tiles in shared memory and registers), make registers per thread,
+/// flatten, lower intrinsics, simplify, unroll register tiles, clean up.
+/// Without `tir.LowerThreadLocal` the kernels keep serial semantics and run on
+/// the CPU backends as they are (how tests check GPU schedules without a GPU).
+pub fn gpu_tir_pipeline() -> Result<Sequential, PassError> {
+    Sequential::from_names(
+        "GpuTirPipeline",
+        &[
+            "tir.FuseSiblingLoops",
+            "tir.GpuSchedule",
+            "tir.LowerThreadLocal",
+            "tir.FlattenBuffer",
+            "tir.LowerIntrinsics",
+            "tir.Simplify",
+            "tir.UnrollLoop",
+            "tir.RemoveNoOp",
+        ],
+    )
+}
