@@ -4,91 +4,96 @@
 //! `ptxas` is available (PATH, `$KILN_PTXAS`, or the `nvidia-cuda-nvcc-cu12`
 //! Python wheel) the PTX is assembled for sm_80. Running the kernels needs an
 //! NVIDIA GPU: `gpu_run.rs`, with feature `cuda`.
-#![cfg(feature = "llvm")]
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use common::sweep::{Completion, Coverage, Failed};
 
 use kiln::codegen::llvm::{compile_ptx, CudaTarget};
 use kiln::transform::PassContext;
 
-#[test]
-fn every_operator_compiles_to_ptx() {
-    let ptxas = common::find_ptxas();
-    match &ptxas {
+fn main() {
+    match common::find_ptxas() {
         Some(p) => println!("assembling PTX with {}", p.display()),
-        None => println!("skipped assembling PTX: no ptxas (pip install nvidia-cuda-nvcc-cu12, or set KILN_PTXAS)"),
+        None => println!("not assembling PTX: no ptxas (pip install nvidia-cuda-nvcc-cu12, or set KILN_PTXAS)"),
     }
-    let tmp = tempfile::tempdir().expect("dir");
-    let target = CudaTarget::parse("cuda -arch=sm_80").expect("target");
-    let (mut covered, mut compiled) = (BTreeSet::new(), 0);
-    for common::CorpusCase { name, module: m, .. } in common::corpus_cases() {
-        for opt_level in [0, 3] {
-            let ctx = common::sweep_context(opt_level);
-            let result = kiln::build::optimize_and_plan_gpu(m.clone(), Arc::new(ctx));
-            let Some((fused, plan)) = common::ahead_of_time(&name, result) else { continue };
-            let refused = common::gpu_refused(&fused);
-            if !refused.is_empty() {
-                let e = compile_ptx(&name, &plan.kernels, &target).expect_err("libm functions compiled for the GPU");
-                assert!(e.to_string().contains("on the GPU"), "{name}: {e}");
-                println!("skipped {name}: {refused:?} have no GPU lowering (NVPTX has no libm): {e}");
-                continue;
-            }
-            if opt_level == 0 {
-                common::operators(&fused, &mut covered);
-            }
-            let ptx = compile_ptx(&name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(ptx.contains(".target sm_80"), "{name}");
-            common::save_ptx(&format!("{name}_o{opt_level}"), &ptx);
-            for k in &plan.kernels {
-                assert!(ptx.contains(&format!(".entry {}(", k.name)), "{name}: no entry for {}", k.name);
-                let grid: u64 = k.attrs.get("gpu.grid").and_then(|g| g.parse().ok()).expect("grid");
-                let block: u64 = k.attrs.get("gpu.block").and_then(|b| b.parse().ok()).expect("block");
-                assert!(grid >= 1 && (1..=1024).contains(&block), "{name}/{}: {grid}×{block}", k.name);
-            }
-            if let Some(ptxas) = &ptxas {
-                common::assemble(ptxas, tmp.path(), &format!("{name}_{opt_level}"), &ptx);
-            }
-            compiled += 1;
-        }
-    }
-    let missing: Vec<_> =
-        common::missing_operators(&covered).into_iter().filter(|o| !common::GPU_REFUSED.contains(o)).collect();
-    assert!(missing.is_empty(), "operators without PTX: {missing:?}");
-    assert!(compiled > 40, "only {compiled} programs compiled");
-    println!("{compiled} programs to PTX");
+    let sweep = common::sweep::CorpusSweep {
+        unavailable: None,
+        check: compiles_to_ptx,
+        exempt: &common::GPU_REFUSED,
+        min_programs: 40,
+        at_least: &[],
+    };
+    let mut others = common::sweep::model_trials(
+        "reference_onnx_models_compile_to_ptx",
+        &common::sweep::REFERENCE_MODELS,
+        model_to_ptx,
+    );
+    others.extend(trials![bad_cuda_targets_are_errors]);
+    common::sweep::run(sweep, others)
 }
 
-#[test]
-fn reference_onnx_models_compile_to_ptx() {
+/// One corpus program through the GPU pipeline to PTX at opt levels 0 and 3
+/// (assembled where `ptxas` is); libm functions are refused with a message.
+fn compiles_to_ptx(case: &common::CorpusCase, coverage: &Coverage) -> Result<Completion, Failed> {
+    let common::CorpusCase { name, module: m, .. } = case;
     let ptxas = common::find_ptxas();
-    let tmp = tempfile::tempdir().expect("dir");
-    let target = CudaTarget::parse("cuda").expect("target");
-    for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
-        let Some((m, _, _)) = common::reference_model(name) else {
-            println!("skipped {name}: not in ../shared/models (or $KILN_MODELS)");
-            continue;
+    let tmp = tempfile::tempdir()?;
+    let target = CudaTarget::parse("cuda -arch=sm_80")?;
+    for opt_level in [0, 3] {
+        let ctx = common::sweep_context(opt_level);
+        let result = kiln::build::optimize_and_plan_gpu(m.clone(), Arc::new(ctx));
+        let Some((fused, plan)) = common::ahead_of_time(name, result) else {
+            return common::sweep::not_ahead_of_time();
         };
-        let (_, plan) = kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new().with_opt_level(3)))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let ptx = compile_ptx(name, &plan.kernels, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(ptx.matches(".entry ").count(), plan.kernels.len(), "{name}");
-        kiln::backend::cuda::check_ptx(&plan, &ptx).expect("every kernel");
-        common::save_ptx(name, &ptx);
-        // Register tiles live in registers: nothing spills to local memory.
-        assert!(!ptx.contains("st.local"), "{name}: a kernel uses local memory");
-        let tiled =
-            plan.kernels.iter().filter(|k| k.attrs.get("schedule").is_some_and(|s| s.contains("tiled"))).count();
-        println!("{name}: {} kernels, {tiled} tiled", plan.kernels.len());
-        if let Some(ptxas) = &ptxas {
-            common::assemble(ptxas, tmp.path(), name, &ptx);
+        let refused = common::gpu_refused(&fused);
+        if !refused.is_empty() {
+            let e = compile_ptx(name, &plan.kernels, &target).expect_err("libm functions compiled for the GPU");
+            assert!(e.to_string().contains("on the GPU"), "{name}: {e}");
+            return Ok(Completion::ignored_with(format!("{refused:?} have no GPU lowering (NVPTX has no libm): {e}")));
         }
+        if opt_level == 0 {
+            coverage.operators_of(&fused);
+        }
+        let ptx = compile_ptx(name, &plan.kernels, &target)?;
+        assert!(ptx.contains(".target sm_80"), "{name}");
+        common::save_ptx(&format!("{name}_o{opt_level}"), &ptx);
+        for k in &plan.kernels {
+            assert!(ptx.contains(&format!(".entry {}(", k.name)), "{name}: no entry for {}", k.name);
+            let grid: u64 = k.attrs.get("gpu.grid").and_then(|g| g.parse().ok()).expect("grid");
+            let block: u64 = k.attrs.get("gpu.block").and_then(|b| b.parse().ok()).expect("block");
+            assert!(grid >= 1 && (1..=1024).contains(&block), "{name}/{}: {grid}×{block}", k.name);
+        }
+        if let Some(ptxas) = &ptxas {
+            common::assemble(ptxas, tmp.path(), &format!("{name}_{opt_level}"), &ptx);
+        }
+        coverage.program();
     }
+    Ok(Completion::Completed)
 }
 
-#[test]
+/// A reference model to PTX: one entry per kernel, nothing in local memory.
+fn model_to_ptx(name: &str, m: kiln::relay::IRModule, _: kiln::Tensor, _: kiln::Tensor) -> Result<(), Failed> {
+    let ptxas = common::find_ptxas();
+    let tmp = tempfile::tempdir()?;
+    let target = CudaTarget::parse("cuda")?;
+    let (_, plan) = kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new().with_opt_level(3)))?;
+    let ptx = compile_ptx(name, &plan.kernels, &target)?;
+    assert_eq!(ptx.matches(".entry ").count(), plan.kernels.len(), "{name}");
+    kiln::backend::cuda::check_ptx(&plan, &ptx)?;
+    common::save_ptx(name, &ptx);
+    // Register tiles live in registers: nothing spills to local memory.
+    assert!(!ptx.contains("st.local"), "{name}: a kernel uses local memory");
+    let tiled = plan.kernels.iter().filter(|k| k.attrs.get("schedule").is_some_and(|s| s.contains("tiled"))).count();
+    println!("{name}: {} kernels, {tiled} tiled", plan.kernels.len());
+    if let Some(ptxas) = &ptxas {
+        common::assemble(ptxas, tmp.path(), name, &ptx);
+    }
+    Ok(())
+}
+
 fn bad_cuda_targets_are_errors() {
     assert!(CudaTarget::parse("cuda -arch=sm_7x").unwrap_err().to_string().contains("sm_7x"));
     // An SM the linked LLVM cannot emit is refused (H100 is sm_90: LLVM 14 stops at sm_86).

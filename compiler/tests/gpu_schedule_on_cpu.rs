@@ -7,12 +7,12 @@
 //! reference ONNX models must then match the interpreter and ONNX Runtime.
 //! What this cannot see (a missing barrier) `verify_barriers` checks on every
 //! scheduled kernel.
-#![cfg(feature = "llvm")]
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use common::sweep::{Completion, Coverage, Failed};
 
 use kiln::backend::host;
 use kiln::codegen::llvm::Jit;
@@ -31,50 +31,67 @@ fn uses_shared_memory(s: &Stmt) -> bool {
     found
 }
 
-#[test]
-fn every_operator_under_the_gpu_schedule_matches_the_interpreter() {
-    let (mut covered, mut ran, mut tiled) = (BTreeSet::new(), 0, 0);
-    for common::CorpusCase { name, module: m, transcendental, args, want } in common::corpus_cases() {
-        for opt_level in [0, 3] {
-            let result = kiln::build::optimize_and_plan_gpu(m.clone(), serial_gpu_context(opt_level));
-            let Some((fused, plan)) = common::ahead_of_time(&name, result) else { continue };
-            if opt_level == 0 {
-                common::operators(&fused, &mut covered);
-            }
-            for k in &plan.kernels {
-                let mut bound = false;
-                k.body
-                    .visit(&mut |s| bound |= matches!(s, Stmt::For(l) if matches!(l.kind, ForKind::ThreadBinding(_))));
-                // A scalar kernel's one-iteration thread loop simplifies away: one thread runs it.
-                let single = ["gpu.grid", "gpu.block"].iter().all(|a| k.attrs.get(*a).map(String::as_str) == Some("1"));
-                assert!(bound || single, "{name}/{}: no loop bound to the GPU", k.name);
-                tiled += usize::from(uses_shared_memory(&k.body));
-            }
-            let jit = Jit::new(&name, &plan.kernels).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let got = host::run(&plan, &jit, &args, 1).expect("run");
-            common::compare(&name, &format!("gpu schedule on the CPU, opt {opt_level}"), &got, &want, transcendental);
-            ran += 1;
-        }
-    }
-    let missing = common::missing_operators(&covered);
-    assert!(missing.is_empty(), "operators not covered: {missing:?}");
-    assert!(ran > 60, "only {ran} programs ran");
-    assert!(tiled >= 10, "only {tiled} kernels staged operands in shared memory");
-    println!("{ran} programs, {tiled} kernels with shared-memory tiles");
+fn main() {
+    let sweep = common::sweep::CorpusSweep {
+        unavailable: None,
+        check: gpu_schedule_matches_the_interpreter,
+        exempt: &[],
+        min_programs: 60,
+        at_least: &[(SHARED_TILES, 10)],
+    };
+    let models = common::sweep::model_trials(
+        "reference_models_under_the_gpu_schedule_match_onnx_runtime",
+        &common::sweep::REFERENCE_MODELS,
+        model_under_the_gpu_schedule_matches_onnx_runtime,
+    );
+    common::sweep::run(sweep, models)
 }
 
-#[test]
-fn reference_models_under_the_gpu_schedule_match_onnx_runtime() {
-    for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
-        let Some((m, input, want)) = common::reference_model(name) else {
-            println!("skipped {name}: not in ../shared/models (or $KILN_MODELS)");
-            continue;
+const SHARED_TILES: &str = "kernels staging operands in shared memory";
+
+/// One corpus program under the GPU schedule, at opt levels 0 and 3: every
+/// kernel bound to the GPU (or a single thread), results equal the interpreter.
+fn gpu_schedule_matches_the_interpreter(case: &common::CorpusCase, coverage: &Coverage) -> Result<Completion, Failed> {
+    let common::CorpusCase { name, module: m, transcendental, args, want } = case;
+    for opt_level in [0, 3] {
+        let result = kiln::build::optimize_and_plan_gpu(m.clone(), serial_gpu_context(opt_level));
+        let Some((fused, plan)) = common::ahead_of_time(name, result) else {
+            return common::sweep::not_ahead_of_time();
         };
-        let (_, plan) = kiln::build::optimize_and_plan_gpu(m, serial_gpu_context(3)).expect("compile");
-        let jit = Jit::new(name, &plan.kernels).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let got = host::run(&plan, &jit, &[input], 1).expect("run");
-        let (err, scale) = common::max_abs_error(&got[0], &want);
-        println!("{name}: max abs error {err:e}");
-        assert!(err <= 1e-4 * scale, "{name}: {err} > 1e-4 × {scale}");
+        if opt_level == 0 {
+            coverage.operators_of(&fused);
+        }
+        for k in &plan.kernels {
+            let mut bound = false;
+            k.body.visit(&mut |s| bound |= matches!(s, Stmt::For(l) if matches!(l.kind, ForKind::ThreadBinding(_))));
+            // A scalar kernel's one-iteration thread loop simplifies away: one thread runs it.
+            let single = ["gpu.grid", "gpu.block"].iter().all(|a| k.attrs.get(*a).map(String::as_str) == Some("1"));
+            if !(bound || single) {
+                return Err(format!("{}: no loop bound to the GPU", k.name).into());
+            }
+            coverage.count(SHARED_TILES, usize::from(uses_shared_memory(&k.body)));
+        }
+        let jit = Jit::new(name, &plan.kernels)?;
+        let got = host::run(&plan, &jit, args, 1)?;
+        common::compare(name, &format!("gpu schedule on the CPU, opt {opt_level}"), &got, want, *transcendental);
+        coverage.program();
     }
+    Ok(Completion::Completed)
+}
+
+fn model_under_the_gpu_schedule_matches_onnx_runtime(
+    name: &str,
+    m: kiln::relay::IRModule,
+    input: kiln::Tensor,
+    want: kiln::Tensor,
+) -> Result<(), Failed> {
+    let (_, plan) = kiln::build::optimize_and_plan_gpu(m, serial_gpu_context(3))?;
+    let jit = Jit::new(name, &plan.kernels)?;
+    let got = host::run(&plan, &jit, &[input], 1)?;
+    let (err, scale) = common::max_abs_error(&got[0], &want);
+    println!("{name}: max abs error {err:e}");
+    if err > 1e-4 * scale {
+        return Err(format!("{name}: max abs error {err} > 1e-4 × {scale}").into());
+    }
+    Ok(())
 }

@@ -1,51 +1,57 @@
 //! The reference ONNX models (`../shared/models`: mlp, lenet, resnet18,
 //! mobilenetv2, each with an ONNX Runtime output) imported, compiled (LLVM
-//! JIT) and run: outputs within 1e-4 × max |reference|. Skipped, with a
-//! message, where the models are not present. Corrupted files are errors.
+//! JIT) and run: outputs within 1e-4 × max |reference|, one test per model,
+//! ignored with the reason where the model is not present. Corrupted files
+//! are errors.
 
-#![cfg(feature = "llvm")]
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
+
+use common::sweep::Failed;
 
 use kiln::backend::host;
 use kiln::build::optimize_and_plan;
 use kiln::codegen::llvm::Jit;
 use kiln::frontend::onnx;
-use kiln::npy::read_npy;
-use kiln::relay::infer_module;
+use kiln::relay::{infer_module, IRModule};
 use kiln::transform::PassContext;
+use kiln::Tensor;
 
-const MODELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models");
+fn main() {
+    let mut trials = common::sweep::model_trials(
+        "reference_models_match_onnx_runtime",
+        &common::sweep::REFERENCE_MODELS,
+        model_matches_onnx_runtime,
+    );
+    trials.extend(trials![
+        tiny_model_imports_and_unsupported_ops_name_the_node,
+        five_thousand_corrupted_models_never_panic,
+        one_dimensional_conv_and_pool_run_as_2d,
+    ]);
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit()
+}
 
-#[test]
-fn reference_models_match_onnx_runtime() {
-    let dir = Path::new(MODELS);
-    if !dir.join("mlp.onnx").exists() {
-        println!("skipped: the reference models are not at {MODELS}");
-        return;
+/// A reference model compiled (LLVM JIT) and run on 2 threads: its output
+/// within 1e-4 × max |ONNX Runtime's|.
+fn model_matches_onnx_runtime(name: &str, m: IRModule, input: Tensor, want: Tensor) -> Result<(), Failed> {
+    let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
+    let jit = Jit::new(name, &plan.kernels)?;
+    let got = host::run(&plan, &jit, &[input], 2)?;
+    let (g, w) = (got[0].to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{name}");
+    let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
+    let err = g.iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    println!(
+        "{name}: max abs error {err:e}, tolerance {:e}, {} kernels, arena {} bytes",
+        1e-4 * scale,
+        plan.kernels.len(),
+        plan.arena_bytes
+    );
+    if err > 1e-4 * scale {
+        return Err(format!("{name}: max abs error {err} > {}", 1e-4 * scale).into());
     }
-    for name in ["mlp", "lenet", "resnet18", "mobilenetv2"] {
-        let bytes = std::fs::read(dir.join(format!("{name}.onnx"))).expect("model");
-        let input = read_npy(&std::fs::read(dir.join(format!("{name}.input.npy"))).expect("input")).expect("npy");
-        let want = read_npy(&std::fs::read(dir.join(format!("{name}.output.npy"))).expect("output")).expect("npy");
-        let mut m = onnx::import(&bytes, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
-        infer_module(&mut m).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let jit = Jit::new(name, &plan.kernels).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let got = host::run(&plan, &jit, &[input], 2).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let (g, w) = (got[0].to_f64_vec(), want.to_f64_vec());
-        assert_eq!(g.len(), w.len(), "{name}");
-        let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
-        let err = g.iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
-        println!(
-            "{name}: max abs error {err:e}, tolerance {:e}, {} kernels, arena {} bytes",
-            1e-4 * scale,
-            plan.kernels.len(),
-            plan.arena_bytes
-        );
-        assert!(err <= 1e-4 * scale, "{name}: max abs error {err} > {}", 1e-4 * scale);
-    }
+    Ok(())
 }
 
 /// A float tensor graph input/output of shape `dims`.
@@ -101,7 +107,6 @@ fn tiny_model() -> Vec<u8> {
     m.encode_to_vec()
 }
 
-#[test]
 fn tiny_model_imports_and_unsupported_ops_name_the_node() {
     let mut m = onnx::import(&tiny_model(), &[]).expect("import");
     infer_module(&mut m).expect("infer");
@@ -111,10 +116,9 @@ fn tiny_model_imports_and_unsupported_ops_name_the_node() {
     assert!(matches!(e, onnx::OnnxError::Corrupt(_)), "{e}");
 }
 
-#[test]
 fn five_thousand_corrupted_models_never_panic() {
     let mut seeds = vec![tiny_model()];
-    let lenet = Path::new(MODELS).join("lenet.onnx");
+    let lenet = common::models_dir().join("lenet.onnx");
     if let Ok(b) = std::fs::read(lenet) {
         seeds.push(b);
     }
@@ -158,7 +162,6 @@ fn five_thousand_corrupted_models_never_panic() {
 
 /// Conv (1-D: pads, stride, 3 output channels) then MaxPool (1-D) over [1, 2, 9]:
 /// imported as their 2-D forms over a unit height, and computed right.
-#[test]
 fn one_dimensional_conv_and_pool_run_as_2d() {
     use onnx::proto::attribute_proto::AttributeType;
     use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};

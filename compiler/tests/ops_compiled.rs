@@ -1,71 +1,76 @@
 //! Every registered operator, compiled for LLVM (JIT) and for C, matches the
 //! reference interpreter: each program of the Relay corpus that compiles
 //! ahead of time (no control flow) is optimized, lowered, compiled and run
-//! over its planned arena, serially and task-sliced over 3 threads. Together
-//! the compiled programs use every operator.
+//! over its planned arena, serially and task-sliced over 3 threads — one
+//! test per program (`corpus::<name>`). Together the compiled programs use
+//! every operator (checked after them).
 
-#![cfg(feature = "llvm")]
 mod common;
 
+use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, flat, inputs};
-
-use std::collections::BTreeSet;
 
 use kiln::backend::host;
 use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 
-#[test]
-fn every_operator_compiled_matches_the_interpreter() {
-    let mut covered = BTreeSet::new();
-    let mut compiled = 0;
-    for common::CorpusCase { name, module: m, transcendental, args, want } in common::corpus_cases() {
-        for opt_level in [0, 3] {
-            let ctx = common::sweep_context(opt_level);
-            // The compiler's own middle: Relay pipeline, LowerTE, then the TIR
-            // pipeline (default schedules, intrinsics, unrolling, vectorization).
-            // Programs with control flow, closures or several globals are not compiled ahead of time.
-            let result = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx));
-            let Some((fused, mut plan)) = common::ahead_of_time(&name, result) else { continue };
-            if opt_level == 0 {
-                common::operators(&fused, &mut covered);
-            }
-            // Small kernels get their outer loop task-sliced too, so that slicing is exercised.
-            plan.kernels = plan.kernels.into_iter().map(|k| kiln::schedule::parallelize_outer_above(k, 0)).collect();
-            // An output that is passed through unchanged can't be a kernel output.
-            let Ok(jit) = kiln::codegen::llvm::Jit::new(&name, &plan.kernels) else {
-                panic!("{name}: LLVM codegen failed")
-            };
-            let c = common::c_library(&plan.kernels);
-            for threads in [1, 3] {
-                compare(
-                    &name,
-                    &format!("llvm opt {opt_level} threads {threads}"),
-                    &host::run(&plan, &jit, &args, threads).expect("run"),
-                    &want,
-                    transcendental,
-                );
-                compare(
-                    &name,
-                    &format!("C opt {opt_level} threads {threads}"),
-                    &host::run(&plan, &c, &args, threads).expect("run"),
-                    &want,
-                    transcendental,
-                );
-            }
-            compiled += 1;
+fn main() {
+    let sweep = common::sweep::CorpusSweep {
+        unavailable: None,
+        check: compiled_matches_the_interpreter,
+        exempt: &[],
+        min_programs: 40,
+        at_least: &[],
+    };
+    common::sweep::run(
+        sweep,
+        trials![
+            packed_weight_convolutions_match_the_interpreter,
+            packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
+            packed_dense_weights_match_the_interpreter,
+            winograd_convolutions_match_the_interpreter,
+            row_reductions_on_vector_lanes_match_the_interpreter,
+            depthwise_convolutions_match_the_interpreter,
+        ],
+    )
+}
+
+/// One corpus program compiled at opt levels 0 and 3, for LLVM and C, run
+/// serially and on 3 threads.
+fn compiled_matches_the_interpreter(case: &common::CorpusCase, coverage: &Coverage) -> Result<Completion, Failed> {
+    let common::CorpusCase { name, module: m, transcendental, args, want } = case;
+    for opt_level in [0, 3] {
+        let ctx = common::sweep_context(opt_level);
+        // The compiler's own middle: Relay pipeline, LowerTE, then the TIR
+        // pipeline (default schedules, intrinsics, unrolling, vectorization).
+        // Programs with control flow, closures or several globals are not compiled ahead of time.
+        let result = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx));
+        let Some((fused, mut plan)) = common::ahead_of_time(name, result) else {
+            return common::sweep::not_ahead_of_time();
+        };
+        if opt_level == 0 {
+            coverage.operators_of(&fused);
         }
+        // Small kernels get their outer loop task-sliced too, so that slicing is exercised.
+        plan.kernels = plan.kernels.into_iter().map(|k| kiln::schedule::parallelize_outer_above(k, 0)).collect();
+        let jit = kiln::codegen::llvm::Jit::new(name, &plan.kernels).map_err(|e| format!("LLVM codegen: {e}"))?;
+        let c = common::c_library(&plan.kernels);
+        for threads in [1, 3] {
+            for (backend, got) in
+                [("llvm", host::run(&plan, &jit, args, threads)?), ("C", host::run(&plan, &c, args, threads)?)]
+            {
+                compare(name, &format!("{backend} opt {opt_level} threads {threads}"), &got, want, *transcendental);
+            }
+        }
+        coverage.program();
     }
-    let missing = common::missing_operators(&covered);
-    assert!(missing.is_empty(), "operators not covered by a compiled program: {missing:?}");
-    assert!(compiled > 40, "only {compiled} programs compiled");
+    Ok(Completion::Completed)
 }
 
 /// Convolutions whose weights are constants (bound at build time) take the
 /// packed `OIHW<lanes>o` path (AlterOpLayout + the channel-vectorized schedule):
 /// strided, padded, 1×1 and residual forms equal the interpreter on LLVM and C.
-#[test]
 fn packed_weight_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 16, 9, 11), float32], %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32],
@@ -84,7 +89,6 @@ def @main(%x: Tensor[(1, 16, 9, 11), float32], %w1: Tensor[(32, 16, 3, 3), float
 /// A packed convolution with a SiLU epilogue (`x · sigmoid(x)`, YOLOv8's
 /// activation) writes its tile back along the columns, transposed in
 /// registers, instead of along the channel lanes: equal to the interpreter.
-#[test]
 fn packed_convolutions_with_a_silu_epilogue_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32]) {
@@ -103,7 +107,6 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), floa
 /// epilogue, and a weight zero-padded to whole panels; 20 columns fit no
 /// panel of whole vectors and keep the transposed matmul. All equal the interpreter on LLVM and C, for 8- and
 /// 16-lane units.
-#[test]
 fn packed_dense_weights_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 24), float32], %w1: Tensor[(80, 24), float32], %w2: Tensor[(80, 48), float32],
@@ -146,7 +149,6 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
 /// direct convolution, and so does every one on 16 lanes (not measured);
 /// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
 /// over 32 tiles of both images. All equal the interpreter on LLVM and C.
-#[test]
 fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
@@ -175,7 +177,6 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
 /// (whole vectors of 8 and 16 plus a tail), a row maximum, minimum, sum and
 /// mean of 50, and a row of 6 (shorter than a vector: serial). All equal the
 /// interpreter on LLVM and C, for 8- and 16-lane units.
-#[test]
 fn row_reductions_on_vector_lanes_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32]) {
@@ -188,8 +189,13 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
 }
 "#;
     check_compiled(text, &[], true, &|kernels, lanes| {
-        let partials: usize =
-            kernels.iter().map(|k| kiln::tir::print_prim_func(k).matches("_rf = T.alloc_buffer").count()).sum();
+        let mut partials = 0;
+        for k in kernels {
+            k.body.visit(&mut |s| {
+                partials +=
+                    usize::from(matches!(s, kiln::tir::Stmt::Allocate { buffer, .. } if buffer.name().ends_with("_rf")))
+            });
+        }
         // softmax: its maximum and sum; then max, min, sum and mean: one each.
         assert_eq!(partials, 6, "row reductions on vector lanes with {lanes} lanes");
     });
@@ -263,7 +269,6 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// that are not, strides 1 and 2, 3×3 and 5×5 windows, a channel multiplier,
 /// and no padding (no image to read past the end: the general schedule)
 /// equal the interpreter on LLVM and C, for 8- and 16-lane vector units.
-#[test]
 fn depthwise_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32],

@@ -1,6 +1,8 @@
 //! The models compiled by this crate's `build.rs` and linked into it: their
 //! outputs match the reference interpreter, `run` allocates nothing, and
 //! inputs of the wrong length do not compile (fixed-size arrays) or are `Err`.
+//! A model that is not present (`../shared/models`) shows as ignored, with
+//! the reason.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::Tensor;
 use kiln_user_tests::{convnet, mlp_text, param, CONVNET_RELAY};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 /// Counts allocations made on this thread while `COUNTING` is set.
 struct Counting;
@@ -40,7 +43,6 @@ fn sample(n: usize) -> Vec<f32> {
     (0..n).map(|i| ((i as f32) * 0.13).cos()).collect()
 }
 
-#[test]
 fn mlp_from_relay_text_matches_the_interpreter() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/models/mlp.relay")).expect("model");
     let mut m = parse_module(&text).expect("parse");
@@ -61,7 +63,6 @@ fn mlp_from_relay_text_matches_the_interpreter() {
     close(&out, &want.to_f64_vec());
 }
 
-#[test]
 fn convnet_compiled_to_c_matches_the_interpreter() {
     let mut m = parse_module(CONVNET_RELAY).expect("parse");
     infer_module(&mut m).expect("infer");
@@ -87,7 +88,6 @@ fn convnet_compiled_to_c_matches_the_interpreter() {
     assert!((out.iter().sum::<f32>() - 1.0).abs() < 1e-5, "softmax output sums to 1");
 }
 
-#[test]
 fn run_allocates_nothing() {
     let x: [f32; 784] = sample(784).try_into().expect("784");
     let mut model = mlp_text::OwnedModel::with_threads(1).expect("this CPU runs the model");
@@ -105,7 +105,6 @@ fn run_allocates_nothing() {
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0);
 }
 
-#[test]
 fn a_small_arena_is_an_error() {
     let mut tiny = vec![0u8; 8];
     let e = mlp_text::Model::new(&mut tiny).err().expect("too small");
@@ -116,8 +115,7 @@ fn a_small_arena_is_an_error() {
 
 /// The reference ONNX models compiled by build.rs, against ONNX Runtime's outputs.
 #[cfg(kiln_reference_models)]
-#[test]
-fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
+fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() -> Result<Completion, Failed> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models");
     let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
     macro_rules! check {
@@ -134,19 +132,18 @@ fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
     check!(onnx_lenet, "lenet", 784, 10);
     check!(onnx_resnet18, "resnet18", 150528, 1000);
     check!(onnx_mobilenetv2, "mobilenetv2", 150528, 1000);
+    Ok(Completion::Completed)
 }
 
 #[cfg(not(kiln_reference_models))]
-#[test]
-fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() {
-    println!("skipped: the reference models (../shared/models) are not present");
+fn reference_onnx_models_built_in_build_rs_match_onnx_runtime() -> Result<Completion, Failed> {
+    Ok(Completion::ignored_with("the reference models (../shared/models) are not present"))
 }
 
 /// The GPT-style decoder compiled by build.rs: int64 token ids in, logits
 /// out, against ONNX Runtime's output.
 #[cfg(kiln_gpt_tiny)]
-#[test]
-fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
+fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() -> Result<Completion, Failed> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/models");
     let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
     let (ids, want) = (read("gpt_tiny.input.npy"), read("gpt_tiny.output.npy"));
@@ -169,20 +166,19 @@ fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
     }
     model.run(&ids, &mut logits).expect("run");
     close(&logits[..], &want.to_f64_vec());
+    Ok(Completion::Completed)
 }
 
 #[cfg(not(kiln_gpt_tiny))]
-#[test]
-fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() {
-    println!("skipped: ../shared/models/gpt_tiny.onnx is not present");
+fn gpt_tiny_built_in_build_rs_matches_onnx_runtime() -> Result<Completion, Failed> {
+    Ok(Completion::ignored_with("../shared/models/gpt_tiny.onnx is not present"))
 }
 
 /// Models real exporters wrote (ultralytics YOLOv8n, PaddlePaddle PP-LCNet),
 /// compiled by build.rs with their symbolic dimensions fixed, against ONNX
 /// Runtime's outputs.
 #[cfg(kiln_real_models)]
-#[test]
-fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
+fn real_exported_models_built_in_build_rs_match_onnx_runtime() -> Result<Completion, Failed> {
     let dir = env!("KILN_REAL_MODELS_DIR");
     let read = |f: &str| kiln::npy::read_npy(&std::fs::read(format!("{dir}/{f}")).expect("file")).expect("npy");
     macro_rules! check {
@@ -198,23 +194,21 @@ fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
     }
     check!(onnx_yolov8n, "yolov8n", "images", 307_200, 46_200);
     check!(onnx_pplcnet, "pplcnet", "x", 150_528, 4);
+    Ok(Completion::Completed)
 }
 
 #[cfg(not(kiln_real_models))]
-#[test]
-fn real_exported_models_built_in_build_rs_match_onnx_runtime() {
-    println!(
-        "skipped: yolov8n/pplcnet are not present (run ../shared/models/fetch_real_models.py ../shared/models/real, \
-         or set KILN_REAL_MODELS)"
-    );
+fn real_exported_models_built_in_build_rs_match_onnx_runtime() -> Result<Completion, Failed> {
+    Ok(Completion::ignored_with(
+        "yolov8n/pplcnet are not present (run ../shared/models/fetch_real_models.py ../shared/models/real, \
+         or set KILN_REAL_MODELS)",
+    ))
 }
 
-#[test]
-fn a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused() {
+fn a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused() -> Result<Completion, Failed> {
     use kiln_user_tests::mlp_amx;
     if kiln_runtime::cpu::has_feature("amx-tile") != Some(false) {
-        eprintln!("skipped: this CPU has AMX (or it cannot be checked here), so the model may run");
-        return;
+        return Ok(Completion::ignored_with("this CPU has AMX (or it cannot be checked here), so the model may run"));
     }
     let want = kiln_runtime::Error::MissingCpuFeature { feature: "amx-tile", target: mlp_amx::TARGET };
     assert_eq!(mlp_amx::OwnedModel::with_threads(1).err(), Some(want));
@@ -225,4 +219,46 @@ fn a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused() {
     assert!(mlp_amx::CPU_FEATURES.contains(&"amx-tile"));
     // The same model without AMX runs here.
     assert!(kiln_user_tests::mlp_text::CPU_FEATURES.iter().all(|f| kiln_runtime::cpu::has_feature(f) != Some(false)));
+    Ok(Completion::Completed)
+}
+
+/// A test that may find its model absent (ignored, with the reason).
+type GatedTest = fn() -> Result<Completion, Failed>;
+
+/// One trial per test; the models' tests are ignored, with the reason, where
+/// build.rs did not find them.
+fn main() {
+    let args = Arguments::from_args();
+    let plain: [(&str, fn()); 4] = [
+        ("mlp_from_relay_text_matches_the_interpreter", mlp_from_relay_text_matches_the_interpreter),
+        ("convnet_compiled_to_c_matches_the_interpreter", convnet_compiled_to_c_matches_the_interpreter),
+        ("run_allocates_nothing", run_allocates_nothing),
+        ("a_small_arena_is_an_error", a_small_arena_is_an_error),
+    ];
+    let gated: [(&str, GatedTest); 4] = [
+        (
+            "reference_onnx_models_built_in_build_rs_match_onnx_runtime",
+            reference_onnx_models_built_in_build_rs_match_onnx_runtime,
+        ),
+        ("gpt_tiny_built_in_build_rs_matches_onnx_runtime", gpt_tiny_built_in_build_rs_matches_onnx_runtime),
+        (
+            "real_exported_models_built_in_build_rs_match_onnx_runtime",
+            real_exported_models_built_in_build_rs_match_onnx_runtime,
+        ),
+        (
+            "a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused",
+            a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused,
+        ),
+    ];
+    let mut trials: Vec<Trial> = plain
+        .into_iter()
+        .map(|(name, test)| {
+            Trial::test(name, move || {
+                test();
+                Ok(())
+            })
+        })
+        .collect();
+    trials.extend(gated.into_iter().map(|(name, test)| Trial::ignorable_test(name, test)));
+    libtest_mimic::run(&args, trials).exit()
 }

@@ -2,6 +2,7 @@
 //! blessed snapshot (`data/relay/<name>.expected`, bless with UPDATE_EXPECT=1),
 //! and print → parse → print is a fixed point. Together the programs use
 //! every registered operator, and each runs in the reference interpreter.
+//! One test per program, named after its file.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -10,6 +11,7 @@ use kiln_ir::relay::{
     eval_function, infer_module, op_registry, parse_module, post_order, print_module, IRModule, Type, Value,
 };
 use kiln_ir::{DataType, Tensor};
+use libtest_mimic::Trial;
 
 fn corpus() -> Vec<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/relay");
@@ -34,25 +36,39 @@ fn typed(text: &str, name: &str) -> IRModule {
     m
 }
 
-#[test]
-fn corpus_round_trips_and_matches_snapshots() {
-    let programs = corpus();
-    assert!(programs.len() >= 40, "the corpus has {} programs", programs.len());
-    for (name, text) in &programs {
-        let m1 = typed(text, name);
-        let p1 = print_module(&m1);
-        let m2 = typed(&p1, name);
-        let p2 = print_module(&m2);
-        assert_eq!(p1, p2, "{name}: print → parse → print is not a fixed point");
-        assert!(m1.structural_eq(&m2), "{name}: the reparsed module differs");
-        expect_test::expect_file![format!("data/relay/{name}.expected")].assert_eq(&p1);
+/// One test per program (`<name>`: parse, type-check, round trip, snapshot,
+/// run), and one over the whole corpus (every operator used).
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = vec![Trial::test("corpus_uses_every_operator", || {
+        corpus_uses_every_operator();
+        Ok(())
+    })];
+    for (name, text) in corpus() {
+        trials.push(Trial::test(name.clone(), move || {
+            round_trips_and_matches_its_snapshot(&name, &text);
+            runs_in_the_interpreter(&name, &text);
+            Ok(())
+        }));
     }
+    libtest_mimic::run(&args, trials).exit()
 }
 
-#[test]
+fn round_trips_and_matches_its_snapshot(name: &str, text: &str) {
+    let m1 = typed(text, name);
+    let p1 = print_module(&m1);
+    let m2 = typed(&p1, name);
+    let p2 = print_module(&m2);
+    assert_eq!(p1, p2, "{name}: print → parse → print is not a fixed point");
+    assert!(m1.structural_eq(&m2), "{name}: the reparsed module differs");
+    expect_test::expect_file![format!("data/relay/{name}.expected")].assert_eq(&p1);
+}
+
 fn corpus_uses_every_operator() {
+    let programs = corpus();
+    assert!(programs.len() >= 40, "the corpus has {} programs", programs.len());
     let mut used = BTreeSet::new();
-    for (name, text) in corpus() {
+    for (name, text) in programs {
         let m = typed(&text, &name);
         for (_, f) in m.functions() {
             for id in post_order(&m.store, &[f]) {
@@ -88,25 +104,23 @@ fn input_for(ty: &Type, seed: &mut u64) -> Value {
     }
 }
 
-#[test]
-fn corpus_runs_in_the_interpreter() {
-    for (name, text) in corpus() {
-        let m = typed(&text, &name);
-        let main = m.main().expect("main");
-        let f = m.store.as_function(main).expect("function");
-        let mut seed = 42;
-        let args: Vec<Value> =
-            f.params.iter().map(|&p| input_for(m.store.checked_type(p).expect("typed"), &mut seed)).collect();
-        let out = eval_function(&m, "main", &args).unwrap_or_else(|e| panic!("{name}: {e}"));
-        // The value has the checked type of the body.
-        let ret = m.store.checked_type(f.body).expect("typed body").clone();
-        fn type_of(v: &Value) -> Type {
-            match v {
-                Value::Tensor(t) => Type::tensor(t.shape().to_vec(), t.dtype()),
-                Value::Tuple(f) => Type::Tuple(f.iter().map(type_of).collect()),
-                Value::Closure(_) => Type::Tuple(vec![]),
-            }
+/// The program runs in the reference interpreter and its value has the checked type.
+fn runs_in_the_interpreter(name: &str, text: &str) {
+    let m = typed(text, name);
+    let main = m.main().expect("main");
+    let f = m.store.as_function(main).expect("function");
+    let mut seed = 42;
+    let args: Vec<Value> =
+        f.params.iter().map(|&p| input_for(m.store.checked_type(p).expect("typed"), &mut seed)).collect();
+    let out = eval_function(&m, "main", &args).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // The value has the checked type of the body.
+    let ret = m.store.checked_type(f.body).expect("typed body").clone();
+    fn type_of(v: &Value) -> Type {
+        match v {
+            Value::Tensor(t) => Type::tensor(t.shape().to_vec(), t.dtype()),
+            Value::Tuple(f) => Type::Tuple(f.iter().map(type_of).collect()),
+            Value::Closure(_) => Type::Tuple(vec![]),
         }
-        assert_eq!(type_of(&out), ret, "{name}: the interpreter's result does not have the checked type");
     }
+    assert_eq!(type_of(&out), ret, "{name}: the interpreter's result does not have the checked type");
 }

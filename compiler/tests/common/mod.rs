@@ -14,6 +14,8 @@ use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 use kiln::Tensor;
 
+pub mod sweep;
+
 /// The `compiler/` folder: `$KILN_MANIFEST_DIR` where a test binary runs on
 /// another machine (scripts/gpu_session.sh), else where it was built.
 pub fn manifest_dir() -> PathBuf {
@@ -191,10 +193,7 @@ pub fn compare(name: &str, what: &str, got: &[Tensor], want: &[Tensor], transcen
 /// A reference model of `../shared/models` (imported and type-checked), its
 /// input and ONNX Runtime's output; None when it is absent.
 pub fn reference_model(name: &str) -> Option<(IRModule, Tensor, Tensor)> {
-    let models = match std::env::var("KILN_MODELS") {
-        Ok(dir) => PathBuf::from(dir),
-        Err(_) => manifest_dir().join("../../shared/models"),
-    };
+    let models = models_dir();
     if !models.join(format!("{name}.onnx")).is_file() {
         return None;
     }
@@ -204,6 +203,14 @@ pub fn reference_model(name: &str) -> Option<(IRModule, Tensor, Tensor)> {
     let input = kiln::npy::read_npy(&read(format!("{name}.input.npy"))).expect("npy");
     let want = kiln::npy::read_npy(&read(format!("{name}.output.npy"))).expect("npy");
     Some((m, input, want))
+}
+
+/// Where the reference models are: `$KILN_MODELS`, else `../shared/models`.
+pub fn models_dir() -> PathBuf {
+    match std::env::var("KILN_MODELS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => manifest_dir().join("../../shared/models"),
+    }
 }
 
 /// The largest absolute difference, and the largest magnitude of `want`.
@@ -255,20 +262,16 @@ pub struct CorpusCase {
     pub want: Vec<Tensor>,
 }
 
-/// Every corpus program whose `@main` takes tensors, evaluated by the interpreter.
-pub fn corpus_cases() -> Vec<CorpusCase> {
-    corpus()
-        .into_iter()
-        .filter_map(|(name, text)| {
-            let mut module = parse_module(&text).expect("parse");
-            infer_module(&mut module).expect("infer");
-            let args = inputs(&module)?;
-            let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-            let mut want = Vec::new();
-            flat(&eval_function(&module, "main", &values).expect("interpreter"), &mut want);
-            Some(CorpusCase { transcendental: transcendental(&text), name, module, args, want })
-        })
-        .collect()
+/// A corpus program type-checked and evaluated by the interpreter on
+/// deterministic inputs; None where `@main` does not take tensors only.
+pub fn corpus_case(name: String, text: &str) -> Option<CorpusCase> {
+    let mut module = parse_module(text).expect("parse");
+    infer_module(&mut module).expect("infer");
+    let args = inputs(&module)?;
+    let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+    let mut want = Vec::new();
+    flat(&eval_function(&module, "main", &values).expect("interpreter"), &mut want);
+    Some(CorpusCase { transcendental: transcendental(text), name, module, args, want })
 }
 
 /// The compiled program, or None for one that is not compiled ahead of time
