@@ -12,7 +12,8 @@
 //! this fuzzing found (overflowing size arithmetic in type relations and
 //! ConvTranspose, absurd intermediate shapes).
 //!
-//! A failure names the mutant; `KILN_FUZZ_CASE=<n>` runs that one alone,
+//! The mutations' choices come from proptest (a fixed seed; shrunk to the
+//! smallest failing mutant, which the failure shows with what it mutated);
 //! `KILN_FUZZ_MUTANTS=<n>` tries more (10,000 by default).
 
 // Tests read their own knobs from the environment (not the build API).
@@ -41,26 +42,11 @@ const DTYPES: [i32; 13] = [0, 1, 2, 3, 6, 7, 9, 10, 11, 16, 17, 999, -1];
 const DIMS: [i64; 9] = [0, -1, -7, BIG, i64::MAX, i64::MIN, 1 << 31, 1 << 32, 3];
 const VALUES: [i64; 9] = [0, -1, -7, BIG, i64::MAX, i64::MIN, 1 << 31, 2, 100];
 
-/// xorshift64*: deterministic and dependency-free.
-struct Rng(u64);
+/// The mutations' random choices, drawn (and shrunk) by proptest.
+#[path = "../ir/tests/support/randomized.rs"]
+mod randomized;
 
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len())]
-    }
-}
+use randomized::Choices;
 
 // ---- building models ----------------------------------------------------------
 
@@ -334,7 +320,7 @@ const OPS: &str =
     "Relu Conv ConvTranspose Reshape Split Concat Attention Resize Tile Range ConstantOfShape Pad Slice Dropout Trilu TopK _";
 
 /// Applies one random structural mutation; says what it did.
-fn mutate(m: &mut ModelProto, r: &mut Rng) -> String {
+fn mutate(m: &mut ModelProto, r: &mut Choices) -> String {
     let kind = r.below(18);
     if kind == 11 {
         let Some(o) = m.opset_import.first_mut() else { return "no opset to mutate".into() };
@@ -429,7 +415,7 @@ fn mutate(m: &mut ModelProto, r: &mut Rng) -> String {
 }
 
 /// Mutates a graph input: element type, dims, or the list of inputs.
-fn mutate_input(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
+fn mutate_input(g: &mut GraphProto, kind: usize, r: &mut Choices) -> String {
     let j = r.below(g.input.len());
     if kind == 15 && r.below(2) == 0 {
         return format!("input `{}` removed", g.input.remove(j).name());
@@ -456,7 +442,7 @@ fn mutate_input(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
 }
 
 /// Mutates an initializer or attribute tensor: element type, storage, dims, data or values.
-fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Rng) -> String {
+fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Choices) -> String {
     let mut ts = tensors_mut(g);
     if kind == 9 {
         ts.retain(|t| !t.int64_data.is_empty());
@@ -507,34 +493,44 @@ fn seeds_import_and_optimize() {
     }
 }
 
+/// A mutant: which seed, and the choices of one or two mutations.
+fn mutant(seeds: &[(&'static str, ModelProto)], choices: &Choices) -> (&'static str, ModelProto, Vec<String>) {
+    let mut r = choices.clone();
+    let (seed, base) = &seeds[r.below(seeds.len())];
+    let mut m = base.clone();
+    let steps: Vec<String> = (0..1 + r.below(2)).map(|_| mutate(&mut m, &mut r)).collect();
+    (seed, m, steps)
+}
+
 #[test]
 fn structurally_mutated_models_never_panic() {
-    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    let (seeds, only, mutants) = (seeds(), var("KILN_FUZZ_CASE"), var("KILN_FUZZ_MUTANTS").unwrap_or(10_000));
-    let (mut imported, mut refused, mut failures) = (0, 0, Vec::new());
+    let mutants = std::env::var("KILN_FUZZ_MUTANTS").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(10_000);
+    let seeds = seeds();
+    let (imported, refused) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
     let start = std::time::Instant::now();
-    for case in (0..mutants).filter(|c| only.is_none_or(|o| o == *c)) {
-        let mut r = Rng::new(case + 1);
-        let (seed, base) = &seeds[r.below(seeds.len())];
-        let mut m = base.clone();
-        let steps: Vec<String> = (0..1 + r.below(2)).map(|_| mutate(&mut m, &mut r)).collect();
+    let mut runner = proptest::test_runner::TestRunner::new(randomized::config(mutants));
+    let result = runner.run(&Choices::strategy(24), |choices| {
+        let (seed, m, steps) = mutant(&seeds, &choices);
         match run(&m) {
-            Outcome::Imported => imported += 1,
-            Outcome::Refused => refused += 1,
-            Outcome::Panicked(p) => failures.push(format!("case {case} (seed {seed}; {}): {p}", steps.join("; "))),
+            Outcome::Imported => imported.set(imported.get() + 1),
+            Outcome::Refused => refused.set(refused.get() + 1),
+            Outcome::Panicked(p) => {
+                let message = format!("seed {seed}; {}: {p}", steps.join("; "));
+                return Err(proptest::test_runner::TestCaseError::fail(message));
+            }
         }
-    }
+        Ok(())
+    });
+    let (imported, refused) = (imported.get(), refused.get());
     eprintln!(
-        "{} mutants in {:.2?}: {imported} imported and planned, {refused} refused, {} panicked",
-        imported + refused + failures.len(),
-        start.elapsed(),
-        failures.len()
+        "{} mutants in {:.2?}: {imported} imported and planned, {refused} refused",
+        imported + refused,
+        start.elapsed()
     );
-    assert!(failures.is_empty(), "panics (rerun one with KILN_FUZZ_CASE=<case>):\n{}", failures.join("\n"));
-    assert!(
-        only.is_some() || (imported as u64 > mutants / 20 && refused as u64 > mutants / 2),
-        "{imported} imported, {refused} refused"
-    );
+    if let Err(e) = result {
+        panic!("a mutant panicked (the smallest proptest found): {e}");
+    }
+    assert!(imported > mutants / 20 && refused > mutants / 2, "{imported} imported, {refused} refused");
     assert_small_process();
 }
 

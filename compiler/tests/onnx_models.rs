@@ -8,7 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
+use common::randomized::Choices;
 use common::sweep::Failed;
+use proptest::test_runner::TestRunner;
 
 use kiln::backend::host;
 use kiln::build::optimize_and_plan;
@@ -122,41 +124,40 @@ fn five_thousand_corrupted_models_never_panic() {
     if let Ok(b) = std::fs::read(lenet) {
         seeds.push(b);
     }
-    let mut state = 0x0123_4567_89AB_CDEFu64;
-    let mut next = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
-    let mut errors = 0;
-    for i in 0..5000 {
-        let mut bytes = seeds[i % seeds.len()].clone();
-        match next() % 3 {
-            0 => bytes.truncate((next() as usize) % (bytes.len() + 1)),
+    let errors = std::cell::Cell::new(0);
+    let mut runner = TestRunner::new(common::randomized::config(5000));
+    let result = runner.run(&Choices::strategy(20), |mut r| {
+        let mut bytes = seeds[r.below(seeds.len())].clone();
+        match r.below(3) {
+            0 => bytes.truncate(r.below(bytes.len() + 1)),
             1 => {
-                for _ in 0..1 + next() % 8 {
-                    let at = (next() as usize) % bytes.len().max(1);
+                for _ in 0..1 + r.below(8) {
+                    let at = r.below(bytes.len());
                     if let Some(b) = bytes.get_mut(at) {
-                        *b = next() as u8;
+                        *b = r.below(256) as u8;
                     }
                 }
             }
             _ => {
                 // Corrupt the small prefix where the structure lives.
-                let at = (next() as usize) % bytes.len().clamp(1, 200);
+                let at = r.below(bytes.len().clamp(1, 200));
                 if let Some(b) = bytes.get_mut(at) {
-                    *b ^= 1 << (next() % 8);
+                    *b ^= 1 << r.below(8);
                 }
             }
         }
         match onnx::import(&bytes, &[]) {
-            Err(_) => errors += 1,
+            Err(_) => errors.set(errors.get() + 1),
             Ok(mut m) => {
                 let _ = infer_module(&mut m);
             }
         }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
+    let errors = errors.get();
     assert!(errors > 1000, "only {errors} corrupted files were rejected");
 }
 

@@ -332,16 +332,47 @@ fn fuse_respects_max_depth() {
 
 // ---- semantics preservation ------------------------------------------------
 
-use common::Rng;
+use common::randomized;
+use proptest::prelude::*;
+use proptest::sample::Index;
 
-fn tensor(rng: &mut Rng, shape: &[usize]) -> Tensor {
+/// `values` (cycled) as an f32 tensor of `shape`.
+fn tensor(values: &[f64], shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
-    Tensor::from_f64(DataType::F32, shape.to_vec(), &(0..n).map(|_| rng.float()).collect::<Vec<_>>())
+    Tensor::from_f64(DataType::F32, shape.to_vec(), &values.iter().copied().cycle().take(n).collect::<Vec<_>>())
 }
 
-/// A random well-typed program over [2, 3] tensors: elementwise, broadcast,
-/// reductions, data movement, constants, lets and a tuple.
-fn random_program(rng: &mut Rng) -> IRModule {
+/// Values in [-1, 1) for a tensor of `n` elements.
+fn values(n: usize) -> impl Strategy<Value = Vec<f64>> {
+    prop::collection::vec(-1.0f64..1.0, n)
+}
+
+/// One step of a random program: an operation (`kind`) on two earlier
+/// values (`a`, `b`), with constants drawn from `constants`.
+#[derive(Clone, Debug)]
+struct Step {
+    kind: usize,
+    a: Index,
+    b: Index,
+    constants: Vec<f64>,
+}
+
+/// A random program's recipe: its steps and which earlier value joins the
+/// last in the result. Shrinking removes steps and moves operands earlier.
+fn program_recipe() -> impl Strategy<Value = (Vec<Step>, Index)> {
+    let step = (0..12usize, any::<Index>(), any::<Index>(), values(12)).prop_map(|(kind, a, b, constants)| Step {
+        kind,
+        a,
+        b,
+        constants,
+    });
+    (prop::collection::vec(step, 6..16), any::<Index>())
+}
+
+/// The well-typed program over [2, 3] tensors `x`, `y` that `recipe`
+/// describes: elementwise, broadcast, reductions, data movement, constants,
+/// lets and a tuple.
+fn random_program((steps, other): &(Vec<Step>, Index)) -> IRModule {
     let mut s = Store::new();
     let ty = Type::tensor([2, 3], DataType::F32);
     let x = s.var("x", Some(ty.clone()));
@@ -349,22 +380,22 @@ fn random_program(rng: &mut Rng) -> IRModule {
     let mut pool = vec![x, y];
     let mut lets = Vec::new();
     let attrs = |pairs: &[(&str, AttrValue)]| Attrs::from_pairs(pairs.iter().map(|(k, v)| (*k, v.clone())));
-    for _ in 0..6 + rng.below(10) {
-        let a = pool[rng.below(pool.len())];
-        let b = pool[rng.below(pool.len())];
-        let e = match rng.below(12) {
+    for step in steps {
+        let (a, b) = (*step.a.get(&pool), *step.b.get(&pool));
+        let constant = |s: &mut Store, at: usize, shape: &[usize]| s.constant(tensor(&step.constants[at..], shape));
+        let e = match step.kind {
             0 => s.call_op("add", vec![a, b], Attrs::new()),
             1 => s.call_op("multiply", vec![a, b], Attrs::new()),
             2 => s.call_op("subtract", vec![a, b], Attrs::new()),
             3 => s.call_op("tanh", vec![a], Attrs::new()),
             4 => s.call_op("nn.relu", vec![a], Attrs::new()),
             5 => {
-                let c = s.constant(tensor(rng, &[3]));
+                let c = constant(&mut s, 0, &[3]);
                 s.call_op("add", vec![a, c], Attrs::new())
             }
             6 => {
-                let c = s.constant(tensor(rng, &[2, 3]));
-                let k = s.constant(tensor(rng, &[2, 3]));
+                let c = constant(&mut s, 0, &[2, 3]);
+                let k = constant(&mut s, 6, &[2, 3]);
                 let ck = s.call_op("multiply", vec![c, k], Attrs::new()).expect("op");
                 s.call_op("maximum", vec![a, ck], Attrs::new())
             }
@@ -402,7 +433,7 @@ fn random_program(rng: &mut Rng) -> IRModule {
         pool.push(e);
     }
     let last = *pool.last().expect("nonempty");
-    let other = pool[rng.below(pool.len())];
+    let other = *other.get(&pool);
     let mut body = s.tuple(vec![last, other]);
     for (v, value) in lets.into_iter().rev() {
         body = s.let_(v, value, body);
@@ -425,8 +456,8 @@ fn flat(v: &Value) -> Vec<f64> {
     }
 }
 
-#[test]
-fn every_pass_preserves_semantics_on_random_programs() {
+/// Every pass, and the default pipeline, keeps the values of random programs.
+fn check_passes_preserve(m: &IRModule, args: &[Value]) -> Result<(), TestCaseError> {
     let passes = [
         "FoldConstant",
         "EliminateCommonSubexpr",
@@ -437,46 +468,63 @@ fn every_pass_preserves_semantics_on_random_programs() {
         "ToANormalForm",
         "FuseOps",
     ];
-    let mut rng = Rng(0xC0FF_EE00_1234_5678);
-    for case in 0..60 {
-        let mut m = random_program(&mut rng);
-        infer_module(&mut m).expect("random programs are well-typed");
-        let args = [Value::Tensor(tensor(&mut rng, &[2, 3])), Value::Tensor(tensor(&mut rng, &[2, 3]))];
-        let want = flat(&eval_function(&m, "main", &args).expect("eval"));
-        for pass in passes {
-            let out = run_passes(m.clone(), &[pass], PassContext::new().with_opt_level(3));
-            let got = flat(
-                &eval_function(&out, "main", &args)
-                    .unwrap_or_else(|e| panic!("case {case}, {pass}: {e}\n{}", print_module(&out))),
-            );
-            assert_eq!(got.len(), want.len());
-            for (a, b) in got.iter().zip(&want) {
-                assert!(
-                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
-                    "case {case}, {pass}: {a} vs {b}\n{}",
-                    print_module(&m)
-                );
-            }
-        }
-        // And the whole default pipeline.
-        let seq = kiln::relay::transform::default_pipeline().expect("pipeline");
-        let out = apply(&seq, m.clone(), &PassContext::new().with_opt_level(3)).expect("pipeline runs");
-        let got = flat(&eval_function(&out, "main", &args).expect("eval"));
+    let want = flat(&eval_function(m, "main", args).expect("eval"));
+    for pass in passes {
+        let out = run_passes(m.clone(), &[pass], PassContext::new().with_opt_level(3));
+        let got =
+            flat(&eval_function(&out, "main", args).map_err(|e| fail(format!("{pass}: {e}\n{}", print_module(&out))))?);
+        prop_assert_eq!(got.len(), want.len());
         for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "case {case}, default pipeline");
+            prop_assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{}: {} vs {}\n{}", pass, a, b, print_module(m));
         }
     }
+    // And the whole default pipeline.
+    let seq = kiln::relay::transform::default_pipeline().expect("pipeline");
+    let out = apply(&seq, m.clone(), &PassContext::new().with_opt_level(3)).expect("pipeline runs");
+    let got = flat(&eval_function(&out, "main", args).expect("eval"));
+    for (a, b) in got.iter().zip(&want) {
+        prop_assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "default pipeline: {} vs {}", a, b);
+    }
+    Ok(())
+}
+
+fn fail(message: String) -> TestCaseError {
+    TestCaseError::fail(message)
 }
 
 /// A random conv/dense block: conv2d (maybe grouped) → bias → batch norm →
 /// activation → per-channel scale → residual; and a dense head with a scale
 /// and layer norm — the shapes SimplifyInference and FoldScaleAxis rewrite.
-fn random_block(rng: &mut Rng) -> (IRModule, Vec<Value>) {
-    let c = 2 + rng.below(3);
-    let groups = if rng.below(2) == 0 { 1 } else { c };
-    let bias = ["nn.bias_add", "add", ""][rng.below(3)];
-    let act = ["nn.relu(%3)", "clip(%3, a_min=0f, a_max=6f)", "%3"][rng.below(3)];
-    let scale_side = rng.below(2);
+#[derive(Clone, Debug)]
+struct Block {
+    channels: usize,
+    grouped: bool,
+    bias: usize,
+    activation: usize,
+    scale_side: usize,
+    /// The parameters' values, in order (cycled).
+    values: Vec<f64>,
+}
+
+fn block_recipe() -> impl Strategy<Value = Block> {
+    (2..5usize, any::<bool>(), 0..3usize, 0..3usize, 0..2usize, values(64)).prop_map(
+        |(channels, grouped, bias, activation, scale_side, values)| Block {
+            channels,
+            grouped,
+            bias,
+            activation,
+            scale_side,
+            values,
+        },
+    )
+}
+
+fn random_block(block: &Block) -> (IRModule, Vec<Value>) {
+    let c = block.channels;
+    let groups = if block.grouped { c } else { 1 };
+    let bias = ["nn.bias_add", "add", ""][block.bias];
+    let act = ["nn.relu(%3)", "clip(%3, a_min=0f, a_max=6f)", "%3"][block.activation];
+    let scale_side = block.scale_side;
     let text = format!(
         "def @main(%x: Tensor[(1, {c}, 5, 5), float32], %w: Tensor[({c}, {icpg}, 3, 3), float32], %b: Tensor[({c}), float32], %bb: Tensor[({c}, 1, 1), float32],
                    %g: Tensor[({c}), float32], %be: Tensor[({c}), float32], %m: Tensor[({c}), float32], %v: Tensor[({c}), float32],
@@ -508,9 +556,9 @@ fn random_block(rng: &mut Rng) -> (IRModule, Vec<Value>) {
     let main = m.main().expect("main");
     let f = m.store.as_function(main).expect("function");
     let mut args = Vec::new();
-    for &p in &f.params {
+    for (k, &p) in f.params.iter().enumerate() {
         let Type::Tensor(t) = m.store.checked_type(p).expect("typed").clone() else { panic!("tensor params") };
-        let mut x = tensor(rng, &t.shape);
+        let mut x = tensor(&block.values[(k * 7) % block.values.len()..], &t.shape);
         // Variances must be positive.
         if m.store.as_var(p).is_some_and(|v| v.name == "v") {
             x = Tensor::from_f64(
@@ -524,11 +572,10 @@ fn random_block(rng: &mut Rng) -> (IRModule, Vec<Value>) {
     (m, args)
 }
 
-#[test]
-fn inference_and_scale_passes_preserve_semantics_on_random_blocks() {
-    let mut rng = Rng(0xB10C_0000_0000_0001);
-    for case in 0..30 {
-        let (m, args) = random_block(&mut rng);
+/// SimplifyInference, FoldScaleAxis and their neighbours keep a block's values.
+fn check_block_passes_preserve(block: &Block) -> Result<(), TestCaseError> {
+    {
+        let (m, args) = random_block(block);
         let want = flat(&eval_function(&m, "main", &args).expect("eval"));
         let pipelines: [&[&str]; 5] = [
             &["SimplifyInference"],
@@ -539,12 +586,14 @@ fn inference_and_scale_passes_preserve_semantics_on_random_blocks() {
         ];
         for passes in pipelines {
             let out = run_passes(m.clone(), passes, PassContext::new().with_opt_level(3));
-            let got =
-                flat(&eval_function(&out, "main", &args).unwrap_or_else(|e| panic!("case {case}, {passes:?}: {e}")));
+            let got = flat(&eval_function(&out, "main", &args).map_err(|e| fail(format!("{passes:?}: {e}")))?);
             for (a, b) in got.iter().zip(&want) {
-                assert!(
+                prop_assert!(
                     (a - b).abs() <= 1e-4 * b.abs().max(1.0),
-                    "case {case}, {passes:?}: {a} vs {b}\n{}",
+                    "{:?}: {} vs {}\n{}",
+                    passes,
+                    a,
+                    b,
                     print_module(&out)
                 );
             }
@@ -552,29 +601,57 @@ fn inference_and_scale_passes_preserve_semantics_on_random_blocks() {
         // SimplifyInference removed every batch_norm, layer_norm and dropout; FoldScaleAxis every scale after conv2d.
         let out = run_passes(m.clone(), &["SimplifyInference", "FoldScaleAxis"], PassContext::new().with_opt_level(3));
         let text = print_module(&out);
-        assert!(
+        prop_assert!(
             !text.contains("nn.batch_norm") && !text.contains("nn.layer_norm") && !text.contains("nn.dropout"),
-            "{text}"
+            "{}",
+            text
         );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(randomized::config(60))]
+
+    #[test]
+    fn every_pass_preserves_semantics_on_random_programs(recipe in program_recipe(), x in values(6), y in values(6)) {
+        let mut m = random_program(&recipe);
+        infer_module(&mut m).expect("random programs are well-typed");
+        let args = [Value::Tensor(tensor(&x, &[2, 3])), Value::Tensor(tensor(&y, &[2, 3]))];
+        check_passes_preserve(&m, &args)?;
     }
 }
 
-#[test]
-fn optimized_residual_block_computes_the_same_values() {
+proptest! {
+    #![proptest_config(randomized::config(30))]
+
+    #[test]
+    fn inference_and_scale_passes_preserve_semantics_on_random_blocks(block in block_recipe()) {
+        check_block_passes_preserve(&block)?;
+    }
+
+    /// The corpus's residual block, optimized by the default pipeline, on random positive inputs.
+    #[test]
+    fn optimized_residual_block_computes_the_same_values(input in values(64)) {
+        optimized_residual_block_on(&input)?;
+    }
+}
+
+fn optimized_residual_block_on(input: &[f64]) -> Result<(), TestCaseError> {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/ir/tests/data/relay/residual_block.relay"))
             .expect("corpus file");
     let mut m = parse_module(&text).expect("parse");
     infer_module(&mut m).expect("infer");
-    let mut rng = Rng(77);
     let main = m.main().expect("main");
     let f = m.store.as_function(main).expect("function");
     let args: Vec<Value> = f
         .params
         .iter()
-        .map(|&p| {
+        .enumerate()
+        .map(|(k, &p)| {
             let Type::Tensor(t) = m.store.checked_type(p).expect("typed").clone() else { panic!("tensor") };
-            let x = tensor(&mut rng, &t.shape);
+            let x = tensor(&input[(k * 7) % input.len()..], &t.shape);
             let vals: Vec<f64> = x.to_f64_vec().iter().map(|v| v.abs() + 0.1).collect();
             Value::Tensor(Tensor::from_f64(DataType::F32, t.shape.clone(), &vals))
         })
@@ -584,6 +661,7 @@ fn optimized_residual_block_computes_the_same_values() {
     let out = apply(&seq, m, &PassContext::new().with_opt_level(3)).expect("opt");
     let got = flat(&eval_function(&out, "main", &args).expect("eval optimized"));
     for (a, b) in got.iter().zip(&want) {
-        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
+        prop_assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{} vs {}", a, b);
     }
+    Ok(())
 }

@@ -14,6 +14,7 @@ use kiln::tir::transform::{
 };
 use kiln::tir::{BinOp, CmpOp, Expr, ForKind, PrimFunc, Stmt};
 use kiln::DataType;
+use proptest::prelude::*;
 
 /// The backend half of the TIR pipeline.
 fn finish(f: PrimFunc) -> PrimFunc {
@@ -291,19 +292,22 @@ fn libm_erf(x: f64) -> f64 {
     }
 }
 
-/// Random matrix products (odd sizes) under random schedules — splits with
-/// and without tails, reorders, tiles with and without a cache, unrolled and
-/// vectorized tiles, fused parallel outer loops — compute what they computed
-/// as lowered, on the JIT and through C, serially and task-sliced.
-#[test]
-fn random_schedules_preserve_random_matrix_products() {
-    let mut rng = common::Rng(0x5eed_1234_abcd_0001);
-    for case in 0..24 {
-        let (m, k, n) = (1 + rng.below(9), 1 + rng.below(21), 1 + rng.below(40));
-        let (f, inputs) = matmul(&format!("rand{case}"), m, k, n);
-        let (fi, fj) = (1 + rng.below(5), 1 + rng.below(20));
-        let (cache, order, fuse) = (rng.below(2) == 0, rng.below(2), rng.below(2) == 0);
-        let (unroll, vectorize) = (rng.below(2) == 0, rng.below(2) == 0);
+proptest! {
+    #![proptest_config(common::randomized::config(24))]
+
+    /// Random matrix products (odd sizes) under random schedules — splits with
+    /// and without tails, reorders, tiles with and without a cache, unrolled and
+    /// vectorized tiles, fused parallel outer loops — compute what they computed
+    /// as lowered, on the JIT and through C, serially and task-sliced.
+    #[test]
+    fn random_schedules_preserve_random_matrix_products(
+        (m, k, n) in (1..10usize, 1..22usize, 1..41usize),
+        (fi, fj) in (1..6usize, 1..21usize),
+        (cache, outer_rows_first, fuse) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        (unroll, vectorize) in (any::<bool>(), any::<bool>()),
+    ) {
+        let order = usize::from(!outer_rows_first);
+        let (f, inputs) = matmul(&format!("rand_{m}x{k}x{n}"), m, k, n);
         check(f, &inputs, |s| {
             let (i, j) = (s.get_loop("ax0").expect("i"), s.get_loop("ax1").expect("j"));
             let (io, ii) = s.split(&i, fi).expect("split i");

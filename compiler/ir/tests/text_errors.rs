@@ -95,19 +95,11 @@ fn type_errors_name_the_operator_shapes_and_place() {
     );
 }
 
-/// xorshift64*: a small deterministic generator for the mutation test.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+/// The mutations' random choices, drawn (and shrunk) by proptest.
+#[path = "support/randomized.rs"]
+mod randomized;
+
+use randomized::Choices;
 
 #[test]
 fn ten_thousand_mutated_inputs_never_panic() {
@@ -143,28 +135,28 @@ fn ten_thousand_mutated_inputs_never_panic() {
         b"\xff",
         b"\n",
     ];
-    let mut rng = Rng(0x5EED_1234_ABCD_0001);
-    let mut errors = 0;
-    for i in 0..10_000 {
-        let mut text = seeds[i % seeds.len()].clone();
-        for _ in 0..1 + rng.below(4) {
-            let at = rng.below(text.len() + 1);
-            match rng.below(5) {
+    let errors = std::cell::Cell::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(randomized::config(10_000));
+    let result = runner.run(&Choices::strategy(20), |mut r| {
+        let mut text = seeds[r.below(seeds.len())].clone();
+        for _ in 0..1 + r.below(4) {
+            let at = r.below(text.len() + 1);
+            match r.below(5) {
                 0 if !text.is_empty() => {
-                    let end = (at + 1 + rng.below(8)).min(text.len());
+                    let end = (at + 1 + r.below(8)).min(text.len());
                     text.drain(at.min(end)..end);
                 }
                 1 => {
-                    let p = pieces[rng.below(pieces.len())];
+                    let p = r.pick(pieces);
                     text.splice(at..at, p.iter().copied());
                 }
                 2 if at < text.len() => {
                     let alphabet = b"(){}%,;=.0123456789abcdefxyz@:[]\"-/* \n";
-                    text[at] = alphabet[rng.below(alphabet.len())];
+                    text[at] = r.pick(alphabet);
                 }
                 3 if !text.is_empty() => {
-                    let start = rng.below(text.len());
-                    let end = (start + rng.below(40)).min(text.len());
+                    let start = r.below(text.len());
+                    let end = (start + r.below(40)).min(text.len());
                     let dup = text[start..end].to_vec();
                     text.splice(at..at, dup);
                 }
@@ -174,12 +166,14 @@ fn ten_thousand_mutated_inputs_never_panic() {
         let src = String::from_utf8_lossy(&text);
         match parse_module(&src) {
             Err(e) => {
-                errors += 1;
+                errors.set(errors.get() + 1);
                 let msg = e.to_string();
                 let loc = msg.split(':').take(2).collect::<Vec<_>>();
-                assert!(
+                proptest::prop_assert!(
                     loc.len() == 2 && loc.iter().all(|p| p.trim().parse::<u32>().is_ok()),
-                    "error without a line:column: {msg}\n--- input ---\n{src}"
+                    "error without a line:column: {}\n--- input ---\n{}",
+                    msg,
+                    src
                 );
             }
             Ok(mut m) => {
@@ -188,7 +182,12 @@ fn ten_thousand_mutated_inputs_never_panic() {
                 let _ = print_module(&m);
             }
         }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
+    let errors = errors.get();
     assert!(errors > 5_000, "only {errors} of 10000 mutated inputs were rejected");
 }
 

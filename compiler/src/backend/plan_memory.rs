@@ -95,22 +95,29 @@ pub fn plan(tensors: &[Lifetime], align: usize) -> MemoryPlan {
     MemoryPlan { offsets, arena_bytes: arena, lower_bound: lower_bound(tensors, align) }
 }
 
+/// The proptest configuration shared with the integration tests.
+#[cfg(test)]
+#[path = "../../ir/tests/support/randomized.rs"]
+mod randomized;
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
     use super::*;
 
-    /// A small deterministic PRNG (xorshift64*).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
+    /// Up to 40 tensors over up to 60 steps, each live for up to 8 steps.
+    fn lifetimes() -> impl Strategy<Value = Vec<Lifetime>> {
+        (1..61usize).prop_flat_map(|steps| {
+            let tensor = (0..steps, 0..8usize, 1..=1usize << 16).prop_map(|(first, len, bytes)| Lifetime {
+                bytes,
+                first,
+                last: first + len,
+            });
+            prop::collection::vec(tensor, 1..41)
+        })
     }
 
     fn check_valid(tensors: &[Lifetime], p: &MemoryPlan, align: usize) {
@@ -138,22 +145,24 @@ mod tests {
         assert_eq!(p.arena_bytes, p.lower_bound);
     }
 
+    proptest! {
+        #![proptest_config(super::randomized::config(200))]
+
+        /// Aligned, inside the arena, never two live tensors in one place.
+        #[test]
+        fn random_live_ranges_get_valid_plans(t in lifetimes()) {
+            check_valid(&t, &plan(&t, 64), 64);
+        }
+    }
+
     #[test]
-    fn random_live_ranges_are_valid_and_near_the_lower_bound() {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    fn random_live_ranges_are_planned_near_the_lower_bound() {
+        let mut runner = TestRunner::new(super::randomized::config(200));
+        let strategy = lifetimes();
         let (mut total_plan, mut total_bound) = (0usize, 0usize);
         for _ in 0..200 {
-            let n = 1 + rng.below(40) as usize;
-            let steps = 1 + rng.below(60) as usize;
-            let t: Vec<Lifetime> = (0..n)
-                .map(|_| {
-                    let first = rng.below(steps as u64) as usize;
-                    let len = rng.below(8) as usize;
-                    Lifetime { bytes: 1 + rng.below(1 << 16) as usize, first, last: first + len }
-                })
-                .collect();
+            let t = strategy.new_tree(&mut runner).expect("a case").current();
             let p = plan(&t, 64);
-            check_valid(&t, &p, 64);
             total_plan += p.arena_bytes;
             total_bound += p.lower_bound;
         }

@@ -107,25 +107,9 @@ pub fn assemble(ptxas: &Path, dir: &Path, name: &str, ptx: &str) {
     assert!(out.status.success(), "{name}: ptxas failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A small deterministic generator (xorshift*) for randomized tests.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// Uniform in [-1, 1).
-    pub fn float(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-}
+/// The proptest configuration shared with kiln-ir's tests.
+#[path = "../../ir/tests/support/randomized.rs"]
+pub mod randomized;
 
 /// The pass context of the corpus sweeps: opt level 3, or opt level 0 with
 /// SimplifyInference off, so that normalization ops stay operators and
