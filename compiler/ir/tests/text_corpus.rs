@@ -13,21 +13,11 @@ use kiln_ir::relay::{
 use kiln_ir::{DataType, Tensor};
 use libtest_mimic::Trial;
 
+#[path = "support/corpus.rs"]
+mod corpus;
+
 fn corpus() -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/relay");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("corpus directory")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-            (name, std::fs::read_to_string(&p).expect("read corpus file"))
-        })
-        .collect()
+    corpus::relay_programs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/relay"))
 }
 
 fn typed(text: &str, name: &str) -> IRModule {

@@ -663,6 +663,28 @@ fn vectorize_turns_the_loop_into_ramps_and_broadcasts() {
     );
 }
 
+/// A load whose last index is a vector is a vector, whatever the index
+/// before it (it used to take its lanes from the first index only, and a
+/// multi-dimensional load was then broadcast as if it were one value).
+#[test]
+fn vectorize_reads_a_row_of_a_multi_dimensional_buffer_as_a_vector() {
+    check_pass(
+        vectorize_loops,
+        r#"
+        def k(a: T.Buffer([4, 8], "float32"), b: T.Buffer([4, 8], "float32")):
+            for i in T.serial(4):
+                for v in T.vectorized(8):
+                    b[i, v] = a[i, v] * T.float32(2.0)
+        "#,
+        expect![[r#"
+            @T.prim_func
+            def k(a: T.Buffer([4, 8], "float32"), b: T.Buffer([4, 8], "float32")):
+                for i in T.serial(4):
+                    b[i, T.Ramp(0, 1, 8)] = (a[i, T.Ramp(0, 1, 8)] * T.Broadcast(T.float32(2.0), 8))
+        "#]],
+    );
+}
+
 #[test]
 fn loop_partition_splits_a_padded_row_at_its_borders() {
     check_pass(

@@ -4,19 +4,20 @@
 
 use std::sync::Arc;
 
+use crate::tir::PrimFunc;
 use crate::transform::{Pass, PassContext, PassError, PassInfo, PrimFuncPass, Sequential};
+
+/// A TIR pass that rewrites each kernel with `f`, which cannot fail.
+fn infallible(name: &str, opt_level: u32, f: fn(PrimFunc) -> PrimFunc) -> Arc<dyn Pass> {
+    PrimFuncPass::new(PassInfo::new(name, opt_level, &[]), move |k, _, _| Ok(f(k))).arc()
+}
 
 /// Every built-in TIR pass: the loop transforms of `kiln_ir::tir::transform`
 /// and this crate's schedules.
 pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
-    let mut v: Vec<Arc<dyn Pass>> = Vec::new();
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.FuseSiblingLoops", 1, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::fuse_sibling_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
+    use kiln_ir::tir::transform as t;
+    vec![
+        infallible("tir.FuseSiblingLoops", 1, t::fuse_sibling_loops),
         PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
             let unit = crate::target::VectorUnit::of_context(ctx);
             let mut f = super::default_cpu_schedule(f, ctx.opt_level, unit);
@@ -26,66 +27,23 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
             Ok(f)
         })
         .arc(),
-    );
-    v.push(
         PrimFuncPass::new(PassInfo::new("tir.GpuSchedule", 0, &[]), |f, _, ctx: &PassContext| {
             super::gpu::default_gpu_schedule(f, ctx.opt_level).map_err(Into::into)
         })
         .arc(),
-    );
-    v.push(
         PrimFuncPass::new(PassInfo::new("tir.LowerThreadLocal", 0, &[]), |f, _, _| {
             super::gpu::lower_thread_local(f).map_err(Into::into)
         })
         .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.LowerIntrinsics", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::lower_intrinsics(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.LoopPartition", 1, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::partition_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::unroll_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.VectorizeLoop", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::vectorize_loops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.RemoveNoOp", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::remove_noops(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.FlattenBuffer", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::flatten_buffers(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.Simplify", 0, &[]), |f, _, _| {
-            Ok(kiln_ir::tir::transform::simplify_prim_func(f))
-        })
-        .arc(),
-    );
-    v.push(
-        PrimFuncPass::new(PassInfo::new("tir.ParallelizeOuter", 1, &[]), |f, _, _| Ok(super::parallelize_outer(f)))
-            .arc(),
-    );
-    v
+        infallible("tir.LowerIntrinsics", 0, t::lower_intrinsics),
+        infallible("tir.LoopPartition", 1, t::partition_loops),
+        infallible("tir.UnrollLoop", 0, t::unroll_loops),
+        infallible("tir.VectorizeLoop", 0, t::vectorize_loops),
+        infallible("tir.RemoveNoOp", 0, t::remove_noops),
+        infallible("tir.FlattenBuffer", 0, t::flatten_buffers),
+        infallible("tir.Simplify", 0, t::simplify_prim_func),
+        infallible("tir.ParallelizeOuter", 1, super::parallelize_outer),
+    ]
 }
 
 /// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,

@@ -22,22 +22,12 @@ pub fn manifest_dir() -> PathBuf {
     std::env::var("KILN_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into())
 }
 
+#[path = "../../ir/tests/support/corpus.rs"]
+mod relay_corpus;
+
 /// Every program of the Relay corpus as (name, text), sorted by name.
 pub fn corpus() -> Vec<(String, String)> {
-    let dir = manifest_dir().join("ir/tests/data/relay");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("corpus")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "relay"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-            (name, std::fs::read_to_string(&p).expect("read"))
-        })
-        .collect()
+    relay_corpus::relay_programs(&manifest_dir().join("ir/tests/data/relay"))
 }
 
 /// Whether a program's values go through an approximated transcendental

@@ -69,6 +69,41 @@ impl Parser {
         matches!(self.peek(), Tok::Ident(q) if q == s)
     }
 
+    /// `: type` if it follows.
+    fn type_annotation(&mut self) -> Result<Option<Type>> {
+        if !self.is_punct(":") {
+            return Ok(None);
+        }
+        self.next();
+        Ok(Some(self.ty()?))
+    }
+
+    /// A `%name` (after `what`) and where it is.
+    fn local(&mut self, what: &str) -> Result<(String, Span)> {
+        match self.peek().clone() {
+            Tok::Local(n) => {
+                let s = self.span();
+                self.next();
+                Ok((n, s))
+            }
+            _ => self.error(&format!("a variable `%name` after {what}")),
+        }
+    }
+
+    /// Items separated by `,` up to `close`, which it consumes (a trailing
+    /// comma is allowed).
+    fn separated<T>(&mut self, close: &str, mut item: impl FnMut(&mut Self) -> Result<T>) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        while !self.is_punct(close) {
+            items.push(item(self)?);
+            if !self.is_punct(close) {
+                self.expect_punct(",")?;
+            }
+        }
+        self.next();
+        Ok(items)
+    }
+
     fn expect_punct(&mut self, p: &str) -> Result<()> {
         if self.is_punct(p) {
             self.next();
@@ -136,14 +171,7 @@ impl Parser {
             Tok::Ident(n) if n == "fn" => {
                 self.next();
                 self.expect_punct("(")?;
-                let mut params = Vec::new();
-                while !self.is_punct(")") {
-                    params.push(self.ty()?);
-                    if !self.is_punct(")") {
-                        self.expect_punct(",")?;
-                    }
-                }
-                self.next();
+                let params = self.separated(")", Self::ty)?;
                 self.expect_punct("->")?;
                 let ret = self.ty()?;
                 Ok(Type::Func(FuncType { params, ret: Box::new(ret) }))
@@ -154,15 +182,7 @@ impl Parser {
             }
             Tok::Punct("(") => {
                 self.next();
-                let mut fields = Vec::new();
-                while !self.is_punct(")") {
-                    fields.push(self.ty()?);
-                    if !self.is_punct(")") {
-                        self.expect_punct(",")?;
-                    }
-                }
-                self.next();
-                Ok(Type::Tuple(fields))
+                Ok(Type::Tuple(self.separated(")", Self::ty)?))
             }
             _ => self.error("a type (`Tensor[(…), dtype]`, a dtype, a tuple type or `fn (…) -> …`)"),
         }
@@ -170,21 +190,13 @@ impl Parser {
 
     fn shape(&mut self) -> Result<Vec<usize>> {
         self.expect_punct("(")?;
-        let mut dims = Vec::new();
-        while !self.is_punct(")") {
-            match self.peek().clone() {
-                Tok::Int(v, s) if v >= 0 && s.is_empty() => {
-                    self.next();
-                    dims.push(v as usize);
-                }
-                _ => return self.error("a dimension (a non-negative integer)"),
+        self.separated(")", |p| match p.peek().clone() {
+            Tok::Int(v, s) if v >= 0 && s.is_empty() => {
+                p.next();
+                Ok(v as usize)
             }
-            if !self.is_punct(")") {
-                self.expect_punct(",")?;
-            }
-        }
-        self.next();
-        Ok(dims)
+            _ => p.error("a dimension (a non-negative integer)"),
+        })
     }
 
     fn dtype(&mut self) -> Result<DataType> {
@@ -241,14 +253,7 @@ impl Parser {
             }
             Tok::Punct("[") => {
                 self.next();
-                let mut items = Vec::new();
-                while !self.is_punct("]") {
-                    items.push(self.attr_value()?);
-                    if !self.is_punct("]") {
-                        self.expect_punct(",")?;
-                    }
-                }
-                self.next();
+                let items = self.separated("]", Self::attr_value)?;
                 if items.iter().all(|v| matches!(v, AttrValue::Int(_))) {
                     Ok(AttrValue::Ints(
                         items.into_iter().map(|v| if let AttrValue::Int(i) = v { i } else { 0 }).collect(),
@@ -282,12 +287,7 @@ impl Parser {
                 Tok::Local(name) => {
                     let span = self.span();
                     self.next();
-                    let ty = if self.is_punct(":") {
-                        self.next();
-                        Some(self.ty()?)
-                    } else {
-                        None
-                    };
+                    let ty = self.type_annotation()?;
                     let ty = ty.map(|t| self.store.intern_type(t));
                     let v = self.add(ExprKind::Var(Var { name: name.clone(), ty }), span);
                     self.bind(name, v);
@@ -337,20 +337,8 @@ impl Parser {
                 (Tok::Ident(k), _) if k == "let" => {
                     let span = self.span();
                     self.next();
-                    let (name, vspan) = match self.peek().clone() {
-                        Tok::Local(n) => {
-                            let s = self.span();
-                            self.next();
-                            (n, s)
-                        }
-                        _ => return self.error("a variable `%name` after `let`"),
-                    };
-                    let ty = if self.is_punct(":") {
-                        self.next();
-                        Some(self.ty()?)
-                    } else {
-                        None
-                    };
+                    let (name, vspan) = self.local("`let`")?;
+                    let ty = self.type_annotation()?;
                     self.expect_punct("=")?;
                     let value = self.expr()?;
                     self.expect_punct(";")?;
@@ -362,14 +350,7 @@ impl Parser {
                 }
                 (Tok::Ident(k), _) if k == "free_var" => {
                     self.next();
-                    let (name, vspan) = match self.peek().clone() {
-                        Tok::Local(n) => {
-                            let s = self.span();
-                            self.next();
-                            (n, s)
-                        }
-                        _ => return self.error("a variable `%name` after `free_var`"),
-                    };
+                    let (name, vspan) = self.local("`free_var`")?;
                     self.expect_punct(":")?;
                     let t = self.ty()?;
                     let ty = Some(self.store.intern_type(t));

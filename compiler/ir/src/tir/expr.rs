@@ -441,7 +441,10 @@ impl Expr {
             Expr::Cmp(_, a, _) => TirType::BOOL.with_lanes(a.ty().lanes),
             Expr::And(a, _) | Expr::Or(a, _) | Expr::Not(a) => a.ty(),
             Expr::Select(_, a, _) => a.ty(),
-            Expr::Load(b, idx) => TirType::scalar(b.elem()).with_lanes(idx.first().map_or(1, |i| i.ty().lanes)),
+            // A vector of loads when any index is a vector (after flattening, the one index).
+            Expr::Load(b, idx) => {
+                TirType::scalar(b.elem()).with_lanes(idx.iter().map(|i| i.ty().lanes).max().unwrap_or(1))
+            }
             Expr::Ramp { lanes, .. } => TirType::INDEX.with_lanes(*lanes),
             Expr::Broadcast(e, lanes) => e.ty().with_lanes(*lanes),
             Expr::Reduce(r) => r.source.ty(),
