@@ -143,28 +143,45 @@ fn elf_machine(path: &std::path::Path) -> u16 {
 #[test]
 fn a_cross_build_follows_cargos_target() {
     let d = tempfile::tempdir().unwrap();
-    let run_child = |kiln_target: &str| {
-        std::process::Command::new(std::env::current_exe().expect("test binary"))
+    let run_child = |kiln_target: Option<&str>| {
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        child
             .args(["--exact", "cross_build_child", "--nocapture", "--test-threads=1"])
             .env("KILN_CROSS_OUT", d.path())
             // What cargo gives a build script (the `cc` crate reads them too).
             .env("TARGET", "aarch64-unknown-linux-gnu")
             .env("HOST", kiln::target::host_triple())
+            .env("CARGO_CFG_TARGET_FEATURE", "fp,neon")
             .env("OPT_LEVEL", "0")
             .env("DEBUG", "false")
-            .env("KILN_TARGET", kiln_target)
-            .output()
-            .expect("child")
+            .env_remove("KILN_TARGET");
+        if let Some(t) = kiln_target {
+            child.env("KILN_TARGET", t);
+        }
+        let out = child.output().expect("child");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
     };
-    let out = run_child("llvm -mcpu=neoverse-n1");
-    let log = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && log.contains("cross build done"), "{log}");
     const EM_AARCH64: u16 = 183;
+    let report = || std::fs::read_to_string(d.path().join("kiln/mlp.json")).expect("report");
+    // A named CPU of the target.
+    let (ok, log) = run_child(Some("llvm -mcpu=neoverse-n1"));
+    assert!(ok && log.contains("cross build done"), "{log}");
     assert_eq!(elf_machine(&d.path().join("kiln/mlp.o")), EM_AARCH64);
+    // No target: cargo's triple, a portable CPU and cargo's features.
+    let (ok, log) = run_child(None);
+    assert!(ok && log.contains("cross build done"), "{log}");
+    assert_eq!(elf_machine(&d.path().join("kiln/mlp.o")), EM_AARCH64);
+    let report = report();
+    assert!(
+        report.contains("llvm -mcpu=generic -mtriple=aarch64-unknown-linux-gnu -mattr=+fp-armv8,+neon"),
+        "{report}"
+    );
     // This machine's CPU is no target for another triple.
-    let out = run_child("llvm -mcpu=native");
-    let log = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && log.contains("`-mcpu=native` (the default) is this machine's CPU"), "{log}");
+    let (ok, log) = run_child(Some("llvm -mcpu=native"));
+    assert!(!ok && log.contains("`-mcpu=native` is this machine's CPU"), "{log}");
 }
 
 /// The child of `a_cross_build_follows_cargos_target` (does nothing on its own).

@@ -12,7 +12,7 @@
 //!     kiln::Build::new("mlp")
 //!         .module(mlp())                          // from relay_model!, or .relay_file("mlp.relay")
 //!         .weights("weights/mlp.safetensors")     // bound as constants before optimization
-//!         .target("llvm -mcpu=native")            // or "c", or "cuda -arch=sm_80"
+//!         .target("llvm -mcpu=znver3")            // or none (cargo's target), "c", "cuda -arch=sm_80"
 //!         .opt_level(3)
 //!         .compile_or_exit();                     // or .compile()? for a Result
 //! }
@@ -29,9 +29,12 @@
 //! `KILN_DUMP_IR=dir` dumps the IR after every pass, and `KILN_VERBOSE=1`
 //! makes the build say whether it compiled or reused the model. When cargo
 //! cross-compiles (its `TARGET` is not the machine kiln runs on), an LLVM
-//! target gets cargo's triple and must name the target's CPU: `-mcpu=native`,
-//! the default, is refused there instead of building host code
-//! ([`crate::target::follow_cargo_target`]).
+//! target gets cargo's triple and must name the target's CPU: `-mcpu=native`
+//! is refused there instead of building host code
+//! ([`crate::target::follow_cargo_target`]). Without a target, a model is
+//! compiled for what cargo compiles the crate for: its triple, a portable
+//! CPU and the features of `CARGO_CFG_TARGET_FEATURE`
+//! ([`crate::target::cargo_default_target`]).
 
 pub mod glue;
 mod report;
@@ -153,7 +156,8 @@ impl Build {
             name: name.to_string(),
             model: None,
             weights: Vec::new(),
-            target: "llvm -mcpu=native".into(),
+            // Empty: follow cargo ([`crate::target::cargo_default_target`]).
+            target: String::new(),
             opt_level: 3,
             disabled: Vec::new(),
             out_dir: None,
@@ -216,7 +220,14 @@ impl Build {
         self
     }
 
-    /// `llvm -mcpu=native` (default), `llvm -mcpu=<cpu> [-mattr=…]`, or `c`.
+    /// `llvm -mcpu=<cpu> [-mattr=…]`, `llvm -mcpu=native`, `c`, or
+    /// `cuda -arch=sm_NN`. Without one, the model is compiled for what cargo
+    /// compiles the crate for: its target triple, a portable CPU of that
+    /// architecture and the features cargo enables (`-C target-cpu=native`
+    /// or `-C target-feature=+avx2,+fma` in `RUSTFLAGS` enable more) — so
+    /// the binary runs wherever the crate's own code does.
+    /// `llvm -mcpu=native` is opt-in: it compiles for this machine's CPU, and
+    /// the binary then refuses to start on a CPU without its features.
     pub fn target(&mut self, target: &str) -> &mut Self {
         self.target = target.to_string();
         self
@@ -514,10 +525,15 @@ impl Build {
         // In a build script, cargo's TARGET is the triple the crate is built
         // for: a cross build compiles the model for it, never for this machine.
         #[allow(clippy::disallowed_methods)]
-        if let Ok(cargo_target) = std::env::var("TARGET") {
+        let cargo_target = std::env::var("TARGET").ok();
+        let host = crate::target::host_triple();
+        if build.target.is_empty() {
+            let features = env_var("CARGO_CFG_TARGET_FEATURE", emit).unwrap_or_default();
             build.target =
-                crate::target::follow_cargo_target(&build.target, &cargo_target, crate::target::host_triple())
-                    .map_err(|m| self.model_err(m.to_string()))?;
+                crate::target::cargo_default_target(cargo_target.as_deref().unwrap_or(host), host, &features);
+        } else if let Some(cargo_target) = cargo_target {
+            build.target = crate::target::follow_cargo_target(&build.target, &cargo_target, host)
+                .map_err(|m| self.model_err(m.to_string()))?;
         }
         let dump = env_var("KILN_DUMP_IR", emit).map(PathBuf::from);
         if emit {

@@ -99,6 +99,7 @@ impl VectorUnit {
         for a in attrs.split(',') {
             match a {
                 "+avx512f" => unit = VectorUnit::AVX512,
+                "+avx" | "+avx2" if unit == VectorUnit::SSE => unit = VectorUnit::AVX2,
                 "-avx512f" if unit == VectorUnit::AVX512 => unit = VectorUnit::AVX2,
                 _ => {}
             }
@@ -171,11 +172,53 @@ impl From<String> for TargetError {
     }
 }
 
+/// Rust's names of target features where LLVM's differ.
+const RUST_TO_LLVM_FEATURES: [(&str, &str); 9] = [
+    ("bmi1", "bmi"),
+    ("cmpxchg16b", "cx16"),
+    ("lahfsahf", "sahf"),
+    ("pclmulqdq", "pclmul"),
+    ("rdrand", "rdrnd"),
+    ("fp", "fp-armv8"),
+    ("fp16", "fullfp16"),
+    ("pmuv3", "perfmon"),
+    ("paca", "pauth"),
+];
+
+/// The target a model is compiled for when its build names none: what cargo
+/// compiles the crate for — `cargo_target`'s triple (named when it is not
+/// `host`), a portable CPU of its architecture (`x86-64`, `generic`) and the
+/// features cargo enables (`rust_features`: its `CARGO_CFG_TARGET_FEATURE`,
+/// comma-separated Rust names, which `-C target-cpu`/`-C target-feature`
+/// extend), spelled as the linked LLVM spells them; features LLVM does not
+/// know for the triple (`crt-static`) are not CPU features and are left out.
+pub fn cargo_default_target(cargo_target: &str, host: &str, rust_features: &str) -> String {
+    let triple = if cargo_target == host { host } else { cargo_target };
+    let cpu = if triple.starts_with("x86_64") { "x86-64" } else { "generic" };
+    let mut features: Vec<&str> = rust_features
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(|f| RUST_TO_LLVM_FEATURES.iter().find(|(rust, _)| *rust == f).map_or(f, |(_, llvm)| llvm))
+        .filter(|f| llvm_cpus::check_llvm_features(triple, &format!("+{f}")).is_ok())
+        .collect();
+    features.sort_unstable();
+    features.dedup();
+    let mut target = format!("llvm -mcpu={cpu}");
+    if cargo_target != host {
+        target += &format!(" -mtriple={cargo_target}");
+    }
+    if !features.is_empty() {
+        target += &format!(" -mattr=+{}", features.join(",+"));
+    }
+    target
+}
+
 /// The target to compile a model for when cargo builds the crate for
 /// `cargo_target` (a build script's `TARGET`) on `host`: unchanged when they
 /// are the same machine; for a cross build an LLVM target gets
-/// `-mtriple=<cargo_target>`, and `-mcpu=native` (this machine's CPU, also
-/// the default) is an error — the target's CPU must be named. C is compiled
+/// `-mtriple=<cargo_target>`, and `-mcpu=native` (this machine's CPU) is an
+/// error — the target's CPU must be named. C is compiled
 /// by `cc`, which follows `TARGET` itself.
 pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Result<String, TargetError> {
     if cargo_target == host || target.split_whitespace().next() != Some("llvm") {
@@ -194,9 +237,9 @@ pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Resu
     }
     if option("-mcpu=").unwrap_or("native") == "native" {
         return Err(format!(
-            "cargo builds this crate for `{cargo_target}` on `{host}`: `-mcpu=native` (the default) is this \
-             machine's CPU; name the target's CPU, e.g. `llvm -mcpu=generic` or `llvm -mcpu=cortex-a72`, \
-             with Build::target or KILN_TARGET"
+            "cargo builds this crate for `{cargo_target}` on `{host}`: `-mcpu=native` is this machine's CPU; \
+             name the target's CPU (e.g. `llvm -mcpu=cortex-a72`) with Build::target or KILN_TARGET, or name \
+             no target to compile for cargo's (a portable CPU with the features cargo enables)"
         )
         .into());
     }
@@ -206,6 +249,28 @@ pub fn follow_cargo_target(target: &str, cargo_target: &str, host: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_a_target_a_model_follows_cargo() {
+        let host = "x86_64-unknown-linux-gnu";
+        // rustc's default for x86_64: SSE2, 4 lanes.
+        let t = cargo_default_target(host, host, "fxsr,sse,sse2");
+        assert_eq!(t, "llvm -mcpu=x86-64 -mattr=+fxsr,+sse,+sse2");
+        assert_eq!(VectorUnit::of_target(&t), VectorUnit::SSE);
+        // RUSTFLAGS="-C target-cpu=haswell": Rust's names become LLVM's, crt-static is no CPU feature.
+        let t = cargo_default_target(host, host, "avx,avx2,bmi1,bmi2,cmpxchg16b,crt-static,fma,lzcnt,pclmulqdq,sse2");
+        assert_eq!(t, "llvm -mcpu=x86-64 -mattr=+avx,+avx2,+bmi,+bmi2,+cx16,+fma,+lzcnt,+pclmul,+sse2");
+        assert_eq!(VectorUnit::of_target(&t), VectorUnit::AVX2);
+        assert!(TargetDescription::resolve(&t).features.iter().any(|f| f == "avx2"));
+        let t = cargo_default_target(host, host, "avx2,avx512f,fma");
+        assert_eq!(VectorUnit::of_target(&t), VectorUnit::AVX512);
+        // A cross build names cargo's triple; AArch64's `fp` is LLVM's `fp-armv8`.
+        let t = cargo_default_target("aarch64-unknown-linux-gnu", host, "fp,neon");
+        assert_eq!(t, "llvm -mcpu=generic -mtriple=aarch64-unknown-linux-gnu -mattr=+fp-armv8,+neon");
+        assert_eq!(VectorUnit::of_target(&t), VectorUnit::NEON);
+        let musl = cargo_default_target("x86_64-unknown-linux-musl", host, "crt-static,fxsr,sse,sse2");
+        assert_eq!(musl, "llvm -mcpu=x86-64 -mtriple=x86_64-unknown-linux-musl -mattr=+fxsr,+sse,+sse2");
+    }
 
     #[test]
     fn named_cpus_and_attributes_decide_the_width() {
