@@ -16,7 +16,7 @@ pub enum Tok {
     /// A float literal with its suffix (`1.5f`, `1e-05f`, `0.5`, `1f16`).
     Float(f64, String),
     Str(String),
-    /// Punctuation: `( ) [ ] { } , ; : = . -> #`.
+    /// Punctuation: `( ) [ ] { } , ; : = . -> #` and the infix operators.
     Punct(&'static str),
     Eof,
 }
@@ -49,7 +49,11 @@ impl Token {
     }
 }
 
-const PUNCT: [&str; 14] = ["->", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "#", "-"];
+/// Two-character punctuation first: the lexer takes the first that matches.
+const PUNCT: [&str; 23] = [
+    "->", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",", ";", ":", "=", ".", "#", "-", "+", "*", "/", "<",
+    ">",
+];
 
 fn is_ident_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_'

@@ -20,6 +20,21 @@ use super::lexer::{lex, Tok, Token};
 use super::module::IRModule;
 use super::ty::{FuncType, Type};
 
+/// Infix operators: the token, its precedence level (higher binds tighter)
+/// and the operator it calls — TVM's parser's table.
+const INFIX: [(&str, u8, &str); 10] = [
+    ("==", 2, "equal"),
+    ("!=", 2, "not_equal"),
+    ("<", 4, "less"),
+    (">", 4, "greater"),
+    ("<=", 4, "less_equal"),
+    (">=", 4, "greater_equal"),
+    ("+", 6, "add"),
+    ("-", 6, "subtract"),
+    ("*", 7, "multiply"),
+    ("/", 7, "divide"),
+];
+
 /// The deepest syntactic nesting the parser accepts.
 pub const MAX_NESTING: usize = 500;
 
@@ -383,7 +398,38 @@ impl Parser {
         r
     }
 
+    /// Infix operators as TVM's parser reads them, loosest first: `==` `!=`,
+    /// then `<` `>` `<=` `>=`, then `+` `-`, then `*` `/`, all left
+    /// associative; each is a call of its operator (`%x + %y` is
+    /// `add(%x, %y)`, and prints so).
     fn expr_inner(&mut self) -> Result<ExprId> {
+        let mut operands = vec![self.postfix()?];
+        let mut operators: Vec<(u8, &'static str, Span)> = Vec::new();
+        // Operator precedence by a stack, so that a chain of any length is a loop.
+        loop {
+            let next = match self.peek() {
+                Tok::Punct(p) => INFIX.iter().find(|(q, ..)| q == p).map(|&(_, level, op)| (level, op)),
+                _ => None,
+            };
+            // Reduce what binds at least as tightly as the next operator (left associativity).
+            while operators.last().is_some_and(|&(level, ..)| next.is_none_or(|(n, _)| n <= level)) {
+                let Some((_, op, span)) = operators.pop() else { break };
+                let (Some(b), Some(a)) = (operands.pop(), operands.pop()) else {
+                    unreachable!("an operator has two operands")
+                };
+                let call = self.store.call_op_at(op, vec![a, b], Attrs::new(), span)?;
+                operands.push(call);
+            }
+            let Some((level, op)) = next else { break };
+            operators.push((level, op, self.span()));
+            self.next();
+            operands.push(self.postfix()?);
+        }
+        Ok(operands.pop().unwrap_or_else(|| unreachable!("one operand is left")))
+    }
+
+    /// An expression with its projections (`.0`) and calls (`(…)`).
+    fn postfix(&mut self) -> Result<ExprId> {
         let mut e = self.primary()?;
         loop {
             if self.is_punct(".") {
@@ -481,9 +527,21 @@ impl Parser {
                 Ok(self.add(ExprKind::GlobalVar(name), span))
             }
             Tok::Int(..) | Tok::Float(..) => self.literal(false),
-            Tok::Punct("-") if matches!(self.peek_at(1), Tok::Int(..) | Tok::Float(..)) => {
-                self.next();
-                self.literal(true)
+            Tok::Punct("-") => {
+                // `--10` is the literal 10, as in TVM; `-%x` is `negative(%x)`.
+                let mut minus = 0;
+                while self.is_punct("-") {
+                    self.next();
+                    minus += 1;
+                }
+                if matches!(self.peek(), Tok::Int(..) | Tok::Float(..)) {
+                    return self.literal(minus % 2 == 1);
+                }
+                let mut x = self.postfix()?;
+                for _ in 0..minus {
+                    x = self.store.call_op_at("negative", vec![x], Attrs::new(), span.clone())?;
+                }
+                Ok(x)
             }
             Tok::Punct("(") => {
                 self.next();
