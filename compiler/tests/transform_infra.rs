@@ -458,3 +458,89 @@ fn a_pass_body_error_is_the_source_of_the_pass_error() {
     let e = apply(&message, module(), &PassContext::new()).unwrap_err();
     assert_eq!(e.to_string(), "pass `Message` failed: 3 is odd");
 }
+
+// ---- behaviour taken from TVM v0.16's tests ----------------------------------------
+
+/// TVM `tests/python/relay/test_pass_instrument.py::test_enter_pass_ctx_exception`:
+/// when an instrument's `enter_pass_ctx` fails, those already entered exit,
+/// in reverse order.
+#[test]
+fn test_enter_pass_ctx_exception() {
+    let log: Log = Default::default();
+    let ctx = Arc::new(PassContext::new().with_instruments(vec![
+        Recorder::new("A", &log),
+        Recorder::new("B", &log),
+        Recorder::failing("C", &log, "enter"),
+    ]));
+    assert!(ctx.enter().is_err());
+    assert_eq!(take(&log), ["A enter", "B enter", "C enter", "B exit", "A exit"]);
+}
+
+/// TVM's `PassContext.current()` outside any `with`: one default context per
+/// thread, the same every time, so instruments set on it stay set.
+#[test]
+fn the_default_context_is_one_per_thread_and_keeps_its_instruments() {
+    std::thread::spawn(|| {
+        let log: Log = Default::default();
+        let (a, b) = (PassContext::current(), PassContext::current());
+        assert!(Arc::ptr_eq(&a, &b));
+        a.override_instruments(vec![Recorder::new("D", &log)]).unwrap();
+        apply(recording_pass("OnTheDefault", 0, &[], &log).as_ref(), module(), &PassContext::current()).unwrap();
+        assert!(take(&log).contains(&"D before OnTheDefault".to_string()));
+        let here = PassContext::current();
+        let elsewhere = std::thread::spawn(PassContext::current).join().unwrap();
+        assert!(!Arc::ptr_eq(&here, &elsewhere), "each thread has its own default");
+    })
+    .join()
+    .unwrap();
+}
+
+/// Contexts are left innermost first (TVM checks that the context exited is
+/// the one on top): leaving an outer one first is an error, and the stack
+/// stays sound.
+#[test]
+fn leaving_a_context_that_is_not_innermost_is_an_error() {
+    std::thread::spawn(|| {
+        let outer = Arc::new(PassContext::new().with_opt_level(1)).enter().unwrap();
+        let inner_ctx = Arc::new(PassContext::new().with_opt_level(2));
+        let inner = Arc::clone(&inner_ctx).enter().unwrap();
+        assert!(matches!(outer.exit(), Err(PassError::ContextNotInnermost)));
+        assert!(Arc::ptr_eq(&PassContext::current(), &inner_ctx));
+        inner.exit().unwrap();
+        assert_eq!(PassContext::current().opt_level, PassContext::new().opt_level);
+    })
+    .join()
+    .unwrap();
+}
+
+/// TVM's `PrintIR`: a registered module pass at opt level 0 that changes nothing.
+#[test]
+fn print_ir_is_registered_and_changes_nothing() {
+    let p = kiln::transform::get_pass("PrintIR").expect("registered");
+    assert_eq!((p.info().name.as_str(), p.info().opt_level), ("PrintIR", 0));
+    let m = module();
+    let out = apply(p.as_ref(), m.clone(), &PassContext::new()).unwrap();
+    assert!(out.structural_eq(&m));
+}
+
+/// TVM's FunctionPass skips functions another compiler owns (`Compiler`,
+/// `Extern`), as it does `SkipOptimization` ones (`test_pass_manager.py`'s
+/// external-codegen cases): FoldConstant and FuseOps leave them as written.
+#[test]
+fn function_passes_skip_functions_another_compiler_owns() {
+    let text = r#"
+        def @ext(%x: Tensor[(2), float32], Compiler="ccompiler") { add(%x, add(1f, 2f)) }
+        def @ext2(%x: Tensor[(2), float32], Extern=1) { add(%x, add(1f, 2f)) }
+        def @main(%x: Tensor[(2), float32]) { add(%x, add(1f, 2f)) }
+    "#;
+    let mut m = parse_module(text).expect("parse");
+    kiln::relay::infer_module(&mut m).expect("types");
+    let fold = kiln::transform::get_pass("FoldConstant").expect("FoldConstant");
+    let out = apply(fold.as_ref(), m, &PassContext::new().with_opt_level(3)).unwrap();
+    let text = kiln::relay::print_module(&out);
+    let body = |name: &str| {
+        text.split(&format!("def @{name}(")).nth(1).and_then(|t| t.split("def @").next()).unwrap_or("").to_string()
+    };
+    assert!(body("ext").contains("add(1f, 2f)") && body("ext2").contains("add(1f, 2f)"), "{text}");
+    assert!(!body("main").contains("add(1f, 2f)"), "{text}");
+}

@@ -168,7 +168,8 @@ impl PassContext {
         let list = self.instruments();
         for (k, pi) in list.iter().enumerate() {
             if let Err(m) = pi.enter_pass_ctx() {
-                for entered in &list[..k] {
+                // The ones entered exit in reverse order, as TVM's do.
+                for entered in list[..k].iter().rev() {
                     let _ = entered.exit_pass_ctx();
                 }
                 self.clear_instruments();
@@ -226,9 +227,14 @@ impl PassContext {
         self.instrument_enter()
     }
 
-    /// The innermost context entered on this thread, or a default one.
+    /// The innermost context entered on this thread, or — with none entered —
+    /// this thread's default context: the same one every time, as in TVM, so
+    /// that instruments set on it with [`PassContext::override_instruments`] stay.
     pub fn current() -> Arc<PassContext> {
-        STACK.with(|s| s.borrow().last().cloned()).unwrap_or_else(|| Arc::new(PassContext::default()))
+        thread_local! {
+            static DEFAULT: Arc<PassContext> = Arc::new(PassContext::default());
+        }
+        STACK.with(|s| s.borrow().last().cloned()).unwrap_or_else(|| DEFAULT.with(Arc::clone))
     }
 
     /// Enter this context: its instruments' `enter_pass_ctx` run and it
@@ -266,19 +272,28 @@ impl std::fmt::Debug for ContextGuard {
 
 impl ContextGuard {
     /// Leave the context, reporting an instrument's `exit_pass_ctx` failure.
+    /// Contexts are left innermost first: leaving one that is not the
+    /// innermost is an error ([`PassError::ContextNotInnermost`]) — it is
+    /// still left, so the thread's stack stays sound.
     pub fn exit(mut self) -> Result<(), PassError> {
         self.leave()
     }
 
     fn leave(&mut self) -> Result<(), PassError> {
         let Some(ctx) = self.ctx.take() else { return Ok(()) };
-        STACK.with(|s| {
+        let innermost = STACK.with(|s| {
             let mut s = s.borrow_mut();
+            let innermost = s.last().is_some_and(|c| Arc::ptr_eq(c, &ctx));
             if let Some(pos) = s.iter().rposition(|c| Arc::ptr_eq(c, &ctx)) {
                 s.remove(pos);
             }
+            innermost
         });
-        ctx.instrument_exit()
+        let exited = ctx.instrument_exit();
+        if !innermost {
+            return Err(PassError::ContextNotInnermost);
+        }
+        exited
     }
 }
 

@@ -93,6 +93,9 @@ pub enum PassError {
     Config(#[from] super::config::ConfigError),
     #[error("function pass `{pass}` added or removed global functions")]
     FunctionSetChanged { pass: String },
+    /// A pass context was left while a context entered after it was still entered.
+    #[error("a pass context was left before the contexts entered inside it (contexts are left innermost first)")]
+    ContextNotInnermost,
     #[error("pass `{name}` is registered twice")]
     Duplicate { name: String },
     /// A pass returned a module that is not well-formed or not well-typed
@@ -196,7 +199,8 @@ type FunctionFn = dyn Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, 
 /// A pass over one global function at a time. It gets the module (to read
 /// other functions and to build new nodes in its store) and the function's
 /// handle, and returns the new function. It cannot add or remove functions,
-/// and functions marked `SkipOptimization` are left alone.
+/// and functions marked `SkipOptimization`, or owned by another compiler
+/// (`Compiler`, `Extern`), are left alone.
 pub struct FunctionPass {
     info: PassInfo,
     f: Box<FunctionFn>,
@@ -232,7 +236,7 @@ impl Pass for FunctionPass {
 }
 
 /// Apply a function-level transformation to every global function not marked
-/// `SkipOptimization`, checking that the set of functions does not change
+/// `SkipOptimization`, `Compiler` or `Extern`, checking that the set of functions does not change
 /// (what [`FunctionPass`] and `#[function_pass]` structs run).
 pub fn run_function_pass(
     info: &PassInfo,
@@ -248,7 +252,9 @@ pub fn run_function_pass(
     let names = module.function_names();
     for name in &names {
         let Some(func) = module.function(name) else { continue };
-        if module.store.as_function(func).is_some_and(|f| f.skips_optimization()) {
+        // As TVM's FunctionPass: functions marked SkipOptimization and those
+        // another compiler owns (`Compiler`, `Extern`) are left alone.
+        if module.store.as_function(func).is_some_and(|f| f.skips_optimization() || f.is_external()) {
             continue;
         }
         let new = f(&mut module, func, ctx).map_err(|e| fail(name, e))?;

@@ -60,6 +60,11 @@ pub struct Function {
 pub const ATTR_PRIMITIVE: &str = "Primitive";
 /// Function attribute asking function passes to leave the function alone.
 pub const ATTR_SKIP_OPTIMIZATION: &str = "SkipOptimization";
+/// Function attribute naming the external compiler that owns the function
+/// (TVM's BYOC `Compiler`, e.g. `"ccompiler"`).
+pub const ATTR_COMPILER: &str = "Compiler";
+/// Function attribute marking an external function (TVM's `Extern`).
+pub const ATTR_EXTERN: &str = "Extern";
 
 impl Function {
     fn flag(&self, name: &str) -> bool {
@@ -76,6 +81,13 @@ impl Function {
 
     pub fn skips_optimization(&self) -> bool {
         self.flag(ATTR_SKIP_OPTIMIZATION)
+    }
+
+    /// Whether another compiler owns the function (`Compiler="…"` or
+    /// `Extern=1`): function passes leave it alone, as TVM's do.
+    pub fn is_external(&self) -> bool {
+        let named = matches!(self.attrs.get(ATTR_COMPILER), Some(crate::attrs::AttrValue::Str(s)) if !s.is_empty());
+        named || self.flag(ATTR_EXTERN)
     }
 }
 

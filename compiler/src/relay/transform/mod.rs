@@ -41,10 +41,21 @@ fn function_pass(
     .arc()
 }
 
+/// `PrintIR` (TVM's): writes the module's text to standard error, headed by
+/// the pass name, and returns it unchanged — a probe to put in a `Sequential`.
+pub fn print_ir() -> Arc<dyn Pass> {
+    ModulePass::new(PassInfo::new("PrintIR", 0, &[]), |m: IRModule, _: &PassContext| {
+        eprintln!("PrintIR:\n{}", kiln_ir::relay::print_module(&m));
+        Ok(m)
+    })
+    .arc()
+}
+
 /// Every built-in Relay pass, as registered by name.
 pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     let mut v: Vec<Arc<dyn Pass>> = vec![
         infer_type(),
+        print_ir(),
         function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
             simplify_inference::simplify_inference(&mut m.store, f)
         }),
