@@ -412,12 +412,13 @@ impl Build {
         plan: &ExecutorPlan,
         symbols: &[(String, &[u8])],
     ) -> Result<(Option<Vec<u8>>, Option<String>), Error> {
-        use crate::codegen::llvm::{compile_with_data, DataSymbol, LlvmTarget};
+        use crate::codegen::llvm::{compile_artifacts, Artifact, DataSymbol, LlvmTarget};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
-        let out =
-            compile_with_data(&self.name, &plan.kernels, &data, &target).map_err(|e| self.model_err(e.to_string()))?;
-        Ok((Some(out.object), None))
+        let object = compile_artifacts(&self.name, &plan.kernels, &data, &target, &[Artifact::Object])
+            .map_err(|e| self.model_err(e.to_string()))?
+            .pop();
+        Ok((object, None))
     }
 
     #[cfg(not(feature = "llvm"))]

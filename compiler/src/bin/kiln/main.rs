@@ -319,6 +319,14 @@ fn build(c: &CompileArgs) -> Result<(), String> {
         Ok(())
     };
     let stem = std::path::Path::new(&c.file).file_stem().and_then(|s| s.to_str()).unwrap_or("model").to_string();
+    // LLVM IR, assembly and object come from one compilation, made once.
+    let llvm_kinds: Vec<&str> =
+        c.emit.iter().map(String::as_str).filter(|k| matches!(*k, "llvm" | "asm" | "obj")).collect();
+    let llvm_outputs = if llvm_kinds.is_empty() || c.target.trim() == "c" || kiln::build::is_cuda_target(&c.target) {
+        Vec::new()
+    } else {
+        compile_llvm(c, &stem, &plan.kernels, &llvm_kinds)?
+    };
     for e in &c.emit {
         match e.as_str() {
             "relay" => write(&format!("{stem}.relay"), print_module(&fused).as_bytes())?,
@@ -343,37 +351,47 @@ fn build(c: &CompileArgs) -> Result<(), String> {
                 if c.target.trim() == "c" {
                     return Err(format!("--emit {kind} needs an LLVM target, not `c`"));
                 }
-                emit_llvm(c, &stem, &plan.kernels, kind, &write)?;
+                let at =
+                    llvm_kinds.iter().position(|k| *k == kind).ok_or_else(|| format!("unknown --emit `{kind}`"))?;
+                let extension = match kind {
+                    "llvm" => "ll",
+                    "asm" => "s",
+                    _ => "o",
+                };
+                write(&format!("{stem}.{extension}"), &llvm_outputs[at])?;
             }
         }
     }
     Ok(())
 }
 
-/// Writes one output file of `kiln build`.
-type WriteFile<'a> = dyn Fn(&str, &[u8]) -> Result<(), String> + 'a;
-
-/// `--emit llvm|asm|obj`: LLVM IR, assembly or an object file.
+/// `--emit llvm|asm|obj`: LLVM IR, assembly and object file, in `kinds`' order.
 #[cfg(feature = "llvm")]
-fn emit_llvm(
+fn compile_llvm(
     c: &CompileArgs,
     stem: &str,
     kernels: &[kiln::tir::PrimFunc],
-    kind: &str,
-    write: &WriteFile<'_>,
-) -> Result<(), String> {
+    kinds: &[&str],
+) -> Result<Vec<Vec<u8>>, String> {
+    use kiln::codegen::llvm::Artifact;
     let target = kiln::codegen::llvm::LlvmTarget::parse(&c.target).map_err(|e| e.to_string())?;
-    let out = kiln::codegen::llvm::compile(stem, kernels, &target).map_err(|e| e.to_string())?;
-    match kind {
-        "llvm" => write(&format!("{stem}.ll"), out.llvm_ir.as_bytes()),
-        "asm" => write(&format!("{stem}.s"), out.assembly.as_bytes()),
-        _ => write(&format!("{stem}.o"), &out.object),
-    }
+    let wanted: Vec<Artifact> = kinds
+        .iter()
+        .map(|k| match *k {
+            "llvm" => Artifact::LlvmIr,
+            "asm" => Artifact::Assembly,
+            _ => Artifact::Object,
+        })
+        .collect();
+    kiln::codegen::llvm::compile_artifacts(stem, kernels, &[], &target, &wanted).map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "llvm"))]
-fn emit_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kind: &str, _: &WriteFile<'_>) -> Result<(), String> {
-    Err(format!("--emit {kind} needs LLVM: this kiln was built without the `llvm` feature (use --target c)"))
+fn compile_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kinds: &[&str]) -> Result<Vec<Vec<u8>>, String> {
+    Err(format!(
+        "--emit {} needs LLVM: this kiln was built without the `llvm` feature (use --target c)",
+        kinds.join(",")
+    ))
 }
 
 /// The LLVM JIT as a kernel library, compiled for the target's CPU.

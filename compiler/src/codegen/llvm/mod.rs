@@ -286,26 +286,82 @@ fn build_module<'ctx>(
     Ok(module)
 }
 
+/// What the optimized module is turned into. Each costs its own work —
+/// assembly and an object file are each a full run of LLVM's back end, and
+/// that back end is most of a model's compile time — so callers ask only for
+/// what they use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Artifact {
+    /// The optimized module as LLVM IR text.
+    LlvmIr,
+    /// The target's assembly text.
+    Assembly,
+    /// A relocatable object file.
+    Object,
+}
+
+/// A context for one compilation. Unless the IR is to be read, the names of
+/// local values are dropped as they are made: LLVM otherwise keeps a
+/// uniqued name for every instruction, a few percent of a model's compile.
+fn context(named_values: bool) -> Context {
+    let ctx = Context::create();
+    if !named_values {
+        // SAFETY: `ctx.raw()` is the context just created, alive for this
+        // call; the function only sets a flag on it.
+        unsafe { inkwell::llvm_sys::core::LLVMContextSetDiscardValueNames(ctx.raw(), 1) };
+    }
+    ctx
+}
+
+/// Compile `funcs` (and read-only `data` symbols) for `target` once, and
+/// return the bytes of each of `wanted`, in its order.
+pub fn compile_artifacts(
+    name: &str,
+    funcs: &[PrimFunc],
+    data: &[DataSymbol<'_>],
+    target: &LlvmTarget,
+    wanted: &[Artifact],
+) -> Result<Vec<Vec<u8>>, CodegenError> {
+    let ctx = context(wanted.contains(&Artifact::LlvmIr));
+    let module = build_module(&ctx, name, funcs, data, target)?;
+    let tm = target.machine("llvm")?;
+    wanted
+        .iter()
+        .map(|artifact| match artifact {
+            Artifact::LlvmIr => Ok(module.print_to_string().to_bytes().to_vec()),
+            Artifact::Assembly => tm
+                .write_to_memory_buffer(&module, FileType::Assembly)
+                .map(|b| b.as_slice().to_vec())
+                .map_err(|m| llvm_err(name, m)),
+            Artifact::Object => tm
+                .write_to_memory_buffer(&module, FileType::Object)
+                .map(|b| b.as_slice().to_vec())
+                .map_err(|m| llvm_err(name, m)),
+        })
+        .collect()
+}
+
 /// Compile `funcs` for `target`: optimized LLVM IR, assembly and an object file.
 pub fn compile(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<LlvmOutput, CodegenError> {
     compile_with_data(name, funcs, &[], target)
 }
 
-/// [`compile`], with read-only data symbols (the model's weights) in the object.
+/// [`compile`], with read-only data symbols (the model's weights) in the
+/// object. (A build that needs only the object asks [`compile_artifacts`]
+/// for it: producing all three costs two runs of the back end.)
 pub fn compile_with_data(
     name: &str,
     funcs: &[PrimFunc],
     data: &[DataSymbol<'_>],
     target: &LlvmTarget,
 ) -> Result<LlvmOutput, CodegenError> {
-    let ctx = Context::create();
-    let module = build_module(&ctx, name, funcs, data, target)?;
-    let tm = target.machine("llvm")?;
-    let asm = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|m| llvm_err(name, m))?;
-    let obj = tm.write_to_memory_buffer(&module, FileType::Object).map_err(|m| llvm_err(name, m))?;
+    let all = [Artifact::LlvmIr, Artifact::Assembly, Artifact::Object];
+    let [ir, asm, object]: [Vec<u8>; 3] = compile_artifacts(name, funcs, data, target, &all)?
+        .try_into()
+        .map_err(|_| llvm_err(name, "an artifact is missing"))?;
     Ok(LlvmOutput {
-        llvm_ir: module.print_to_string().to_string(),
-        assembly: String::from_utf8_lossy(asm.as_slice()).into_owned(),
-        object: obj.as_slice().to_vec(),
+        llvm_ir: String::from_utf8_lossy(&ir).into_owned(),
+        assembly: String::from_utf8_lossy(&asm).into_owned(),
+        object,
     })
 }
