@@ -79,28 +79,33 @@ pub(crate) fn norm_axis(axis: i64, ndim: usize) -> Result<usize, OpError> {
 /// For each flat output index, the flat index into an input of shape `from`
 /// broadcast to `to` (right-aligned; size-1 dims repeat).
 pub(crate) fn broadcast_index_map(from: &[usize], to: &[usize]) -> Vec<usize> {
+    let total: usize = to.iter().product();
+    if from == to {
+        return (0..total).collect();
+    }
     let n = to.len();
     let fs = strides(from);
-    let total: usize = to.iter().product();
+    // The input offset one step along each output axis moves: 0 where the
+    // input repeats (a missing or size-1 axis).
+    let step: Vec<usize> = (0..n)
+        .map(|k| match (k + from.len()).checked_sub(n) {
+            Some(d) if from[d] != 1 => fs[d],
+            _ => 0,
+        })
+        .collect();
     let mut out = Vec::with_capacity(total);
     let mut idx = vec![0usize; n];
+    let mut flat = 0usize;
     for _ in 0..total {
-        let mut flat = 0;
-        for (k, &i) in idx.iter().enumerate() {
-            if k + from.len() >= n {
-                let d = k + from.len() - n;
-                if from[d] != 1 {
-                    flat += i * fs[d];
-                }
-            }
-        }
         out.push(flat);
-        // Next multi-index, last axis fastest.
+        // Next multi-index, last axis fastest; the offset follows incrementally.
         for k in (0..n).rev() {
             idx[k] += 1;
+            flat += step[k];
             if idx[k] < to[k] {
                 break;
             }
+            flat -= step[k] * to[k];
             idx[k] = 0;
         }
     }
@@ -140,5 +145,47 @@ mod tests {
         assert_eq!(e.to_string(), "cannot broadcast shapes (2, 3) and (4,)");
         assert_eq!(broadcast_index_map(&[3], &[2, 3]), vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(broadcast_index_map(&[2, 1], &[2, 3]), vec![0, 0, 0, 1, 1, 1]);
+    }
+
+    /// The incremental map equals the flat index computed from scratch, for
+    /// every input shape that broadcasts to each output shape of rank ≤ 3.
+    #[test]
+    fn broadcast_index_map_matches_the_definition() {
+        let shapes = |rank: usize, dims: &[usize]| -> Vec<Vec<usize>> {
+            (0..dims.len().pow(rank as u32))
+                .map(|mut code| {
+                    (0..rank)
+                        .map(|_| {
+                            let d = dims[code % dims.len()];
+                            code /= dims.len();
+                            d
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        for to_rank in 0..=3 {
+            for to in shapes(to_rank, &[2, 3]) {
+                for from_rank in 0..=to_rank {
+                    for from in shapes(from_rank, &[1, 2, 3]) {
+                        let skip = to_rank - from_rank;
+                        if from.iter().zip(&to[skip..]).any(|(&f, &t)| f != 1 && f != t) {
+                            continue;
+                        }
+                        let fs = strides(&from);
+                        let ts = strides(&to);
+                        let want: Vec<usize> = (0..to.iter().product::<usize>())
+                            .map(|flat| {
+                                (0..from_rank)
+                                    .filter(|&d| from[d] != 1)
+                                    .map(|d| (flat / ts[d + skip] % to[d + skip]) * fs[d])
+                                    .sum()
+                            })
+                            .collect();
+                        assert_eq!(broadcast_index_map(&from, &to), want, "{from:?} -> {to:?}");
+                    }
+                }
+            }
+        }
     }
 }
