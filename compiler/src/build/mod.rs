@@ -108,8 +108,9 @@ pub struct Build {
 #[derive(Clone, Debug)]
 pub struct Artifacts {
     pub name: String,
-    /// The kernels and weights as an object file (LLVM targets).
-    pub object: Option<Vec<u8>>,
+    /// The kernels and weights as object files (LLVM targets; the kernels
+    /// are split into up to `codegen::llvm::OBJECT_PARTS`, compiled in parallel).
+    pub objects: Vec<Vec<u8>>,
     /// The kernels and weights as C source (the `c` target).
     pub c_source: Option<String>,
     /// The kernels as PTX (the `cuda` target).
@@ -380,10 +381,10 @@ impl Build {
         }
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
-        let (object, c_source) = if self.target.trim() == "c" {
+        let (objects, c_source) = if self.target.trim() == "c" {
             let src = crate::codegen::c::codegen_module_with_data(&plan.kernels, &symbols)
                 .map_err(|e| self.model_err(e.to_string()))?;
-            (None, Some(src))
+            (Vec::new(), Some(src))
         } else {
             self.llvm_object(&plan, &symbols)?
         };
@@ -393,7 +394,7 @@ impl Build {
         let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),
-            object,
+            objects,
             c_source,
             ptx: None,
             device_weights: None,
@@ -411,18 +412,22 @@ impl Build {
         &self,
         plan: &ExecutorPlan,
         symbols: &[(String, &[u8])],
-    ) -> Result<(Option<Vec<u8>>, Option<String>), Error> {
-        use crate::codegen::llvm::{compile_artifacts, Artifact, DataSymbol, LlvmTarget};
+    ) -> Result<(Vec<Vec<u8>>, Option<String>), Error> {
+        use crate::codegen::llvm::{compile_objects, DataSymbol, LlvmTarget};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
-        let object = compile_artifacts(&self.name, &plan.kernels, &data, &target, &[Artifact::Object])
-            .map_err(|e| self.model_err(e.to_string()))?
-            .pop();
-        Ok((object, None))
+        // Cargo's job count where it runs the build script, else this machine's cores.
+        let threads = env_var("NUM_JOBS", false)
+            .and_then(|n| n.parse().ok())
+            .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+            .unwrap_or(1);
+        let objects = compile_objects(&self.name, &plan.kernels, &data, &target, threads)
+            .map_err(|e| self.model_err(e.to_string()))?;
+        Ok((objects, None))
     }
 
     #[cfg(not(feature = "llvm"))]
-    fn llvm_object(&self, _: &ExecutorPlan, _: &[(String, &[u8])]) -> Result<(Option<Vec<u8>>, Option<String>), Error> {
+    fn llvm_object(&self, _: &ExecutorPlan, _: &[(String, &[u8])]) -> Result<(Vec<Vec<u8>>, Option<String>), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
 
@@ -448,7 +453,7 @@ impl Build {
             glue::cuda_glue(&self.name, &plan, &ptx, "::kiln_runtime").map_err(|e| self.model_err(e.to_string()))?;
         Ok(Artifacts {
             name: self.name.clone(),
-            object: None,
+            objects: Vec::new(),
             c_source: None,
             ptx: Some(ptx),
             device_weights: Some(glue::cuda_weights(&plan)),
@@ -569,7 +574,7 @@ impl Build {
             let read = |p: PathBuf| std::fs::read_to_string(&p).map_err(|e| io(&p, e));
             Artifacts {
                 name: self.name.clone(),
-                object: None,
+                objects: Vec::new(),
                 c_source: None,
                 ptx: None,
                 device_weights: None,
@@ -630,8 +635,8 @@ impl Artifacts {
             (dir.join(format!("{}.h", self.name)), self.header.as_bytes()),
             (dir.join(format!("{}.json", self.name)), self.report.as_bytes()),
         ];
-        if let Some(o) = &self.object {
-            files.push((dir.join(format!("{}.o", self.name)), o));
+        for (k, o) in self.objects.iter().enumerate() {
+            files.push((dir.join(object_file(&self.name, k)), o));
         }
         if let Some(c) = &self.c_source {
             files.push((dir.join(format!("{}.c", self.name)), c.as_bytes()));
@@ -737,7 +742,16 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(path, bytes)
 }
 
-/// Build `lib<lib_name>.a` from the object or C source with the `cc` crate.
+/// The file of object `k` of model `name`: `<name>.o`, then `<name>.1.o`, ….
+fn object_file(name: &str, k: usize) -> String {
+    if k == 0 {
+        format!("{name}.o")
+    } else {
+        format!("{name}.{k}.o")
+    }
+}
+
+/// Build `lib<lib_name>.a` from the objects or C source with the `cc` crate.
 fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
     let mut b = cc::Build::new();
     b.out_dir(dir).cargo_metadata(false).warnings(false);
@@ -747,8 +761,10 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
         let host = crate::target::host_triple();
         b.target(host).host(host).opt_level(2);
     }
-    if a.object.is_some() {
-        b.object(dir.join(format!("{}.o", a.name)));
+    if !a.objects.is_empty() {
+        for k in 0..a.objects.len() {
+            b.object(dir.join(object_file(&a.name, k)));
+        }
     } else {
         b.file(dir.join(format!("{}.c", a.name))).flag_if_supported("-std=c99").opt_level(2);
     }

@@ -36,7 +36,7 @@ use target::set_target_attributes;
 pub use target::LlvmTarget;
 
 use super::CodegenError;
-use crate::tir::{BinOp, CmpOp, Expr, PrimFunc};
+use crate::tir::{BinOp, CmpOp, Expr, PrimFunc, Stmt};
 
 /// Largest kernel-local buffer placed on the stack (the same limit as the C backend).
 const MAX_LOCAL_BYTES: usize = 1 << 20;
@@ -339,6 +339,67 @@ pub fn compile_artifacts(
                 .map_err(|m| llvm_err(name, m)),
         })
         .collect()
+}
+
+/// How many objects [`compile_objects`] splits a model's kernels into: a
+/// constant, so that a build's bytes do not depend on the machine's cores.
+pub const OBJECT_PARTS: usize = 4;
+
+/// The kernels of a model as up to [`OBJECT_PARTS`] objects, compiled on up
+/// to `threads` threads at once — each part in its own LLVM context, LLVM's
+/// back end being most of a model's compile time. Kernels go to parts by
+/// size (largest first onto the lightest part), in a fixed order; the first
+/// part also holds the read-only `data`.
+pub fn compile_objects(
+    name: &str,
+    funcs: &[PrimFunc],
+    data: &[DataSymbol<'_>],
+    target: &LlvmTarget,
+    threads: usize,
+) -> Result<Vec<Vec<u8>>, CodegenError> {
+    let parts = OBJECT_PARTS.min(funcs.len()).max(1);
+    let mut order: Vec<(usize, usize)> = funcs.iter().map(|f| statement_count(&f.body)).enumerate().collect();
+    order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut chunks: Vec<(usize, Vec<PrimFunc>)> = vec![(0, Vec::new()); parts];
+    for (i, cost) in order {
+        let lightest = (0..parts).min_by_key(|&c| (chunks[c].0, c)).unwrap_or(0);
+        chunks[lightest].0 += cost;
+        chunks[lightest].1.push(funcs[i].clone());
+    }
+    let compile_part = |k: usize, part: &[PrimFunc]| -> Result<Vec<u8>, CodegenError> {
+        let part_data = if k == 0 { data } else { &[] };
+        let mut out = compile_artifacts(&format!("{name}.{k}"), part, part_data, target, &[Artifact::Object])?;
+        out.pop().ok_or_else(|| llvm_err(name, "no object"))
+    };
+    // Workers take the parts in order; each result keeps its part's place.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    type Slot = std::sync::Mutex<Option<Result<Vec<u8>, CodegenError>>>;
+    let results: Vec<Slot> = (0..parts).map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, parts) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((_, part)) = chunks.get(k) else { break };
+                let result = compile_part(k, part);
+                *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Err(llvm_err(name, "a part was not compiled")))
+        })
+        .collect()
+}
+
+/// The number of statements of a kernel: the size of the code LLVM gets.
+fn statement_count(s: &Stmt) -> usize {
+    let mut n = 0;
+    s.visit(&mut |_| n += 1);
+    n
 }
 
 /// Compile `funcs` for `target`: optimized LLVM IR, assembly and an object file.

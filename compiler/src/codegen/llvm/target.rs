@@ -72,7 +72,9 @@ impl LlvmTarget {
     }
 
     pub(super) fn machine(&self, target_name: &str) -> Result<TargetMachine, CodegenError> {
-        Target::initialize_all(&InitializationConfig::default());
+        // Once per process: LLVM's target registry is not for concurrent initialization.
+        static INIT: std::sync::Once = std::sync::Once::new();
+        INIT.call_once(|| Target::initialize_all(&InitializationConfig::default()));
         let triple = TargetTriple::create(&self.triple);
         let fail = |m: String| CodegenError::BadTarget { target: target_name.to_string(), message: m };
         let target = Target::from_triple(&triple).map_err(|e| fail(e.to_string()))?;
