@@ -480,7 +480,18 @@ impl Build {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         env!("CARGO_PKG_VERSION").hash(&mut h);
         let m = self.load_module()?;
-        kiln_ir::relay::print_module(&m).hash(&mut h);
+        // The module's structure and constants (their bytes, not their text:
+        // printing a ResNet's weights as hex took a second), and the names
+        // that reach the generated API.
+        for (name, f) in m.functions() {
+            name.hash(&mut h);
+            kiln_ir::relay::structural_hash(&m.store, f).hash(&mut h);
+            for id in kiln_ir::relay::post_order(&m.store, &[f]) {
+                if let kiln_ir::relay::ExprKind::Var(v) = m.store.kind(id) {
+                    v.name.hash(&mut h);
+                }
+            }
+        }
         for (n, t) in self.load_weights()? {
             n.hash(&mut h);
             t.hash(&mut h);
