@@ -210,7 +210,12 @@ impl<'a> Printer<'a> {
         let mut opens: FxHashMap<(ExprId, u8), usize> = FxHashMap::default();
         let mut uses: FxHashMap<ExprId, usize> = FxHashMap::default();
         scope.insert(func_body, 0);
-        for &n in order.iter().rev() {
+        // Parents before children, so each node's scope is final before its
+        // children's is derived from it. (Not the reverse of `order`: that
+        // puts a `let` before its body, so a branch inside the body of a
+        // `let` that is itself inside a branch landed in the outermost scope,
+        // away from the variable it uses.)
+        for &n in super::visit::post_order(store, &[func_body]).iter().rev() {
             let s = scope.get(&n).copied().unwrap_or(0);
             match store.kind(n).clone() {
                 ExprKind::If { cond, then_branch, else_branch } => {
