@@ -347,20 +347,23 @@ impl Build {
 
     /// Compile in memory: nothing is written, nothing printed.
     pub fn generate(&self) -> Result<Artifacts, Error> {
-        self.generate_with(None)
+        self.generate_with(self.prepare()?, None)
     }
 
     /// The model with its weights bound as constants, type-checked: what gets optimized.
     pub fn prepare(&self) -> Result<IRModule, Error> {
-        let m = self.load_module()?;
-        let weights = self.load_weights()?;
-        let mut m = self.bind_weights(m, &weights)?;
+        self.prepared(self.load_module()?, &self.load_weights()?)
+    }
+
+    /// [`Build::prepare`] from a model and weights already read.
+    fn prepared(&self, m: IRModule, weights: &[(String, Tensor)]) -> Result<IRModule, Error> {
+        let mut m = self.bind_weights(m, weights)?;
         kiln_ir::relay::infer_module(&mut m).map_err(|e| self.model_err(e.to_string()))?;
         Ok(m)
     }
 
-    fn generate_with(&self, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
-        let m = self.prepare()?;
+    /// Compile the prepared module `m`.
+    fn generate_with(&self, m: IRModule, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
         let mut ctx = PassContext::new().with_opt_level(self.opt_level);
         ctx.disabled = self.disabled.clone();
         // Tiles and packed layouts sized for the CPU the target names.
@@ -476,10 +479,10 @@ impl Build {
         Err(self.model_err("target `cuda` needs kiln's `llvm` feature (PTX comes from LLVM's NVPTX backend)"))
     }
 
-    fn cache_key(&self) -> Result<String, Error> {
+    /// The cache key of this build of model `m` with `weights` (as read, before binding).
+    fn cache_key(&self, m: &IRModule, weights: &[(String, Tensor)]) -> String {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         env!("CARGO_PKG_VERSION").hash(&mut h);
-        let m = self.load_module()?;
         // The module's structure and constants (their bytes, not their text:
         // printing a ResNet's weights as hex took a second), and the names
         // that reach the generated API.
@@ -492,7 +495,7 @@ impl Build {
                 }
             }
         }
-        for (n, t) in self.load_weights()? {
+        for (n, t) in weights {
             n.hash(&mut h);
             t.hash(&mut h);
         }
@@ -511,7 +514,7 @@ impl Build {
         if let Ok(exe) = std::env::current_exe() {
             std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(&mut h);
         }
-        Ok(format!("{:016x}", h.finish()))
+        format!("{:016x}", h.finish())
     }
 
     /// Generate, write into `$OUT_DIR/kiln/` (reusing an identical earlier
@@ -569,7 +572,9 @@ impl Build {
             source: e,
         };
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let key = build.cache_key()?;
+        // The model and weights are read once: for the key, and to compile them when it changed.
+        let (model, weights) = (build.load_module()?, build.load_weights()?);
+        let key = build.cache_key(&model, &weights);
         let key_file = dir.join(format!("{}.key", self.name));
         let lib_name = format!("kiln_{}", self.name);
         let lib_file = dir.join(format!("lib{lib_name}.a"));
@@ -597,7 +602,7 @@ impl Build {
                 reused: true,
             }
         } else {
-            let a = build.generate_with(dump)?;
+            let a = build.generate_with(build.prepared(model, &weights)?, dump)?;
             a.write_to(&dir)?;
             if !cuda {
                 archive(&a, &dir, &lib_name).map_err(|m| self.model_err(m))?;
