@@ -36,6 +36,7 @@
 //! CPU and the features of `CARGO_CFG_TARGET_FEATURE`
 //! ([`crate::target::cargo_default_target`]).
 
+pub mod c_api;
 pub mod glue;
 mod report;
 mod weights;
@@ -119,8 +120,11 @@ pub struct Artifacts {
     pub device_weights: Option<Vec<u8>>,
     /// `<model>.rs`.
     pub glue: String,
-    /// `<model>.h`.
+    /// `<model>.h`: the C API's declarations (empty for `cuda`).
     pub header: String,
+    /// `<model>_api.c`: the C API (run, packed call, describe), compiled
+    /// into the static library with the kernels (empty for `cuda`).
+    pub c_api: String,
     /// `<model>.json`: memory plan and kernels (deterministic).
     pub report: String,
     /// The pass timing report, written to `<model>.timings.txt` (not deterministic,
@@ -393,7 +397,8 @@ impl Build {
         };
         let description = TargetDescription::resolve(&self.target);
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
-        let header = glue::c_header(&self.name, &plan);
+        let header = c_api::c_header(&self.name, &plan);
+        let c_api = c_api::c_api_source(&self.name, &plan, &description);
         let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),
@@ -403,6 +408,7 @@ impl Build {
             device_weights: None,
             glue,
             header,
+            c_api,
             report,
             timings: timing.report(),
             plan,
@@ -462,6 +468,7 @@ impl Build {
             device_weights: Some(glue::cuda_weights(&plan)),
             glue,
             header: String::new(),
+            c_api: String::new(),
             report: report_json(&self.name, &TargetDescription::resolve(&self.target), &plan),
             timings: timing.report(),
             plan,
@@ -596,6 +603,7 @@ impl Build {
                 device_weights: None,
                 glue: read(glue_file.clone())?,
                 header: read(dir.join(format!("{}.h", self.name)))?,
+                c_api: read(dir.join(format!("{}_api.c", self.name))).unwrap_or_default(),
                 report: read(dir.join(format!("{}.json", self.name)))?,
                 timings: read(dir.join(format!("{}.timings.txt", self.name))).unwrap_or_default(),
                 plan,
@@ -605,7 +613,7 @@ impl Build {
             let a = build.generate_with(build.prepared(model, &weights)?, dump)?;
             a.write_to(&dir)?;
             if !cuda {
-                archive(&a, &dir, &lib_name).map_err(|m| self.model_err(m))?;
+                archive(&a, &dir, &lib_name, &build.target).map_err(|m| self.model_err(m))?;
             }
             write_if_changed(&key_file, key.as_bytes()).map_err(|e| io(&key_file, e))?;
             a
@@ -656,6 +664,9 @@ impl Artifacts {
         }
         if let Some(c) = &self.c_source {
             files.push((dir.join(format!("{}.c", self.name)), c.as_bytes()));
+        }
+        if !self.c_api.is_empty() {
+            files.push((dir.join(format!("{}_api.c", self.name)), self.c_api.as_bytes()));
         }
         if let Some(p) = &self.ptx {
             files.push((dir.join(format!("{}.ptx", self.name)), p.as_bytes()));
@@ -767,22 +778,69 @@ fn object_file(name: &str, k: usize) -> String {
     }
 }
 
-/// Build `lib<lib_name>.a` from the objects or C source with the `cc` crate.
-fn archive(a: &Artifacts, dir: &Path, lib_name: &str) -> Result<(), String> {
+/// Build `lib<lib_name>.a` from the objects or C source, and the C API, with
+/// the `cc` crate: in a build script for cargo's target with the compiler
+/// cargo and `cc` pick; elsewhere for the triple the model was compiled for.
+fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -> Result<(), String> {
     let mut b = cc::Build::new();
-    b.out_dir(dir).cargo_metadata(false).warnings(false);
+    // No debug info: the objects must not depend on the directory they were built in.
+    b.out_dir(dir).cargo_metadata(false).warnings(false).debug(false).flag_if_supported("-std=c99").opt_level(2);
     // Outside a build script cc needs the target spelled out.
     #[allow(clippy::disallowed_methods)]
     if std::env::var("TARGET").is_err() {
         let host = crate::target::host_triple();
-        b.target(host).host(host).opt_level(2);
+        let triple = crate::target::target_option(target, "-mtriple=").map_or(host.to_string(), cc_triple);
+        b.target(&triple).host(host);
     }
-    if !a.objects.is_empty() {
-        for k in 0..a.objects.len() {
-            b.object(dir.join(object_file(&a.name, k)));
-        }
-    } else {
-        b.file(dir.join(format!("{}.c", a.name))).flag_if_supported("-std=c99").opt_level(2);
+    let mut sources = Vec::new();
+    if a.c_source.is_some() {
+        sources.push(format!("{}.c", a.name));
     }
-    b.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
+    if !a.c_api.is_empty() {
+        sources.push(format!("{}_api.c", a.name));
+    }
+    let mut objects: Vec<PathBuf> = (0..a.objects.len()).map(|k| dir.join(object_file(&a.name, k))).collect();
+    for source in sources {
+        objects.push(compile_c(&b, dir, &source)?);
+    }
+    let mut lib = cc::Build::new();
+    lib.out_dir(dir).cargo_metadata(false).objects(&objects);
+    #[allow(clippy::disallowed_methods)]
+    if std::env::var("TARGET").is_err() {
+        lib.target(crate::target::host_triple()).host(crate::target::host_triple());
+    }
+    lib.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
+}
+
+/// Compile `dir/<source>` into `dir/<source stem>.o` with `b`'s compiler and
+/// flags, run in `dir` on the bare file name so the object does not name the
+/// directory (cc's own `compile` hashes the path into the object's name).
+fn compile_c(b: &cc::Build, dir: &Path, source: &str) -> Result<PathBuf, String> {
+    let tool = b.try_get_compiler().map_err(|e| format!("finding the C compiler: {e}"))?;
+    let object = format!("{}.o", source.trim_end_matches(".c"));
+    let out = tool
+        .to_command()
+        .current_dir(dir)
+        .args(["-I", ".", "-c", source, "-o", &object])
+        .output()
+        .map_err(|e| format!("running the C compiler `{}`: {e}", tool.path().display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{}` rejected {source}: {}",
+            tool.path().display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(dir.join(object))
+}
+
+/// An LLVM triple as the Rust target `cc` knows (`aarch64-linux-gnu` →
+/// `aarch64-unknown-linux-gnu`); others pass through.
+fn cc_triple(llvm: &str) -> String {
+    let parts: Vec<&str> = llvm.split('-').collect();
+    match parts.as_slice() {
+        [arch, "linux", env] => format!("{arch}-unknown-linux-{env}"),
+        [arch, "pc", "linux", env] => format!("{arch}-unknown-linux-{env}"),
+        _ => llvm.to_string(),
+    }
 }

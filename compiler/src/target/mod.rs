@@ -54,6 +54,10 @@ impl VectorUnit {
     pub const AVX2: VectorUnit = VectorUnit { f32_lanes: 8, registers: 16 };
     pub const NEON: VectorUnit = VectorUnit { f32_lanes: 4, registers: 32 };
     pub const SSE: VectorUnit = VectorUnit { f32_lanes: 4, registers: 16 };
+    /// 32-bit Arm with NEON (Cortex-A): 16 quad registers.
+    pub const NEON32: VectorUnit = VectorUnit { f32_lanes: 4, registers: 16 };
+    /// No f32 vectors (Cortex-M's FPU: 32 single-precision registers); tiles of scalars.
+    pub const SCALAR: VectorUnit = VectorUnit { f32_lanes: 1, registers: 32 };
 
     /// The vector unit of the CPU this process runs on.
     pub fn host() -> VectorUnit {
@@ -87,6 +91,11 @@ impl VectorUnit {
         let attrs = option("-mattr=").unwrap_or("");
         let mut unit = if triple.starts_with("aarch64") || triple.starts_with("arm64") {
             VectorUnit::NEON
+        } else if ["thumbv6m", "thumbv7m", "thumbv7em", "thumbv8m"].iter().any(|m| triple.starts_with(m)) {
+            // Microcontroller profile: no NEON.
+            VectorUnit::SCALAR
+        } else if triple.starts_with("arm") || triple.starts_with("thumb") {
+            VectorUnit::NEON32
         } else if cpu == "native" {
             VectorUnit::host()
         } else if AVX512_CPUS.contains(&cpu) {
@@ -280,6 +289,9 @@ mod tests {
         assert_eq!(VectorUnit::of_target("llvm -mcpu=icelake-server -mattr=-avx512f"), VectorUnit::AVX2);
         assert_eq!(VectorUnit::of_target("llvm -mcpu=znver3 -mattr=+avx512f"), VectorUnit::AVX512);
         assert_eq!(VectorUnit::of_target("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n1"), VectorUnit::NEON);
+        // Cortex-M has no NEON; 32-bit Cortex-A does.
+        assert_eq!(VectorUnit::of_target("llvm -mtriple=thumbv7em-none-eabihf -mcpu=cortex-m4"), VectorUnit::SCALAR);
+        assert_eq!(VectorUnit::of_target("llvm -mtriple=armv7-unknown-linux-gnueabihf"), VectorUnit::NEON32);
         assert_eq!(VectorUnit::of_target("llvm -mcpu=native"), VectorUnit::host());
         // The last of a repeated option counts, as in the LLVM backend.
         assert_eq!(VectorUnit::of_target("llvm -mcpu=haswell -mcpu=skylake-avx512"), VectorUnit::AVX512);

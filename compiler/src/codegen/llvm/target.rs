@@ -75,7 +75,9 @@ impl LlvmTarget {
         // Once per process: LLVM's target registry is not for concurrent initialization.
         static INIT: std::sync::Once = std::sync::Once::new();
         INIT.call_once(|| Target::initialize_all(&InitializationConfig::default()));
-        let triple = TargetTriple::create(&self.triple);
+        // Normalized: LLVM reads `thumbv7em-none-eabihf` positionally (OS `eabihf`, no
+        // environment), which would lose the hard-float ABI; `…-none-unknown-eabihf` keeps it.
+        let triple = TargetMachine::normalize_triple(&TargetTriple::create(&self.triple));
         let fail = |m: String| CodegenError::BadTarget { target: target_name.to_string(), message: m };
         let target = Target::from_triple(&triple).map_err(|e| fail(e.to_string()))?;
         target
@@ -84,7 +86,8 @@ impl LlvmTarget {
                 &self.cpu,
                 &self.features,
                 OptimizationLevel::Aggressive,
-                RelocMode::PIC,
+                // Position-independent where there is an OS to load it; bare metal links it where it runs.
+                if self.triple.contains("-none") { RelocMode::Static } else { RelocMode::PIC },
                 CodeModel::Default,
             )
             .ok_or_else(|| fail(format!("LLVM cannot make a target machine for `{}` cpu `{}`", self.triple, self.cpu)))
