@@ -148,6 +148,31 @@ fn build_emits_two_vectorized_kernels_for_the_mlp() {
     assert!(err.contains("invalid value 'wasm' for '--emit") && err.contains("possible values: relay, tir"), "{err}");
 }
 
+/// `--emit lib`: what a C caller links (the C API itself is tested in `c_api.rs`).
+#[test]
+fn build_emits_a_library_for_c_callers() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().to_string_lossy().into_owned();
+    let (code, _, err) = kiln(&["build", MLP, "--weights", WEIGHTS, "--target", "c", "--emit", "lib", "-o", &out]);
+    assert_eq!(code, 0, "{err}");
+    for f in ["libkiln_mlp.a", "mlp.h", "mlp.rs", "mlp.json"] {
+        assert!(err.contains(&format!("wrote {}", dir.path().join(f).display())), "{err}");
+    }
+    let header = std::fs::read_to_string(dir.path().join("mlp.h")).expect("header");
+    assert!(header.contains("int kiln_mlp_run(const float* in0, float* out0, void* arena);"), "{header}");
+    assert!(std::fs::read(dir.path().join("libkiln_mlp.a")).expect("lib").starts_with(b"!<arch>"));
+    // A file name that is not a C identifier names the model after its C form.
+    let odd = dir.path().join("my-model.relay");
+    std::fs::copy(MLP, &odd).expect("copy");
+    let (code, _, err) =
+        kiln(&["build", &odd.to_string_lossy(), "--weights", WEIGHTS, "--target", "c", "--emit", "lib", "-o", &out]);
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.path().join("libkiln_my_model.a").exists(), "{err}");
+    let (code, _, err) = kiln(&["build", MLP, "--config", "relay.FuseOps.max_depth=1", "--emit", "lib", "-o", &out]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--config does not apply to --emit lib"), "{err}");
+}
+
 #[test]
 fn run_reads_npy_inputs_and_writes_npy_outputs() {
     let dir = tempfile::tempdir().expect("dir");

@@ -527,6 +527,17 @@ impl Build {
     /// Generate, write into `$OUT_DIR/kiln/` (reusing an identical earlier
     /// build), build the static library and print the cargo directives.
     pub fn compile(&self) -> Result<Artifacts, Error> {
+        let out_dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => env_var("OUT_DIR", false)
+                .map(PathBuf::from)
+                .ok_or_else(|| Error::NoOutDir { model: self.name.clone() })?,
+        };
+        self.compile_in(&out_dir.join("kiln"))
+    }
+
+    /// [`Build::compile`] into `dir` itself (what `kiln build --emit lib -o DIR` writes).
+    pub fn compile_in(&self, dir: &Path) -> Result<Artifacts, Error> {
         // The name prefixes C symbols and names files and the glue's module.
         let mut chars = self.name.chars();
         if !chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
@@ -538,13 +549,7 @@ impl Build {
             ));
         }
         let emit = self.cargo_metadata;
-        let out_dir = match &self.out_dir {
-            Some(d) => d.clone(),
-            None => env_var("OUT_DIR", false)
-                .map(PathBuf::from)
-                .ok_or_else(|| Error::NoOutDir { model: self.name.clone() })?,
-        };
-        let dir = out_dir.join("kiln");
+        let dir = dir.to_path_buf();
         let mut build = self.clone();
         if let Some(t) = env_var("KILN_TARGET", emit) {
             build.target = t;
@@ -784,7 +789,7 @@ fn object_file(name: &str, k: usize) -> String {
 fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -> Result<(), String> {
     let mut b = cc::Build::new();
     // No debug info: the objects must not depend on the directory they were built in.
-    b.out_dir(dir).cargo_metadata(false).warnings(false).debug(false).flag_if_supported("-std=c99").opt_level(2);
+    b.out_dir(dir).cargo_metadata(false).warnings(false).debug(false).std("c99").opt_level(2);
     // Outside a build script cc needs the target spelled out.
     #[allow(clippy::disallowed_methods)]
     if std::env::var("TARGET").is_err() {

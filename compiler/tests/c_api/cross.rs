@@ -99,8 +99,10 @@ fn cortex_m4(model: &str) -> Result<Completion, Failed> {
         return Err(format!("linking the Cortex-M4 image: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
     let (flash, ram) = image_size(&elf)?;
+    let (code, data) = library_size(&kiln.join(format!("libkiln_{}.a", case.name)))?;
     println!(
-        "{} for Cortex-M4: flash {flash} bytes ({:.1} KiB), RAM {ram} bytes ({:.1} KiB) without stack, arena {} bytes",
+        "{} for Cortex-M4: image flash {flash} bytes ({:.1} KiB), RAM {ram} bytes ({:.1} KiB) without stack; \
+         of it kiln's code (kernels + C API) {code} bytes, weights {data} bytes, arena {} bytes",
         case.name,
         flash as f64 / 1024.0,
         ram as f64 / 1024.0,
@@ -158,6 +160,23 @@ fn image_size(elf: &Path) -> Result<(u64, u64), Failed> {
         }
     }
     Ok((flash, ram))
+}
+
+/// Code and read-only data of a static library (every member, as linked whole).
+fn library_size(lib: &Path) -> Result<(u64, u64), Failed> {
+    let out = Command::new("arm-none-eabi-size").arg("-A").arg(lib).output()?;
+    let (mut code, mut data) = (0, 0);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let [name, size, _addr] = line.split_whitespace().collect::<Vec<_>>().as_slice() {
+            let size: u64 = size.parse().unwrap_or(0);
+            if name.starts_with(".text") {
+                code += size;
+            } else if name.starts_with(".rodata") || name.starts_with(".data") {
+                data += size;
+            }
+        }
+    }
+    Ok((code, data))
 }
 
 /// Run `cmd`, killing it after `limit`; its stdout and stderr.

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 pub const MAX_THREADS: usize = 1024;
 
 /// What `--emit` can write.
-pub const EMIT_KINDS: [&str; 7] = ["relay", "tir", "llvm", "asm", "obj", "c", "ptx"];
+pub const EMIT_KINDS: [&str; 8] = ["relay", "tir", "llvm", "asm", "obj", "c", "ptx", "lib"];
 
 #[derive(Parser, Debug)]
 #[command(
@@ -105,7 +105,8 @@ pub struct CompileOptions {
 pub struct BuildOptions {
     #[command(flatten)]
     pub compile: CompileOptions,
-    /// What to write (comma-separated)
+    /// What to write (comma-separated); `lib` is the model for C and Rust callers:
+    /// `lib<kiln_NAME>.a` (kernels, weights, C API), `NAME.h`, `NAME.rs`, `NAME.json`
     #[arg(long, value_name = "KINDS", value_delimiter = ',', default_value = "obj", value_parser = EMIT_KINDS)]
     pub emit: Vec<String>,
     /// Output directory

@@ -196,23 +196,7 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     }
     // File errors with their location first.
     read_module_with_shapes(&c.file, &shapes, &bound)?;
-    let mut b = kiln::Build::new("model");
-    if c.file.ends_with(".onnx") {
-        b.onnx(&c.file);
-        for (n, s) in &shapes {
-            b.input_shape(n, s);
-        }
-        for (n, t) in bound {
-            b.bind_input(&n, t);
-        }
-    } else {
-        b.relay_file(&c.file);
-    }
-    b.opt_level(c.opt_level).target(&c.target);
-    for w in &c.weights {
-        b.weights(w);
-    }
-    let m = b.prepare().map_err(|e| e.to_string())?;
+    let m = builder(c, "model", &shapes, bound).prepare().map_err(|e| e.to_string())?;
     let mut ctx = PassContext::new().with_opt_level(c.opt_level);
     set_config(&mut ctx, &c.config)?;
     // Tiles and packed layouts sized for the CPU the target names (unless set above).
@@ -222,6 +206,50 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
         return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));
     }
     kiln::build::optimize_and_plan(m, ctx).map_err(|e| format!("{}: {e}", c.file))
+}
+
+/// A [`kiln::Build`] of the file with the command's target, weights, fixed
+/// input shapes and bound inputs.
+fn builder(
+    c: &CompileArgs,
+    name: &str,
+    shapes: &[(String, Vec<usize>)],
+    bound: Vec<(String, kiln::Tensor)>,
+) -> kiln::Build {
+    let mut b = kiln::Build::new(name);
+    if c.file.ends_with(".onnx") {
+        b.onnx(&c.file);
+        for (n, s) in shapes {
+            b.input_shape(n, s);
+        }
+        for (n, t) in bound {
+            b.bind_input(&n, t);
+        }
+    } else {
+        b.relay_file(&c.file);
+    }
+    b.opt_level(c.opt_level).target(&c.target).cargo_metadata(false);
+    for w in &c.weights {
+        b.weights(w);
+    }
+    b
+}
+
+/// `--emit lib`: the static library, header, C API and Rust glue of the
+/// model, named after the file's stem (made a C identifier).
+fn write_library(c: &CompileArgs, stem: &str, dir: &std::path::Path) -> Result<(), String> {
+    if !c.config.is_empty() {
+        return Err("--config does not apply to --emit lib (kiln::Build has no configuration keys yet)".into());
+    }
+    if kiln::build::is_cuda_target(&c.target) {
+        return Err("--emit lib needs a CPU target; a `cuda` target emits relay, tir and ptx".into());
+    }
+    let name = kiln::build::glue::sanitize(stem, "model");
+    builder(c, &name, &c.input_shapes, Vec::new()).compile_in(dir).map_err(|e| e.to_string())?;
+    for f in [format!("libkiln_{name}.a"), format!("{name}.h"), format!("{name}.rs"), format!("{name}.json")] {
+        eprintln!("wrote {}", dir.join(f).display());
+    }
+    Ok(())
 }
 
 /// PTX of a GPU-scheduled plan for the `cuda …` target.
@@ -309,16 +337,20 @@ fn execute_cuda(
 }
 
 fn build(c: &CompileArgs) -> Result<(), String> {
-    let (fused, plan) = compile_file(c)?;
     let dir = std::path::Path::new(&c.out);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let stem = std::path::Path::new(&c.file).file_stem().and_then(|s| s.to_str()).unwrap_or("model").to_string();
+    if c.emit.iter().all(|e| e == "lib") {
+        // The library is Build's own compilation; nothing else to make.
+        return write_library(c, &stem, dir);
+    }
+    let (fused, plan) = compile_file(c)?;
     let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
         let p = dir.join(name);
         std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
         eprintln!("wrote {}", p.display());
         Ok(())
     };
-    let stem = std::path::Path::new(&c.file).file_stem().and_then(|s| s.to_str()).unwrap_or("model").to_string();
     // LLVM IR, assembly and object come from one compilation, made once.
     let llvm_kinds: Vec<&str> =
         c.emit.iter().map(String::as_str).filter(|k| matches!(*k, "llvm" | "asm" | "obj")).collect();
@@ -329,6 +361,7 @@ fn build(c: &CompileArgs) -> Result<(), String> {
     };
     for e in &c.emit {
         match e.as_str() {
+            "lib" => write_library(c, &stem, dir)?,
             "relay" => write(&format!("{stem}.relay"), print_module(&fused).as_bytes())?,
             "tir" => {
                 let text: Vec<String> = plan.kernels.iter().map(kiln::tir::print_prim_func).collect();
