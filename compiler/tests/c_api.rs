@@ -129,6 +129,8 @@ fn header_declares_the_api() -> Result<(), Failed> {
         "#define KILN_SMALL_ARENA_BYTES",
         "#define KILN_SMALL_ARENA_ALIGN 64u",
         "#define KILN_SMALL_IN1_SHAPE {2}",
+        "#define KILN_SMALL_IN1_DTYPE_CODE 0",
+        "#define KILN_SMALL_IN1_DTYPE_BITS 64",
         "#define KILN_SMALL_OUT0_SHAPE {2, 4}",
         "#define KILN_SMALL_OUT1_LEN 6u",
         "int kiln_small_run(const float* in0, const int64_t* in1, float* out0, float* out1, void* arena);",

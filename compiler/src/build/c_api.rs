@@ -168,6 +168,8 @@ pub fn c_header(model: &str, plan: &ExecutorPlan) -> String {
         let _ = writeln!(o, "#define KILN_{upper}_{m}_NDIM {}", p.shape.len());
         let _ = writeln!(o, "#define KILN_{upper}_{m}_LEN {}u", p.shape.iter().product::<usize>());
         let _ = writeln!(o, "#define KILN_{upper}_{m}_SHAPE {{{}}}", dims.join(", "));
+        let _ = writeln!(o, "#define KILN_{upper}_{m}_DTYPE_CODE {code}");
+        let _ = writeln!(o, "#define KILN_{upper}_{m}_DTYPE_BITS {bits}");
     }
     let _ = writeln!(
         o,
