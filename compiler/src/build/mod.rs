@@ -54,7 +54,7 @@ use crate::frontend::ModelFormat;
 use crate::relay::transform::default_pipeline;
 use crate::target::TargetDescription;
 use crate::transform::instrument::DumpIr;
-use crate::transform::{apply, BodyError, PassContext, PassError, PassInstrument};
+use crate::transform::{apply, BodyError, Pass, PassContext, PassError, PassInstrument, Sequential};
 use report::report_json;
 
 /// What went wrong in a model build; the text says what to fix.
@@ -90,7 +90,7 @@ enum WeightSource {
 }
 
 /// A model to compile in `build.rs` (see the module docs).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Build {
     name: String,
     model: Option<ModelSource>,
@@ -103,6 +103,22 @@ pub struct Build {
     runtime_std: bool,
     input_shapes: Vec<(String, Vec<usize>)>,
     bound_inputs: Vec<(String, Tensor)>,
+    /// The user's passes, run in order on the typed module before the default pipeline.
+    passes: Vec<Arc<dyn Pass>>,
+}
+
+impl std::fmt::Debug for Build {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let passes: Vec<&str> = self.passes.iter().map(|p| p.info().name.as_str()).collect();
+        f.debug_struct("Build")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("target", &self.target)
+            .field("opt_level", &self.opt_level)
+            .field("disabled", &self.disabled)
+            .field("passes", &passes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
@@ -170,7 +186,18 @@ impl Build {
             runtime_std: true,
             input_shapes: Vec::new(),
             bound_inputs: Vec::new(),
+            passes: Vec::new(),
         }
+    }
+
+    /// Run `pass` (a `#[function_pass]`/`#[module_pass]`, a [`crate::transform::Sequential`], …)
+    /// on the typed module, weights bound, before the default pipeline — as TVM users
+    /// run their own `Sequential` before `relay.build`. Passes run in the order added,
+    /// under the build's `PassContext` (its opt level decides whether each runs, and
+    /// [`Build::disable_pass`] applies to them too); the module is type-checked after them.
+    pub fn pass(&mut self, pass: Arc<dyn Pass>) -> &mut Self {
+        self.passes.push(pass);
+        self
     }
 
     /// The model, from an ONNX file (initializers become constants).
@@ -381,6 +408,7 @@ impl Build {
         if is_cuda_target(&self.target) {
             return self.generate_cuda(m, ctx, timing);
         }
+        let m = self.user_passes(m, &ctx)?;
         let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.compile_err(e))?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
@@ -414,6 +442,17 @@ impl Build {
             plan,
             reused: false,
         })
+    }
+
+    /// The passes added with [`Build::pass`], then type inference.
+    fn user_passes(&self, m: IRModule, ctx: &Arc<PassContext>) -> Result<IRModule, Error> {
+        if self.passes.is_empty() {
+            return Ok(m);
+        }
+        let mut passes = self.passes.clone();
+        passes.push(crate::transform::registry::lookup("InferType").map_err(|e| self.compile_err(e))?);
+        let user = Sequential::new("UserPasses", passes).map_err(|e| self.compile_err(e))?;
+        ctx.clone().scope(|ctx| apply(&user, m, ctx)).map_err(|e| self.compile_err(e))
     }
 
     #[cfg(feature = "llvm")]
@@ -452,6 +491,7 @@ impl Build {
     ) -> Result<Artifacts, Error> {
         let target =
             crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
+        let m = self.user_passes(m, &ctx)?;
         let (_, mut plan) = optimize_and_plan_gpu(m, ctx).map_err(|e| self.compile_err(e))?;
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
@@ -507,6 +547,10 @@ impl Build {
             t.hash(&mut h);
         }
         (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes, &self.bound_inputs).hash(&mut h);
+        // A pass's code is the build script's (its binary is hashed below); its name and order are here.
+        for p in &self.passes {
+            p.info().name.hash(&mut h);
+        }
         // `native` is this machine: an artifact built on another CPU is not reused.
         TargetDescription::resolve(&self.target).hash(&mut h);
         // The same kiln linked against another LLVM generates other code.
