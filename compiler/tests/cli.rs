@@ -173,6 +173,41 @@ fn build_emits_a_library_for_c_callers() {
     assert!(err.contains("--config does not apply to --emit lib"), "{err}");
 }
 
+/// `kiln viz`: the graph as SVG, DOT or HTML, after fusion or any pass; the memory plan.
+#[test]
+fn viz_draws_the_graph_and_the_memory_plan() {
+    let dir = tempfile::tempdir().expect("dir");
+    let at = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    for (file, extra, needle) in [
+        ("g.svg", vec![], "fused_nn_contrib_dense_pack_add_nn_relu"),
+        ("g.dot", vec![], "digraph"),
+        ("g.html", vec!["--profile"], "µs"),
+        ("m.svg", vec!["--memory"], "memory plan"),
+        ("a.svg", vec!["--after", "SimplifyInference"], ">nn.matmul<"),
+    ] {
+        let mut args = vec!["viz", MLP, "--weights", WEIGHTS, "--target", "llvm -mcpu=haswell", "-o"];
+        let path = at(file);
+        args.push(&path);
+        args.extend(extra);
+        let (code, _, err) = kiln(&args);
+        assert_eq!(code, 0, "{file}: {err}");
+        let text = std::fs::read_to_string(&path).expect(file);
+        assert!(text.contains(needle), "{file} lacks {needle}");
+    }
+    for (args, message) in [
+        (vec!["viz", MLP, "-o", "g.png"], "name a .svg, .dot or .html file"),
+        (vec!["viz", MLP, "--memory", "-o", "m.dot"], "--memory draws the memory plan as .svg or .html"),
+        (
+            vec!["viz", MLP, "--after", "NoSuchPass", "-o", "g.svg"],
+            "not a pass of the default pipeline (SimplifyInference",
+        ),
+    ] {
+        let (code, _, err) = kiln(&args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.contains(message), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn run_reads_npy_inputs_and_writes_npy_outputs() {
     let dir = tempfile::tempdir().expect("dir");

@@ -27,7 +27,8 @@
 //! build, it reuses the artifacts without compiling (the same inputs always
 //! give byte-identical artifacts). `KILN_TARGET` overrides the target,
 //! `KILN_DUMP_IR=dir` dumps the IR after every pass, and `KILN_VERBOSE=1`
-//! makes the build say whether it compiled or reused the model. When cargo
+//! makes the build say whether it compiled or reused the model, `KILN_VIZ=1`
+//! draws `<model>.graph.svg` and `<model>.memory.svg` ([`crate::viz`]). When cargo
 //! cross-compiles (its `TARGET` is not the machine kiln runs on), an LLVM
 //! target gets cargo's triple and must name the target's CPU: `-mcpu=native`
 //! is refused there instead of building host code
@@ -105,6 +106,8 @@ pub struct Build {
     bound_inputs: Vec<(String, Tensor)>,
     /// The user's passes, run in order on the typed module before the default pipeline.
     passes: Vec<Arc<dyn Pass>>,
+    /// Draw the kernel graph and the memory plan (`KILN_VIZ=1`).
+    viz: bool,
 }
 
 impl std::fmt::Debug for Build {
@@ -143,6 +146,9 @@ pub struct Artifacts {
     pub c_api: String,
     /// `<model>.json`: memory plan and kernels (deterministic).
     pub report: String,
+    /// `<model>.graph.svg` and `<model>.memory.svg`: the kernel graph and the
+    /// memory plan ([`crate::viz`]), when `KILN_VIZ=1` or [`Build::viz`] asked for them.
+    pub pictures: Option<(String, String)>,
     /// The pass timing report, written to `<model>.timings.txt` (not deterministic,
     /// so kept out of the artifacts that must be byte-identical).
     pub timings: String,
@@ -187,7 +193,15 @@ impl Build {
             input_shapes: Vec::new(),
             bound_inputs: Vec::new(),
             passes: Vec::new(),
+            viz: false,
         }
+    }
+
+    /// Also draw the kernel graph and the memory plan as `<model>.graph.svg`
+    /// and `<model>.memory.svg` next to `<model>.json` (what `KILN_VIZ=1` does).
+    pub fn viz(&mut self, on: bool) -> &mut Self {
+        self.viz = on;
+        self
     }
 
     /// Run `pass` (a `#[function_pass]`/`#[module_pass]`, a [`crate::transform::Sequential`], …)
@@ -409,11 +423,18 @@ impl Build {
             return self.generate_cuda(m, ctx, timing);
         }
         let m = self.user_passes(m, &ctx)?;
-        let (_, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.compile_err(e))?;
+        let (fused, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.compile_err(e))?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
         }
+        let pictures = if self.viz {
+            let graph = crate::viz::KernelGraph::of_module(&self.name, &fused, Some(&plan), None)
+                .map_err(|m| self.model_err(m))?;
+            Some((crate::viz::graph_svg(&graph), crate::viz::memory_svg(&self.name, &plan)))
+        } else {
+            None
+        };
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let (objects, c_source) = if self.target.trim() == "c" {
@@ -438,6 +459,7 @@ impl Build {
             header,
             c_api,
             report,
+            pictures,
             timings: timing.report(),
             plan,
             reused: false,
@@ -509,6 +531,7 @@ impl Build {
             glue,
             header: String::new(),
             c_api: String::new(),
+            pictures: None,
             report: report_json(&self.name, &TargetDescription::resolve(&self.target), &plan),
             timings: timing.report(),
             plan,
@@ -598,6 +621,9 @@ impl Build {
         if let Some(t) = env_var("KILN_TARGET", emit) {
             build.target = t;
         }
+        if env_var("KILN_VIZ", emit).is_some_and(|v| v != "0") {
+            build.viz = true;
+        }
         // In a build script, cargo's TARGET is the triple the crate is built
         // for: a cross build compiles the model for it, never for this machine.
         #[allow(clippy::disallowed_methods)]
@@ -639,7 +665,8 @@ impl Build {
         let fresh = std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str())
             && (cuda || lib_file.exists())
             && glue_file.exists()
-            && dump.is_none();
+            && dump.is_none()
+            && (!build.viz || dir.join(format!("{}.graph.svg", self.name)).exists());
         let mut artifacts = if fresh {
             // Reuse: regenerate nothing, but report what is there.
             let plan = ExecutorPlan::default();
@@ -653,6 +680,7 @@ impl Build {
                 glue: read(glue_file.clone())?,
                 header: read(dir.join(format!("{}.h", self.name)))?,
                 c_api: read(dir.join(format!("{}_api.c", self.name))).unwrap_or_default(),
+                pictures: None,
                 report: read(dir.join(format!("{}.json", self.name)))?,
                 timings: read(dir.join(format!("{}.timings.txt", self.name))).unwrap_or_default(),
                 plan,
@@ -722,6 +750,10 @@ impl Artifacts {
         }
         if let Some(w) = &self.device_weights {
             files.push((dir.join(format!("{}.weights.bin", self.name)), w));
+        }
+        if let Some((graph, memory)) = &self.pictures {
+            files.push((dir.join(format!("{}.graph.svg", self.name)), graph.as_bytes()));
+            files.push((dir.join(format!("{}.memory.svg", self.name)), memory.as_bytes()));
         }
         files.push((dir.join(format!("{}.timings.txt", self.name)), self.timings.as_bytes()));
         for (p, bytes) in files {

@@ -39,6 +39,31 @@ pub enum Command {
     Bench(BenchOptions),
     /// List the registered passes
     Passes,
+    /// Draw the compiled model: its kernels (fused operators, anchor in red, tensor types on the
+    /// edges), or with --memory its memory plan; -o NAME.svg, .dot or .html (pans and zooms)
+    Viz(VizOptions),
+}
+
+#[derive(Args, Debug)]
+pub struct VizOptions {
+    #[command(flatten)]
+    pub compile: CompileOptions,
+    /// The picture to write: `.svg`, `.dot` (Graphviz) or `.html` (one self-contained page)
+    #[arg(short = 'o', value_name = "FILE")]
+    pub out: String,
+    /// Draw the module after this pass of the default pipeline (its first run) instead of the
+    /// kernels after fusion
+    #[arg(long, value_name = "PASS")]
+    pub after: Option<String>,
+    /// Draw the memory plan (tensors' arena offsets over the kernel calls) instead of the graph
+    #[arg(long)]
+    pub memory: bool,
+    /// Time each kernel (on zero-filled inputs) and show the times in the boxes
+    #[arg(long)]
+    pub profile: bool,
+    /// Threads for --profile
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads)]
+    pub threads: usize,
 }
 
 #[derive(Args, Debug)]

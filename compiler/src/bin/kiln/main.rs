@@ -4,6 +4,8 @@
 //! exit code 1 — never a panic.
 
 mod args;
+mod progress;
+mod viz;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use kiln::transform::{apply, registry, ConfigValue, Pass, PassContext, PassInstr
 
 /// Write to stdout; a closed pipe (`kiln print f | head`) ends quietly instead of panicking.
 fn out(text: &str) {
+    progress::finish();
     use std::io::Write;
     let mut so = std::io::stdout().lock();
     if so.write_all(text.as_bytes()).and_then(|_| so.flush()).is_err() {
@@ -196,12 +199,14 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     }
     // File errors with their location first.
     read_module_with_shapes(&c.file, &shapes, &bound)?;
+    progress::stage("compiling");
+    progress::detail(format!("reading {}", c.file));
     let m = builder(c, "model", &shapes, bound).prepare().map_err(|e| e.to_string())?;
     let mut ctx = PassContext::new().with_opt_level(c.opt_level);
     set_config(&mut ctx, &c.config)?;
     // Tiles and packed layouts sized for the CPU the target names (unless set above).
     kiln::target::configure_context(&c.target, &mut ctx);
-    let ctx = Arc::new(ctx);
+    let ctx = Arc::new(ctx.with_instruments(vec![progress::PassProgress::instrument()]));
     if kiln::build::is_cuda_target(&c.target) {
         return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));
     }
@@ -245,7 +250,10 @@ fn write_library(c: &CompileArgs, stem: &str, dir: &std::path::Path) -> Result<(
         return Err("--emit lib needs a CPU target; a `cuda` target emits relay, tir and ptx".into());
     }
     let name = kiln::build::glue::sanitize(stem, "model");
+    progress::stage("building");
+    progress::detail(format!("libkiln_{name}.a: optimizing, lowering, generating code"));
     builder(c, &name, &c.input_shapes, Vec::new()).compile_in(dir).map_err(|e| e.to_string())?;
+    progress::finish();
     for f in [format!("libkiln_{name}.a"), format!("{name}.h"), format!("{name}.rs"), format!("{name}.json")] {
         eprintln!("wrote {}", dir.join(f).display());
     }
@@ -348,7 +356,7 @@ fn build(c: &CompileArgs) -> Result<(), String> {
     let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
         let p = dir.join(name);
         std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
-        eprintln!("wrote {}", p.display());
+        progress::note(&format!("wrote {}", p.display()));
         Ok(())
     };
     // LLVM IR, assembly and object come from one compilation, made once.
@@ -416,6 +424,8 @@ fn compile_llvm(
             _ => Artifact::Object,
         })
         .collect();
+    progress::stage("generating code");
+    progress::detail(format!("{} kernels: {}", kernels.len(), kinds.join(", ")));
     kiln::codegen::llvm::compile_artifacts(stem, kernels, &[], &target, &wanted).map_err(|e| e.to_string())
 }
 
@@ -430,6 +440,8 @@ fn compile_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kinds: &[&s
 /// The LLVM JIT as a kernel library, compiled for the target's CPU.
 #[cfg(feature = "llvm")]
 fn llvm_library(plan: &kiln::backend::aot::ExecutorPlan, target: &str) -> Result<kiln::codegen::llvm::Jit, String> {
+    progress::stage("generating code");
+    progress::detail(format!("{} kernels (LLVM JIT)", plan.kernels.len()));
     let target = kiln::codegen::llvm::LlvmTarget::parse(target).map_err(|e| e.to_string())?;
     kiln::codegen::llvm::Jit::for_target("model", &plan.kernels, &target).map_err(|e| e.to_string())
 }
@@ -461,6 +473,63 @@ fn prepare_run(c: &CompileArgs) -> Result<(kiln::backend::aot::ExecutorPlan, Vec
     Ok((plan, inputs))
 }
 
+/// The plan's kernels compiled in process for the CPU target: LLVM's JIT, or C.
+fn kernel_library(
+    c: &CompileArgs,
+    plan: &kiln::backend::aot::ExecutorPlan,
+) -> Result<Box<dyn kiln::backend::host::KernelLibrary>, String> {
+    // Code for a CPU feature this machine lacks would die of SIGILL.
+    let description = kiln::target::TargetDescription::resolve(&c.target);
+    if let Some(feature) = description.first_missing_on_this_cpu() {
+        return Err(format!(
+            "target `{}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
+             run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it",
+            c.target
+        ));
+    }
+    if c.target.trim() == "c" {
+        progress::stage("generating code");
+        progress::detail(format!("{} kernels (C, $CC)", plan.kernels.len()));
+        Ok(Box::new(CLibrary::build(&plan.kernels, 2).map_err(|e| e.to_string())?))
+    } else {
+        Ok(Box::new(llvm_library(plan, &c.target)?))
+    }
+}
+
+/// Per plan call, the median microseconds over 20 runs on zero-filled
+/// inputs, after 3 warm-up runs (`kiln viz --profile`).
+fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Result<Vec<f64>, String> {
+    if kiln::build::is_cuda_target(&c.target) {
+        return Err("--profile times CPU kernels; use `kiln bench --target cuda` for the GPU".into());
+    }
+    let lib = kernel_library(c, plan)?;
+    let mut ex = kiln::backend::host::Executor::new(plan, lib.as_ref(), c.threads).map_err(|e| e.to_string())?;
+    let zeros: Vec<kiln::Tensor> = plan
+        .inputs
+        .iter()
+        .map(|&t| kiln::Tensor::zeros(plan.tensors[t].dtype, plan.tensors[t].shape.clone()))
+        .collect();
+    ex.set_inputs(&zeros).map_err(|e| e.to_string())?;
+    progress::stage("profiling");
+    progress::detail(format!("{} kernel calls × 20 runs", plan.calls.len()));
+    for _ in 0..3 {
+        ex.run().map_err(|e| e.to_string())?;
+    }
+    let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); plan.calls.len()];
+    for _ in 0..20 {
+        for (i, t) in ex.run_timed().map_err(|e| e.to_string())?.into_iter().enumerate() {
+            per_call[i].push(t);
+        }
+    }
+    Ok(per_call
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect())
+}
+
 /// Run (and, for `bench`, time) a compiled model with the chosen backend.
 fn execute(
     c: &CompileArgs,
@@ -471,28 +540,18 @@ fn execute(
     if kiln::build::is_cuda_target(&c.target) {
         return execute_cuda(c, plan, inputs, bench);
     }
-    // Code for a CPU feature this machine lacks would die of SIGILL.
     let description = kiln::target::TargetDescription::resolve(&c.target);
-    if let Some(feature) = description.first_missing_on_this_cpu() {
-        return Err(format!(
-            "target `{}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
-             run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it",
-            c.target
-        ));
-    }
-    let jit;
-    let clib;
-    let lib: &dyn kiln::backend::host::KernelLibrary = if c.target.trim() == "c" {
-        clib = CLibrary::build(&plan.kernels, 2).map_err(|e| e.to_string())?;
-        &clib
-    } else {
-        jit = llvm_library(plan, &c.target)?;
-        &jit
-    };
+    let lib = kernel_library(c, plan)?;
+    let lib = lib.as_ref();
     let mut ex = kiln::backend::host::Executor::new(plan, lib, c.threads).map_err(|e| e.to_string())?;
     ex.set_inputs(inputs).map_err(|e| e.to_string())?;
+    progress::stage("running");
+    progress::detail(format!("{} kernel calls on {} thread(s)", plan.calls.len(), c.threads));
     ex.run().map_err(|e| e.to_string())?;
     if bench {
+        // Set once: updating the line inside the timed loop would perturb what it times.
+        progress::stage("timing");
+        progress::detail(format!("10 warm-up and {} timed runs", c.runs));
         for _ in 0..10 {
             ex.run().map_err(|e| e.to_string())?;
         }
@@ -505,6 +564,7 @@ fn execute(
             .map_err(|e| e.to_string())?;
         times.sort_by(f64::total_cmp);
         if c.profile {
+            progress::detail(format!("each of {} kernel calls, {} runs", plan.calls.len(), c.runs.min(50)));
             // Per kernel: the median over the runs of each call's time, grouped by kernel.
             let mut per_call: Vec<Vec<f64>> = Vec::new();
             for _ in 0..c.runs.min(50) {
@@ -587,6 +647,7 @@ fn run(command: Command) -> Result<(), String> {
             Ok(())
         }
         Command::Opt(o) => opt(&o),
+        Command::Viz(v) => viz::viz(v),
         Command::Passes => {
             for name in registry::pass_names() {
                 if let Some(p) = registry::get_pass(&name) {
@@ -618,8 +679,12 @@ fn main() -> ExitCode {
         }
     };
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            progress::finish();
+            ExitCode::SUCCESS
+        }
         Err(e) => {
+            progress::finish();
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
