@@ -1,6 +1,6 @@
 //! `kiln-ir`: the IR levels of kiln that need no LLVM.
 //!
-//! - [`ir`]-level building blocks every level shares: [`arena`], [`dtype`],
+//! - IR-level building blocks every level shares: [`arena`], [`dtype`],
 //!   [`span`], [`attrs`], [`tensor`], [`error`].
 //! - [`relay`]: the graph IR, its operator registry, text format, type
 //!   inference and reference interpreter.

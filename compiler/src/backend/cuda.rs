@@ -1,7 +1,7 @@
 //! An [`ExecutorPlan`] on an NVIDIA GPU: one block of device memory holds the
 //! planned arena, the inputs, the outputs and the weights at fixed offsets
 //! ([`DeviceLayout`]); every kernel's launch shape comes from the GPU schedule.
-//! [`CudaExecutor`] (feature `cuda`) runs it through `kiln-runtime`'s
+//! `CudaExecutor` (feature `cuda`) runs it through `kiln-runtime`'s
 //! `CudaModel`; the layout and launch tables are also what the generated glue
 //! of a `cuda` build embeds.
 

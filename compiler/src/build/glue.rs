@@ -212,7 +212,7 @@ fn runtime_path(runtime: &str) -> TokenStream {
     syn::parse_str::<syn::Path>(runtime).map(|p| quote!(#p)).unwrap_or_else(|_| quote!(::kiln_runtime))
 }
 
-/// A Rust identifier for a model's name for something: [`ident`]'s text, a
+/// A Rust identifier for a model's name for something: [`sanitize`]'s text, a
 /// raw identifier for a keyword (`type` → `r#type`), and `self`, `Self`,
 /// `super`, `crate` (which cannot be raw) with a trailing `_`.
 pub fn rust_ident(name: &str, fallback: &str) -> Ident {

@@ -4,7 +4,7 @@
 //!
 //! The registry sits below the layers whose passes it holds: it never names
 //! them. Each layer exports its passes as a provider function and the crate
-//! root lists the providers ([`crate::BUILTIN_PASS_PROVIDERS`]), as rustc's
+//! root lists the providers (`BUILTIN_PASS_PROVIDERS` in `lib.rs`), as rustc's
 //! driver wires each crate's query providers.
 
 use std::sync::{Arc, OnceLock, RwLock};

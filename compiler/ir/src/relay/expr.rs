@@ -3,7 +3,7 @@
 //! Invariant: a node's children always have smaller handles than the node
 //! (a child must exist before its parent is built). Walking the arena in index
 //! order is therefore topological, and no traversal needs recursion: see
-//! [`super::visit`]. Identity is the handle: two `Var` nodes with the same name
+//! [`mod@super::visit`]. Identity is the handle: two `Var` nodes with the same name
 //! are different variables; every use of one variable is the same handle.
 
 use crate::arena::{Arena, Handle, HandleMap, UniqueArena};

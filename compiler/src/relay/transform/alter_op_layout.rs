@@ -208,8 +208,8 @@ const WINOGRAD_MAX_WEIGHT_BYTES: usize = 20 << 20;
 /// the better choice. The rule: the product must do at most 0.6× the direct
 /// convolution's multiply-adds (α²·tiles vs 9·OH·OW, the tile count rounded
 /// up to two vectors, the matmul tile's columns), with at least
-/// [`WINOGRAD_MIN_CHANNELS`] each way, and transformed weights of at most
-/// [`WINOGRAD_MAX_WEIGHT_BYTES`];
+/// `WINOGRAD_MIN_CHANNELS` each way, and transformed weights of at most
+/// `WINOGRAD_MAX_WEIGHT_BYTES`;
 /// the larger tile first (fewer products). Only 8-lane targets (AVX2) are
 /// measured; other widths keep direct convolutions.
 pub fn winograd_tile(n: usize, c: usize, k: usize, oh: usize, ow: usize, unit: VectorUnit) -> Option<(usize, usize)> {
