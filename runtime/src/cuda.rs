@@ -34,15 +34,20 @@ fn cuda_err(what: &str, e: impl std::fmt::Display) -> CudaError {
 /// One kernel of the PTX module and its launch shape.
 #[derive(Clone, Copy, Debug)]
 pub struct CudaKernelSpec<'a> {
+    /// The kernel's entry in the PTX.
     pub name: &'a str,
+    /// Blocks per launch (a one-dimensional grid).
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
 }
 
 /// One launch: a kernel and the byte offset of each argument in device memory.
 #[derive(Clone, Copy, Debug)]
 pub struct CudaLaunch<'a> {
+    /// Index of the kernel in the model's `KERNELS`.
     pub kernel: usize,
+    /// Byte offset in the model's device memory of each argument buffer, in the kernel's parameter order.
     pub args: &'a [usize],
 }
 

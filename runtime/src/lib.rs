@@ -9,6 +9,7 @@
 //!
 //! `no_std` unless feature `std` (on by default) is enabled.
 #![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs)]
 
 pub mod cpu;
 #[cfg(feature = "std")]
@@ -35,15 +36,37 @@ pub const STATUS_INDEX_OUT_OF_RANGE: i32 = 1;
 #[non_exhaustive]
 pub enum Error {
     /// The arena given to `Model::new` is smaller than the model's `ARENA_BYTES`.
-    ArenaTooSmall { needed: usize, given: usize },
+    ArenaTooSmall {
+        /// Bytes the buffer needs: the arena plus the padding to align it.
+        needed: usize,
+        /// Bytes the buffer has.
+        given: usize,
+    },
     /// An input or output slice has the wrong number of elements.
-    WrongLength { name: &'static str, expected: usize, given: usize },
+    WrongLength {
+        /// The input's or output's name in the model.
+        name: &'static str,
+        /// Elements the model's shape has.
+        expected: usize,
+        /// Elements the slice has.
+        given: usize,
+    },
     /// Kernel `kernel` returned the nonzero `status` (a `STATUS_*` code); the
     /// outputs of this run are not valid.
-    Kernel { kernel: &'static str, status: i32 },
+    Kernel {
+        /// The kernel's symbol (without `_packed`).
+        kernel: &'static str,
+        /// What it returned: a `STATUS_*` code ([`status_message`] says what it means).
+        status: i32,
+    },
     /// The model was compiled for `target`, whose code uses the instruction
     /// set extension `feature`, and this CPU lacks it.
-    MissingCpuFeature { feature: &'static str, target: &'static str },
+    MissingCpuFeature {
+        /// The missing feature, as LLVM names it (`avx512f`, `fma`).
+        feature: &'static str,
+        /// The target string the model was compiled for.
+        target: &'static str,
+    },
 }
 
 impl Error {
@@ -116,6 +139,14 @@ pub unsafe fn run_serial(kernel: PackedKernel, args: &[*mut u8]) -> i32 {
 pub const ARENA_ALIGN: usize = 64;
 
 /// Split a caller-provided buffer into the 64-byte-aligned arena of `bytes`.
+///
+/// ```
+/// let mut buffer = [0u8; 300];
+/// let arena = kiln_runtime::align_arena(&mut buffer, 200).expect("200 + 63 bytes fit");
+/// assert_eq!((arena.len(), arena.as_ptr() as usize % 64), (200, 0));
+/// // Too small for the arena and the alignment padding: an error, not a panic.
+/// assert!(kiln_runtime::align_arena(&mut [0u8; 100], 200).is_err());
+/// ```
 pub fn align_arena(buf: &mut [u8], bytes: usize) -> Result<&mut [u8], Error> {
     let skip = buf.as_ptr().align_offset(ARENA_ALIGN);
     let given = buf.len();
@@ -126,6 +157,12 @@ pub fn align_arena(buf: &mut [u8], bytes: usize) -> Result<&mut [u8], Error> {
 }
 
 /// An owned, 64-byte-aligned arena.
+///
+/// ```
+/// let mut arena = kiln_runtime::OwnedArena::new(1000);
+/// let bytes = arena.bytes_mut();
+/// assert!(bytes.len() >= 1000 && bytes.as_ptr() as usize % kiln_runtime::ARENA_ALIGN == 0);
+/// ```
 #[cfg(feature = "std")]
 #[derive(Debug)]
 pub struct OwnedArena {
@@ -155,6 +192,19 @@ impl OwnedArena {
 
 /// Include the glue kiln generated for `model` in `build.rs`:
 /// `kiln_runtime::include_model!("mlp");` defines the module `mlp`.
+///
+/// ```ignore
+/// // build.rs: kiln::Build::new("mlp").onnx("mlp.onnx").compile_or_exit();
+/// kiln_runtime::include_model!("mlp");
+///
+/// fn main() -> Result<(), kiln_runtime::Error> {
+///     let mut model = mlp::OwnedModel::new()?; // checks the CPU's features
+///     let x = [0.5f32; mlp::X_LEN];
+///     let mut y = [0f32; mlp::OUTPUT0_LEN];
+///     model.run(&x, &mut y)?; // fixed-size arrays: a wrong length does not compile
+///     Ok(())
+/// }
+/// ```
 #[macro_export]
 macro_rules! include_model {
     ($name:literal) => {

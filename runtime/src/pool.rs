@@ -62,6 +62,25 @@ impl Shared {
 }
 
 /// A fixed set of worker threads that run the slices of parallel kernels.
+///
+/// A kernel with kiln's ABI gets `task_id` and `num_tasks` and does its
+/// share; [`ThreadPool::run`] calls it once per thread and waits:
+///
+/// ```
+/// use std::sync::atomic::{AtomicI64, Ordering};
+///
+/// static SUM: AtomicI64 = AtomicI64::new(0);
+/// /// Adds task_id + 1 for each slice: 1 + 2 + 3 + 4 with four threads.
+/// unsafe extern "C" fn kernel(_args: *const *mut u8, task_id: i64, _num_tasks: i64) -> i32 {
+///     SUM.fetch_add(task_id + 1, Ordering::SeqCst);
+///     0
+/// }
+///
+/// let pool = kiln_runtime::ThreadPool::new(4);
+/// // SAFETY: the kernel reads no arguments.
+/// let status = unsafe { pool.run(kernel, &[]) };
+/// assert_eq!((status, SUM.load(Ordering::SeqCst)), (0, 10));
+/// ```
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
@@ -122,6 +141,7 @@ impl ThreadPool {
         ThreadPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
+    /// Threads the pool runs a kernel on, the caller's included.
     pub fn threads(&self) -> usize {
         self.threads
     }

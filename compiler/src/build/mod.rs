@@ -91,6 +91,30 @@ enum WeightSource {
 }
 
 /// A model to compile in `build.rs` (see the module docs).
+///
+/// Outside a build script, give the output directory:
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use kiln::{Build, Tensor};
+///
+/// let dir = tempfile::tempdir()?;
+/// let model = kiln::relay::parse_module(
+///     "def @main(%x: Tensor[(1, 4), float32], %w: Tensor[(4, 4), float32]) { nn.relu(nn.matmul(%x, %w)) }",
+/// )?;
+/// let artifacts = Build::new("tiny")
+///     .module(model)
+///     .weight("w", Tensor::from_f32(vec![4, 4], &[0.5; 16])) // bound as a constant
+///     .target("c")                                           // portable C; or "llvm -mcpu=…", none: cargo's
+///     .out_dir(dir.path())
+///     .cargo_metadata(false)                                 // not in a build script: print no cargo: lines
+///     .compile()?;
+/// assert!(dir.path().join("kiln/libkiln_tiny.a").exists());
+/// assert!(artifacts.header.contains("int kiln_tiny_run(const float* in0, float* out0, void* arena);"));
+/// assert!(artifacts.glue.contains("pub mod tiny"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Build {
     name: String,

@@ -26,6 +26,35 @@ pub struct Diagnostic {
 }
 
 /// The settings and instruments a pipeline runs under.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kiln::relay::transform::default_pipeline;
+/// use kiln::transform::instrument::PassTimingInstrument;
+/// use kiln::transform::{apply, ConfigValue, PassContext};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut m = kiln::relay::parse_module(
+///     "def @main(%x: Tensor[(4, 8), float32], %w: Tensor[(16, 8), float32]) { nn.relu(nn.dense(%x, %w)) }",
+/// )?;
+/// kiln::relay::infer_module(&mut m)?;
+/// let timing = Arc::new(PassTimingInstrument::new());
+/// let ctx = Arc::new(
+///     PassContext::new()
+///         .with_opt_level(3)                                        // passes up to level 3 run
+///         .with_config("relay.FuseOps.max_depth", ConfigValue::Int(1))? // a checked key
+///         .with_instruments(vec![timing.clone()]),
+/// );
+/// // Inside the scope, `PassContext::current()` is this context (as TVM's `with PassContext`).
+/// let fused = ctx.scope(|ctx| apply(&default_pipeline()?, m, ctx))?;
+/// // max_depth = 1: dense and relu are two kernels.
+/// assert_eq!(kiln::relay::print_module(&fused).matches("Primitive=1").count(), 2);
+/// assert!(timing.report().contains("FuseOps"));
+/// // An unknown key is an error that lists the valid ones.
+/// assert!(PassContext::new().with_config("relay.FuseOps.max_dept", ConfigValue::Int(1)).is_err());
+/// # Ok(())
+/// # }
+/// ```
 pub struct PassContext {
     /// Passes of a `Sequential` with `opt_level` ≤ this run (default 2).
     pub opt_level: u32,

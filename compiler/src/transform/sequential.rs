@@ -10,6 +10,22 @@ use super::registry::get_pass;
 
 /// A pipeline of passes. Building one checks every `required` name exists
 /// and that requirements have no cycle (TVM checks neither, and fails late).
+///
+/// ```
+/// use kiln::transform::{apply, PassContext, Sequential};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Registered passes by name; a misspelt one is an error naming it.
+/// let simplify = Sequential::from_names("Simplify", &["FoldConstant", "DeadCodeElimination"])?;
+/// assert!(Sequential::from_names("Oops", &["FoldConstants"]).is_err());
+/// let mut m = kiln::relay::parse_module("def @main(%x: float32) { let %unused = 2f; add(%x, multiply(2f, 3f)) }")?;
+/// kiln::relay::infer_module(&mut m)?;
+/// let out = apply(&simplify, m, &PassContext::new().with_opt_level(3))?;
+/// let text = kiln::relay::print_module(&out);
+/// assert!(text.contains("add(%x, 6f") && !text.contains("%unused"), "{text}");
+/// # Ok(())
+/// # }
+/// ```
 pub struct Sequential {
     info: PassInfo,
     passes: Vec<Arc<dyn Pass>>,
