@@ -199,7 +199,7 @@ fn viz_draws_the_graph_and_the_memory_plan() {
         (vec!["viz", MLP, "--memory", "-o", "m.dot"], "--memory draws the memory plan as .svg or .html"),
         (
             vec!["viz", MLP, "--after", "NoSuchPass", "-o", "g.svg"],
-            "not a pass of the default pipeline (SimplifyInference",
+            "not a pass of the default pipeline (RemoveUnusedFunctions, SimplifyInference",
         ),
     ] {
         let (code, _, err) = kiln(&args);

@@ -137,13 +137,14 @@ fn macro_passes_behave_like_builtin_passes() {
     let seq =
         Sequential::new("UserPipeline", vec![IdentityFunction::pass(), replace.clone()]).expect("requirements resolve");
 
-    // opt level 2: ReplaceFunc runs after what it requires (CountFunctions, which requires InferType).
+    // opt level 2: ReplaceFunc runs after what it requires (CountFunctions, which requires InferType);
+    // as in TVM, every function pass is followed by an InferType of its own.
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = PassContext::new().with_instruments(vec![Arc::new(Log(log.clone()))]);
     let out = apply(&seq, mlp(), &ctx).expect("pipeline");
     assert_eq!(
         *log.lock().unwrap(),
-        ["UserPipeline", "IdentityFunction", "InferType", "CountFunctions", "ReplaceFunc"]
+        ["UserPipeline", "IdentityFunction", "InferType", "InferType", "CountFunctions", "ReplaceFunc", "InferType"]
     );
     assert!(print_module(&out).contains("negative(%x)"));
     assert_eq!(ctx.diagnostics()[0].message, "1 function(s)");
@@ -152,7 +153,7 @@ fn macro_passes_behave_like_builtin_passes() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let ctx = PassContext::new().with_opt_level(1).with_instruments(vec![Arc::new(Log(log.clone()))]);
     let out = apply(&seq, mlp(), &ctx).expect("pipeline");
-    assert_eq!(*log.lock().unwrap(), ["UserPipeline", "IdentityFunction"]);
+    assert_eq!(*log.lock().unwrap(), ["UserPipeline", "IdentityFunction", "InferType"]);
     assert!(out.structural_eq(&mlp()));
     let ctx = PassContext::new().with_disabled(&["ReplaceFunc"]);
     assert!(apply(&seq, mlp(), &ctx).expect("pipeline").structural_eq(&mlp()));

@@ -102,11 +102,25 @@ fn fold_constant_seed_cases() {
     );
 }
 
+/// TVM's `DeadCodeElimination` is a function pass over `let`s: it never
+/// removes a global function (`RemoveUnusedFunctions` does).
+/// (`tests/python/relay/test_pass_dead_code_elimination.py`: globals survive DCE.)
+#[test]
+fn test_dead_code_elimination_keeps_global_functions() {
+    let out = run_passes(
+        parse("def @unused(%a: float32) {\n  %a\n}\n\ndef @main(%x: float32) {\n  let %dead = exp(%x);\n  %x\n}"),
+        &["DeadCodeElimination"],
+        PassContext::new().with_opt_level(3),
+    );
+    let text = print_module(&out);
+    assert!(text.contains("def @unused") && !text.contains("%dead"), "{text}");
+}
+
 #[test]
 fn dead_code_and_cse() {
     check(
         "def @unused(%a: float32) {\n  %a\n}\n\ndef @main(%x: float32) {\n  let %dead = exp(%x);\n  let %alive = log(%x);\n  %alive\n}",
-        &["DeadCodeElimination"],
+        &["RemoveUnusedFunctions", "DeadCodeElimination"],
         expect![[r#"
             #[version = "0.0.5"]
             def @main(%x: float32) {

@@ -495,6 +495,32 @@ fn the_default_context_is_one_per_thread_and_keeps_its_instruments() {
     .unwrap();
 }
 
+/// TVM's FunctionPass type-checks what it rewrote by running InferType as a
+/// pass of its own (`function_pass.cc`), so instruments count it:
+/// `Sequential([InferType, FoldConstant, DeadCodeElimination])` at opt 3
+/// fires six `run_before_pass` — the Sequential, InferType, FoldConstant and
+/// its InferType, the InferType DeadCodeElimination (a module pass) requires,
+/// and DeadCodeElimination — not four.
+#[test]
+fn test_function_passes_run_infer_type_after_them() {
+    let log: Log = Default::default();
+    let seq = Sequential::from_names("Seq", &["InferType", "FoldConstant", "DeadCodeElimination"]).unwrap();
+    let ctx = Arc::new(PassContext::new().with_opt_level(3).with_instruments(vec![Recorder::new("A", &log)]));
+    ctx.scope(|ctx| apply(&seq, module(), ctx)).unwrap();
+    let before: Vec<String> = take(&log).into_iter().filter(|l| l.starts_with("A before ")).collect();
+    assert_eq!(
+        before,
+        [
+            "A before Seq",
+            "A before InferType",
+            "A before FoldConstant",
+            "A before InferType",
+            "A before InferType",
+            "A before DeadCodeElimination"
+        ]
+    );
+}
+
 /// Contexts are left innermost first (TVM checks that the context exited is
 /// the one on top): leaving an outer one first is an error, and the stack
 /// stays sound.

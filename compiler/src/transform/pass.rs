@@ -11,6 +11,7 @@ use super::context::PassContext;
 /// What the pass infrastructure knows of a pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PassInfo {
+    /// The registered name (`FoldConstant`, `tir.Simplify`), unique in the pass registry.
     pub name: String,
     /// The pass runs in a `Sequential` when this is ≤ the context's opt level.
     pub opt_level: u32,
@@ -19,6 +20,7 @@ pub struct PassInfo {
 }
 
 impl PassInfo {
+    /// Info for the pass `name`, run at `opt_level` and above, after the passes named in `required`.
     pub fn new(name: impl Into<String>, opt_level: u32, required: &[&str]) -> Self {
         PassInfo { name: name.into(), opt_level, required: required.iter().map(|s| s.to_string()).collect() }
     }
@@ -35,6 +37,7 @@ pub type PassBodyError = Box<dyn std::error::Error + Send + Sync>;
 pub struct BodyError(Arc<dyn std::error::Error + Send + Sync>);
 
 impl BodyError {
+    /// Wraps a pass body's error (or message).
     pub fn new(e: impl Into<PassBodyError>) -> Self {
         BodyError(Arc::from(e.into()))
     }
@@ -71,41 +74,81 @@ pub enum PassError {
     /// `in kernel `k``) or is empty.
     #[error("pass `{pass}` failed: {}{error}", if context.is_empty() { String::new() } else { format!("{context}: ") })]
     Failed {
+        /// The pass that failed.
         pass: String,
+        /// Where in the module, or empty.
         context: String,
+        /// What the body returned.
         #[source]
         error: BodyError,
     },
+    /// No pass is registered under `name`.
     #[error("unknown pass `{name}`{}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
-    UnknownPass { name: String, suggestion: Option<String> },
+    UnknownPass {
+        /// The name asked for.
+        name: String,
+        /// The nearest registered name, if one is close enough to be a typo.
+        suggestion: Option<String>,
+    },
+    /// A pass requires a name no pass is registered under.
     #[error("pass `{pass}` requires `{required}`, which is not a registered pass (chain: {chain})")]
-    MissingRequired { pass: String, required: String, chain: String },
+    MissingRequired {
+        /// The pass that requires it.
+        pass: String,
+        /// The unregistered name.
+        required: String,
+        /// The requirement path from the pass applied, `A -> B -> C`.
+        chain: String,
+    },
+    /// Passes require each other in a cycle.
     #[error("passes require each other in a cycle: {chain}")]
-    Cycle { chain: String },
+    Cycle {
+        /// The cycle, `A -> B -> A`.
+        chain: String,
+    },
+    /// A pass instrument's hook returned an error.
     #[error("instrument `{instrument}` failed in {stage}: {error}")]
     Instrument {
+        /// The instrument's name.
         instrument: String,
+        /// The hook that failed (`should_run`, `run_before_pass`, `enter_pass_ctx`, …).
         stage: &'static str,
+        /// What the hook returned.
         #[source]
         error: BodyError,
     },
+    /// A pass configuration option was invalid.
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),
+    /// A function pass (or a `PrimFuncPass`) added, removed or renamed a global function or kernel.
     #[error("function pass `{pass}` added or removed global functions")]
-    FunctionSetChanged { pass: String },
+    FunctionSetChanged {
+        /// The pass.
+        pass: String,
+    },
     /// A pass context was left while a context entered after it was still entered.
     #[error("a pass context was left before the contexts entered inside it (contexts are left innermost first)")]
     ContextNotInnermost,
+    /// A pass name was registered twice with different pass objects.
     #[error("pass `{name}` is registered twice")]
-    Duplicate { name: String },
+    Duplicate {
+        /// The name registered twice.
+        name: String,
+    },
     /// A pass returned a module that is not well-formed or not well-typed
     /// (checked after every pass in debug builds, so in every test).
     #[error("pass `{pass}` left the module {message}")]
-    Malformed { pass: String, message: String },
+    Malformed {
+        /// The pass that returned the module.
+        pass: String,
+        /// What is wrong (`malformed: …` or `ill-typed: …`).
+        message: String,
+    },
 }
 
 /// A module-to-module transformation.
 pub trait Pass: Send + Sync {
+    /// The pass's name, opt level and requirements.
     fn info(&self) -> &PassInfo;
 
     /// The transformation itself, without instruments or enabling rules
@@ -168,6 +211,7 @@ impl fmt::Debug for ModulePass {
 }
 
 impl ModulePass {
+    /// A module pass running `f` on the whole module.
     pub fn new(
         info: PassInfo,
         f: impl Fn(IRModule, &PassContext) -> Result<IRModule, PassBodyError> + Send + Sync + 'static,
@@ -175,6 +219,7 @@ impl ModulePass {
         ModulePass { info, f: Box::new(f) }
     }
 
+    /// The pass as a shared [`Pass`] (for `Sequential` and the registry).
     pub fn arc(self) -> Arc<dyn Pass> {
         Arc::new(self)
     }
@@ -213,6 +258,7 @@ impl fmt::Debug for FunctionPass {
 }
 
 impl FunctionPass {
+    /// A function pass running `f` on each global function in turn; `f` returns the new function.
     pub fn new(
         info: PassInfo,
         f: impl Fn(&mut IRModule, ExprId, &PassContext) -> Result<ExprId, PassBodyError> + Send + Sync + 'static,
@@ -220,6 +266,7 @@ impl FunctionPass {
         FunctionPass { info, f: Box::new(f) }
     }
 
+    /// The pass as a shared [`Pass`] (for `Sequential` and the registry).
     pub fn arc(self) -> Arc<dyn Pass> {
         Arc::new(self)
     }
@@ -266,7 +313,12 @@ pub fn run_function_pass(
     if module.function_names() != names {
         return Err(PassError::FunctionSetChanged { pass: info.name.clone() });
     }
-    Ok(module)
+    // As TVM's FunctionPass: the rewritten functions are type-checked right
+    // away, by InferType run as a pass of its own (instruments see it).
+    match super::registry::get_pass("InferType") {
+        Some(infer) if info.name != "InferType" => super::apply(infer.as_ref(), module, ctx),
+        _ => Ok(module),
+    }
 }
 
 type PrimFuncFn = dyn Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, PassBodyError>
@@ -287,6 +339,7 @@ impl fmt::Debug for PrimFuncPass {
 }
 
 impl PrimFuncPass {
+    /// A kernel pass running `f` on each TIR kernel in turn; `f` must keep the kernel's name.
     pub fn new(
         info: PassInfo,
         f: impl Fn(kiln_ir::tir::PrimFunc, &IRModule, &PassContext) -> Result<kiln_ir::tir::PrimFunc, PassBodyError>
@@ -297,6 +350,7 @@ impl PrimFuncPass {
         PrimFuncPass { info, f: Box::new(f) }
     }
 
+    /// The pass as a shared [`Pass`] (for `Sequential` and the registry).
     pub fn arc(self) -> Arc<dyn Pass> {
         Arc::new(self)
     }

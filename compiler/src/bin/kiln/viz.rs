@@ -89,7 +89,12 @@ impl PassInstrument for Capture {
 /// The model after pass `pass` of the default pipeline.
 fn module_after(c: &CompileArgs, pass: &str) -> Result<IRModule, String> {
     let pipeline = kiln::relay::transform::default_pipeline().map_err(|e| e.to_string())?;
-    let names: Vec<String> = pipeline.passes().iter().map(|p| p.info().name.clone()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for p in pipeline.passes() {
+        if !names.contains(&p.info().name) {
+            names.push(p.info().name.clone());
+        }
+    }
     if !names.iter().any(|n| n == pass) {
         return Err(format!("--after {pass}: not a pass of the default pipeline ({})", names.join(", ")));
     }

@@ -1,5 +1,6 @@
-//! DeadCodeElimination: drop `let` bindings whose variable is never used, and
-//! global functions that `@main` cannot reach.
+//! DeadCodeElimination: drop `let` bindings whose variable is never used
+//! (a function pass, as TVM's); RemoveUnusedFunctions: drop the global
+//! functions that `@main` cannot reach (TVM's module pass of that name).
 //!
 //! Every Relay operator is pure, so an unused binding can go whatever it
 //! computes. Removing one binding can make another one dead (its only use was
@@ -83,20 +84,24 @@ pub fn reachable_globals(m: &IRModule) -> FxHashSet<String> {
     seen
 }
 
-/// The whole pass: unreachable globals dropped, unused lets removed everywhere.
+/// DeadCodeElimination: unused `let`s removed in every global function (none removed).
 pub fn dead_code_elimination(m: &mut IRModule) {
-    let keep = reachable_globals(m);
-    for name in m.function_names() {
-        if !keep.contains(&name) {
-            m.remove_function(&name);
-        }
-    }
     for name in m.function_names() {
         let Some(f) = m.function(&name) else { continue };
         let new = remove_unused_lets(&mut m.store, f);
         if new != f {
             // `new` is a Function node: the rewrite keeps node kinds.
             let _ = m.update_function(&name, new);
+        }
+    }
+}
+
+/// RemoveUnusedFunctions: drop the global functions `@main` cannot reach.
+pub fn remove_unused_functions(m: &mut IRModule) {
+    let keep = reachable_globals(m);
+    for name in m.function_names() {
+        if !keep.contains(&name) {
+            m.remove_function(&name);
         }
     }
 }

@@ -64,7 +64,7 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             Ok(fold_constant::fold_constant_up_to(&mut m.store, f, max.unwrap_or(fold_constant::DEFAULT_MAX_BYTES)))
         })
         .arc(),
-        function_pass("EliminateCommonSubexpr", 3, &[], |m, f| {
+        function_pass("EliminateCommonSubexpr", 3, &["InferType"], |m, f| {
             Ok(common_subexpr::eliminate_common_subexpr(&mut m.store, f))
         }),
         function_pass("SimplifyExpr", 0, &["InferType"], |m, f| Ok(simplify_expr::simplify_expr(&mut m.store, f))),
@@ -85,8 +85,15 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             Ok(fold_scale_axis::forward_fold_scale_axis(&mut m.store, f))
         }),
         function_pass("ToANormalForm", 1, &[], |m, f| Ok(to_anf::to_a_normal_form(&mut m.store, f))),
-        ModulePass::new(PassInfo::new("DeadCodeElimination", 1, &[]), |mut m: IRModule, _: &PassContext| {
+        // TVM's split: DeadCodeElimination (a module pass) drops unused `let`s in
+        // every function; RemoveUnusedFunctions drops the globals `@main` cannot reach.
+        ModulePass::new(PassInfo::new("DeadCodeElimination", 1, &["InferType"]), |mut m: IRModule, _: &PassContext| {
             dead_code::dead_code_elimination(&mut m);
+            Ok(m)
+        })
+        .arc(),
+        ModulePass::new(PassInfo::new("RemoveUnusedFunctions", 1, &[]), |mut m: IRModule, _: &PassContext| {
+            dead_code::remove_unused_functions(&mut m);
             Ok(m)
         })
         .arc(),
@@ -101,26 +108,32 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         })
         .arc(),
     ];
-    // FoldScaleAxis is a Sequential of the backward and the forward pass (the seeds' example).
-    let halves: Vec<Arc<dyn Pass>> = v.iter().filter(|p| p.info().name.ends_with("FoldScaleAxis")).cloned().collect();
+    // FoldScaleAxis is a Sequential of the backward and the forward pass (the
+    // seeds' example), then FoldConstant, so the scaled weights are constants (TVM's).
+    let mut halves: Vec<Arc<dyn Pass>> =
+        v.iter().filter(|p| p.info().name.ends_with("FoldScaleAxis")).cloned().collect();
+    halves.extend(v.iter().find(|p| p.info().name == "FoldConstant").cloned());
     v.push(Arc::new(Sequential::unchecked(PassInfo::new("FoldScaleAxis", 3, &[]), halves)));
     v
 }
 
-/// The standard pipeline (TVM's `relay.build` order, as far as the passes exist):
-/// simplify inference, CSE, constant folding, scale folding, simplification,
-/// dead code, then fusion. Passes above the context's opt level are skipped.
+/// The standard pipeline, in TVM's `relay.build` order as far as the passes
+/// exist: unused functions, inference simplification, CSE, constant folding,
+/// scale folding (with its own FoldConstant), expression simplification,
+/// layout alteration and the folding of what it packed, dead code, fusion.
+/// Passes above the context's opt level are skipped.
 pub fn default_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "DefaultPipeline",
         &[
+            "RemoveUnusedFunctions",
             "SimplifyInference",
             "EliminateCommonSubexpr",
             "FoldConstant",
             "FoldScaleAxis",
-            "FoldConstant",
-            "AlterOpLayout",
             "SimplifyExpr",
+            "InferType",
+            "AlterOpLayout",
             "FoldConstant",
             "DeadCodeElimination",
             "InferType",
