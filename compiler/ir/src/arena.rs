@@ -77,20 +77,24 @@ impl<T> Default for Arena<T> {
 }
 
 impl<T> Arena<T> {
+    /// An empty arena.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Appends `value` and returns its handle, the next index.
     pub fn append(&mut self, value: T) -> Handle<T> {
         let handle = Handle::from_index(self.items.len());
         self.items.push(value);
         handle
     }
 
+    /// How many elements the arena holds.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether the arena holds no element.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -100,6 +104,7 @@ impl<T> Arena<T> {
         self.items.get(handle.index())
     }
 
+    /// Every element with its handle, in append order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (Handle<T>, &T)> + ExactSizeIterator {
         self.items.iter().enumerate().map(|(i, v)| (Handle::from_index(i), v))
     }
@@ -131,6 +136,7 @@ impl<T> Default for UniqueArena<T> {
 }
 
 impl<T: Eq + Hash> UniqueArena<T> {
+    /// An empty arena.
     pub fn new() -> Self {
         Self::default()
     }
@@ -146,14 +152,17 @@ impl<T: Eq + Hash> UniqueArena<T> {
         self.set.get_index_of(value).map(Handle::from_index)
     }
 
+    /// How many distinct values the arena holds.
     pub fn len(&self) -> usize {
         self.set.len()
     }
 
+    /// Whether the arena holds no value.
     pub fn is_empty(&self) -> bool {
         self.set.is_empty()
     }
 
+    /// Every value with its handle, in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (Handle<T>, &T)> {
         self.set.iter().enumerate().map(|(i, v)| (Handle::from_index(i), v))
     }
@@ -180,16 +189,19 @@ impl<K, V> Default for HandleMap<K, V> {
 }
 
 impl<K, V> HandleMap<K, V> {
+    /// An empty side table.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A table with room for `n` handles, all absent.
     pub fn with_capacity(n: usize) -> Self {
         let mut values = Vec::with_capacity(n);
         values.resize_with(n, || None);
         HandleMap { values, _marker: PhantomData }
     }
 
+    /// Sets the value of `key`, growing the table as needed; returns the previous value.
     pub fn insert(&mut self, key: Handle<K>, value: V) -> Option<V> {
         let i = key.index();
         if i >= self.values.len() {
@@ -198,22 +210,27 @@ impl<K, V> HandleMap<K, V> {
         self.values[i].replace(value)
     }
 
+    /// The value of `key`, or `None` when absent.
     pub fn get(&self, key: Handle<K>) -> Option<&V> {
         self.values.get(key.index()).and_then(Option::as_ref)
     }
 
+    /// The value of `key`, mutably, or `None` when absent.
     pub fn get_mut(&mut self, key: Handle<K>) -> Option<&mut V> {
         self.values.get_mut(key.index()).and_then(Option::as_mut)
     }
 
+    /// Whether `key` has a value.
     pub fn contains(&self, key: Handle<K>) -> bool {
         self.get(key).is_some()
     }
 
+    /// Removes the value of `key` and returns it.
     pub fn remove(&mut self, key: Handle<K>) -> Option<V> {
         self.values.get_mut(key.index()).and_then(Option::take)
     }
 
+    /// The present entries, in handle order.
     pub fn iter(&self) -> impl Iterator<Item = (Handle<K>, &V)> {
         self.values.iter().enumerate().filter_map(|(i, v)| v.as_ref().map(|v| (Handle::from_index(i), v)))
     }

@@ -16,12 +16,19 @@ use crate::dtype::DataType;
 pub enum AttrValue {
     /// `None` in text: "not given" for optional attributes (e.g. `axis=None`).
     None,
+    /// `True` / `False`.
     Bool(bool),
+    /// An integer (`axis=1`).
     Int(i64),
+    /// A float, printed with an `f` suffix (`1e-05f`); compares and hashes by bit pattern.
     Float(f64),
+    /// A string (`layout="NCHW"`).
     Str(String),
+    /// A list of integers (`strides=[2, 2]`).
     Ints(Vec<i64>),
+    /// A list of floats; each compares and hashes by bit pattern.
     Floats(Vec<f64>),
+    /// A data type, printed as its TVM name in quotes (`dtype="float32"`).
     DType(DataType),
 }
 
@@ -140,12 +147,17 @@ impl fmt::Display for AttrValue {
 /// The declared kind of an attribute in an operator's schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttrKind {
+    /// `True` / `False` (also accepts the integers 0 and 1).
     Bool,
+    /// An integer (also accepts a bool, as 0 or 1).
     Int,
     /// An integer or `None`.
     OptInt,
+    /// A float (also accepts an integer).
     Float,
+    /// A string.
     Str,
+    /// A list of integers (also accepts a bare integer, as a one-element list).
     Ints,
     /// A list of integers or `None` (e.g. reduction axes: `None` means all).
     OptInts,
@@ -156,6 +168,7 @@ pub enum AttrKind {
 }
 
 impl AttrKind {
+    /// The kind as error messages name it (`"integer or None"`).
     pub fn name(self) -> &'static str {
         match self {
             AttrKind::Bool => "bool",
@@ -201,7 +214,9 @@ impl AttrKind {
 /// One attribute in an operator's schema.
 #[derive(Clone, Debug)]
 pub struct AttrSpec {
+    /// The attribute's name in text and in [`Attrs`].
     pub name: &'static str,
+    /// The kind values are coerced to.
     pub kind: AttrKind,
     /// `None` means the attribute is required.
     pub default: Option<AttrValue>,
@@ -216,6 +231,7 @@ impl AttrSpec {
     pub fn with_default(name: &'static str, kind: AttrKind, default: AttrValue) -> Self {
         AttrSpec { name, kind, default: Some(default) }
     }
+    /// An integer with a default.
     pub fn int(name: &'static str, default: i64) -> Self {
         Self::with_default(name, AttrKind::Int, AttrValue::Int(default))
     }
@@ -223,15 +239,19 @@ impl AttrSpec {
     pub fn opt_int(name: &'static str) -> Self {
         Self::with_default(name, AttrKind::OptInt, AttrValue::None)
     }
+    /// A float with a default.
     pub fn float(name: &'static str, default: f64) -> Self {
         Self::with_default(name, AttrKind::Float, AttrValue::Float(default))
     }
+    /// A bool with a default.
     pub fn bool(name: &'static str, default: bool) -> Self {
         Self::with_default(name, AttrKind::Bool, AttrValue::Bool(default))
     }
+    /// A string with a default.
     pub fn str(name: &'static str, default: &str) -> Self {
         Self::with_default(name, AttrKind::Str, AttrValue::Str(default.to_string()))
     }
+    /// A list of integers with a default.
     pub fn ints(name: &'static str, default: &[i64]) -> Self {
         Self::with_default(name, AttrKind::Ints, AttrValue::Ints(default.to_vec()))
     }
@@ -239,6 +259,7 @@ impl AttrSpec {
     pub fn opt_ints(name: &'static str) -> Self {
         Self::with_default(name, AttrKind::OptInts, AttrValue::None)
     }
+    /// A data type with a default.
     pub fn dtype(name: &'static str, default: DataType) -> Self {
         Self::with_default(name, AttrKind::DType, AttrValue::DType(default))
     }
@@ -251,6 +272,7 @@ pub struct Attrs {
 }
 
 impl Attrs {
+    /// No attributes.
     pub fn new() -> Self {
         Self::default()
     }
@@ -273,18 +295,22 @@ impl Attrs {
         }
     }
 
+    /// The value of `name`, if set.
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
         self.entries.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 
+    /// The entries in order (the schema's order once normalized).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// How many entries there are.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -293,6 +319,7 @@ impl Attrs {
         self.get(name).ok_or_else(|| OpError::from(format!("missing attribute `{name}`")))
     }
 
+    /// The integer `name` (a bool reads as 0 or 1); an error when missing or of another kind.
     pub fn int(&self, name: &str) -> Result<i64, OpError> {
         match self.require(name)? {
             AttrValue::Int(i) => Ok(*i),
@@ -309,6 +336,7 @@ impl Attrs {
         }
     }
 
+    /// The float `name` (an integer is converted); an error when missing or of another kind.
     pub fn float(&self, name: &str) -> Result<f64, OpError> {
         match self.require(name)? {
             AttrValue::Float(x) => Ok(*x),
@@ -317,6 +345,7 @@ impl Attrs {
         }
     }
 
+    /// The bool `name` (an integer reads as `!= 0`); an error when missing or of another kind.
     pub fn bool(&self, name: &str) -> Result<bool, OpError> {
         match self.require(name)? {
             AttrValue::Bool(b) => Ok(*b),
@@ -325,6 +354,7 @@ impl Attrs {
         }
     }
 
+    /// The string `name`; an error when missing or of another kind.
     pub fn str(&self, name: &str) -> Result<&str, OpError> {
         match self.require(name)? {
             AttrValue::Str(s) => Ok(s),
@@ -332,6 +362,7 @@ impl Attrs {
         }
     }
 
+    /// The integer list `name`; an error when missing or of another kind.
     pub fn ints(&self, name: &str) -> Result<&[i64], OpError> {
         match self.require(name)? {
             AttrValue::Ints(v) => Ok(v),
@@ -347,6 +378,7 @@ impl Attrs {
         }
     }
 
+    /// The data type `name` (a string is parsed as a TVM name); an error when missing or of another kind.
     pub fn dtype(&self, name: &str) -> Result<DataType, OpError> {
         match self.require(name)? {
             AttrValue::DType(d) => Ok(*d),

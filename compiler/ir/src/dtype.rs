@@ -5,17 +5,29 @@ use std::fmt;
 /// The element type of a tensor. Names follow TVM (`float32`, `int64`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DataType {
+    /// `float32`: IEEE binary32.
     F32,
+    /// `float16`: IEEE binary16.
     F16,
+    /// `float64`: IEEE binary64.
     F64,
+    /// `int64`: signed 64-bit integer.
     I64,
+    /// `int32`: signed 32-bit integer.
     I32,
+    /// `int16`: signed 16-bit integer.
     I16,
+    /// `int8`: signed 8-bit integer.
     I8,
+    /// `uint8`: unsigned 8-bit integer.
     U8,
+    /// `uint16`: unsigned 16-bit integer.
     U16,
+    /// `uint32`: unsigned 32-bit integer.
     U32,
+    /// `uint64`: unsigned 64-bit integer.
     U64,
+    /// `bool`: one byte, 0 or 1.
     Bool,
 }
 
@@ -84,6 +96,7 @@ impl DataType {
         }
     }
 
+    /// `float16`, `float32` or `float64`.
     pub const fn is_float(self) -> bool {
         matches!(self, DataType::F32 | DataType::F16 | DataType::F64)
     }
@@ -93,10 +106,12 @@ impl DataType {
         self.is_signed_int() || self.is_unsigned_int()
     }
 
+    /// `int8` to `int64`.
     pub const fn is_signed_int(self) -> bool {
         matches!(self, DataType::I64 | DataType::I32 | DataType::I16 | DataType::I8)
     }
 
+    /// `uint8` to `uint64` (not bool).
     pub const fn is_unsigned_int(self) -> bool {
         matches!(self, DataType::U8 | DataType::U16 | DataType::U32 | DataType::U64)
     }
@@ -123,6 +138,7 @@ impl DataType {
         }
     }
 
+    /// Whether this is `bool`.
     pub const fn is_bool(self) -> bool {
         matches!(self, DataType::Bool)
     }

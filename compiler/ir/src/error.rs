@@ -8,28 +8,52 @@ use crate::span::Span;
 pub enum Error {
     /// Malformed Relay text.
     #[error("{span}: parse error: {message}")]
-    Parse { span: Span, message: String },
+    Parse {
+        /// Where the error is.
+        span: Span,
+        /// What went wrong, without the location.
+        message: String,
+    },
     /// Ill-typed IR (shape or dtype mismatch, wrong arity, bad attribute).
     #[error("{span}: type error: {message}")]
-    Type { span: Span, message: String },
+    Type {
+        /// Where the error is.
+        span: Span,
+        /// What went wrong, without the location.
+        message: String,
+    },
     /// The reference interpreter could not evaluate an expression.
     #[error("{span}: evaluation error: {message}")]
-    Eval { span: Span, message: String },
+    Eval {
+        /// Where the error is.
+        span: Span,
+        /// What went wrong, without the location.
+        message: String,
+    },
     /// IR built or used incorrectly (an unknown operator, a missing function, …).
     #[error("{span}: {message}")]
-    Invalid { span: Span, message: String },
+    Invalid {
+        /// Where the error is.
+        span: Span,
+        /// What went wrong, without the location.
+        message: String,
+    },
 }
 
 impl Error {
+    /// A [`Error::Parse`] at `span`.
     pub fn parse(span: Span, message: impl Into<String>) -> Self {
         Error::Parse { span, message: message.into() }
     }
+    /// A [`Error::Type`] at `span`.
     pub fn ty(span: Span, message: impl Into<String>) -> Self {
         Error::Type { span, message: message.into() }
     }
+    /// A [`Error::Eval`] at `span`.
     pub fn eval(span: Span, message: impl Into<String>) -> Self {
         Error::Eval { span, message: message.into() }
     }
+    /// A [`Error::Invalid`] at `span`.
     pub fn invalid(span: Span, message: impl Into<String>) -> Self {
         Error::Invalid { span, message: message.into() }
     }
@@ -55,6 +79,7 @@ impl Error {
     }
 }
 
+/// The IR crate's result, with [`Error`] unless another error type is named.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What an operator's type relation, reference evaluator or attribute
@@ -67,10 +92,12 @@ pub struct OpError {
 }
 
 impl OpError {
+    /// An error with this message.
     pub fn new(message: impl Into<String>) -> Self {
         OpError { message: message.into() }
     }
 
+    /// What went wrong, in words.
     pub fn message(&self) -> &str {
         &self.message
     }

@@ -11,20 +11,28 @@ pub enum Span {
     #[default]
     Unknown,
     /// 1-based line and column in Relay text.
-    Text { line: u32, column: u32 },
+    Text {
+        /// 1-based line.
+        line: u32,
+        /// 1-based column, in characters.
+        column: u32,
+    },
     /// A named node of an imported graph (e.g. an ONNX node name).
     Node(Arc<str>),
 }
 
 impl Span {
+    /// A 1-based `line:column` in Relay text.
     pub fn text(line: u32, column: u32) -> Span {
         Span::Text { line, column }
     }
 
+    /// The node called `name` in an imported graph.
     pub fn node(name: &str) -> Span {
         Span::Node(Arc::from(name))
     }
 
+    /// Whether the span says where (anything but [`Span::Unknown`]).
     pub fn is_known(&self) -> bool {
         !matches!(self, Span::Unknown)
     }

@@ -71,11 +71,13 @@ impl Tensor {
         Tensor { dtype, shape, data }
     }
 
+    /// A `float32` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Tensor {
         let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
         Tensor::from_f64(DataType::F32, shape, &v)
     }
 
+    /// An `int64` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
     pub fn from_i64(shape: Vec<usize>, values: &[i64]) -> Tensor {
         let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
         Tensor::from_f64(DataType::I64, shape, &v)
@@ -92,18 +94,22 @@ impl Tensor {
         Tensor::from_f64(dtype, shape, &vec![value; n])
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
 
+    /// The dimensions, outermost first (empty for a scalar).
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
+    /// Number of elements (1 for a scalar).
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
 
+    /// The data: the elements row-major, each as little-endian bytes of the dtype.
     pub fn bytes(&self) -> &[u8] {
         &self.data
     }

@@ -28,19 +28,27 @@ pub enum Storage {
     /// The `i`-th constant (read-only data).
     Constant(usize),
     /// A slice of the arena.
-    Arena { offset: usize },
+    Arena {
+        /// Offset in bytes from the arena's start, a multiple of [`ARENA_ALIGN`].
+        offset: usize,
+    },
 }
 
 /// One tensor of the executor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSlot {
+    /// The input's parameter name; `constantN`, `outputN` or `tN` for the others.
     pub name: String,
+    /// Dimensions, outermost first.
     pub shape: Vec<usize>,
+    /// The element type.
     pub dtype: DataType,
+    /// Where the bytes are.
     pub storage: Storage,
 }
 
 impl TensorSlot {
+    /// Size in bytes (row-major, no padding).
     pub fn bytes(&self) -> usize {
         self.shape.iter().product::<usize>() * self.dtype.size_bytes()
     }
@@ -49,20 +57,28 @@ impl TensorSlot {
 /// One kernel call: the kernel and its arguments (inputs then outputs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelCall {
+    /// Index of the kernel in [`ExecutorPlan::kernels`].
     pub kernel: usize,
+    /// Tensor ids (indices into [`ExecutorPlan::tensors`]): the kernel's inputs, then its outputs.
     pub args: Vec<usize>,
 }
 
 /// The whole executor of a model (the default: empty, no arena).
 #[derive(Clone, Debug, Default)]
 pub struct ExecutorPlan {
+    /// The kernels; structurally equal fused functions share one.
     pub kernels: Vec<PrimFunc>,
+    /// Every tensor; a tensor id is an index here.
     pub tensors: Vec<TensorSlot>,
+    /// The kernel calls, in execution order.
     pub calls: Vec<KernelCall>,
+    /// The constant data, indexed by [`Storage::Constant`].
     pub constants: Vec<Tensor>,
-    /// Tensor ids of the inputs and outputs, in order.
+    /// Tensor ids of the inputs, in order.
     pub inputs: Vec<usize>,
+    /// Tensor ids of the outputs, in order.
     pub outputs: Vec<usize>,
+    /// Size of the arena in bytes (placed tensors at `ARENA_ALIGN`-aligned offsets).
     pub arena_bytes: usize,
     /// The peak of simultaneously live intermediate bytes (no plan can do better).
     pub arena_lower_bound: usize,

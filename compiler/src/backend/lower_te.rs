@@ -18,7 +18,9 @@ use crate::topi::{compute_op, TeValue};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("lowering `{kernel}`: {message}")]
 pub struct LowerTeError {
+    /// The kernel being lowered (from [`kernel_name`]).
     pub kernel: String,
+    /// What could not be lowered.
     pub message: String,
 }
 

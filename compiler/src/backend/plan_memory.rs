@@ -11,8 +11,11 @@
 /// One tensor to place: its size and the steps (inclusive) during which it is alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lifetime {
+    /// Size in bytes (rounded up to the alignment when placed).
     pub bytes: usize,
+    /// The step (kernel call) that writes it first.
     pub first: usize,
+    /// The last step that reads it (inclusive).
     pub last: usize,
 }
 

@@ -62,19 +62,52 @@ use report::report_json;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// Neither `.module(…)`, `.relay_file(…)` nor `.onnx(…)` gave a model.
     #[error("kiln: model `{model}`: no model given; call .module(…) or .relay_file(…)")]
-    NoModel { model: String },
+    NoModel {
+        /// The model's name.
+        model: String,
+    },
+    /// The model could not be loaded, typed, lowered or compiled for the target.
     #[error("kiln: model `{model}`: {message}")]
-    Model { model: String, message: String },
+    Model {
+        /// The model's name.
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A pass of the pipeline (or the lowering after it) failed.
     #[error("kiln: model `{model}`: {source}")]
-    Compile { model: String, source: PassError },
+    Compile {
+        /// The model's name.
+        model: String,
+        /// The pass's error.
+        source: PassError,
+    },
+    /// A weight file could not be read, or a weight does not fit the parameter it binds.
     #[error("kiln: model `{model}`: weights: {message}")]
-    Weights { model: String, message: String },
+    Weights {
+        /// The model's name.
+        model: String,
+        /// What went wrong, naming the file or weight.
+        message: String,
+    },
+    /// A file could not be read or written.
     #[error("kiln: model `{model}`: {path}: {source}")]
-    Io { model: String, path: String, source: std::io::Error },
+    Io {
+        /// The model's name.
+        model: String,
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// No output directory: `OUT_DIR` unset and no [`Build::out_dir`].
     #[error("kiln: model `{model}`: OUT_DIR is not set; call .out_dir(…) when not running in a build script")]
-    NoOutDir { model: String },
+    NoOutDir {
+        /// The model's name.
+        model: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -151,6 +184,7 @@ impl std::fmt::Debug for Build {
 /// Everything a build produces, in memory ([`Artifacts::write_to`] writes it).
 #[derive(Clone, Debug)]
 pub struct Artifacts {
+    /// The model's name (the generated module's and the symbols' prefix).
     pub name: String,
     /// The kernels and weights as object files (LLVM targets; the kernels
     /// are split into up to `codegen::llvm::OBJECT_PARTS`, compiled in parallel).
@@ -176,6 +210,7 @@ pub struct Artifacts {
     /// The pass timing report, written to `<model>.timings.txt` (not deterministic,
     /// so kept out of the artifacts that must be byte-identical).
     pub timings: String,
+    /// The executor plan: kernel calls, arena layout, inputs and outputs.
     pub plan: ExecutorPlan,
     /// Whether `compile` reused the artifacts of an identical earlier build.
     pub reused: bool,
@@ -303,6 +338,7 @@ impl Build {
         self
     }
 
+    /// The opt level of the default pipeline (default 3).
     pub fn opt_level(&mut self, level: u32) -> &mut Self {
         self.opt_level = level;
         self

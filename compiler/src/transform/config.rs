@@ -7,10 +7,15 @@ use std::sync::{OnceLock, RwLock};
 /// The kind of value a configuration key takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfigKind {
+    /// `true`/`false` (on the command line also `1`/`0`, `True`/`False`).
     Bool,
+    /// A 64-bit signed integer.
     Int,
+    /// A 64-bit float.
     Float,
+    /// Text.
     Str,
+    /// Strings, comma-separated on the command line.
     StrList,
 }
 
@@ -20,24 +25,49 @@ pub enum ConfigKind {
 pub enum ConfigError {
     /// `valid` lists every registered key with its kind and meaning.
     #[error("unknown config key `{key}`; valid keys: {valid}")]
-    UnknownKey { key: String, valid: String },
+    UnknownKey {
+        /// The key asked for.
+        key: String,
+        /// Every registered key, `name (kind: meaning)`, separated by `; `.
+        valid: String,
+    },
+    /// The value's kind is not the key's.
     #[error("config key `{key}` takes a {expected}, given a {given}")]
-    WrongKind { key: String, expected: ConfigKind, given: ConfigKind },
+    WrongKind {
+        /// The key.
+        key: String,
+        /// The kind the key was registered with.
+        expected: ConfigKind,
+        /// The kind of the value given.
+        given: ConfigKind,
+    },
+    /// A key was registered again with another kind.
     #[error("config key `{key}` is already registered as {registered}")]
-    AlreadyRegistered { key: String, registered: ConfigKind },
+    AlreadyRegistered {
+        /// The key.
+        key: String,
+        /// The kind it already has.
+        registered: ConfigKind,
+    },
 }
 
 /// A configuration value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigValue {
+    /// `true` or `false`.
     Bool(bool),
+    /// An integer.
     Int(i64),
+    /// A float.
     Float(f64),
+    /// Text.
     Str(String),
+    /// A list of strings.
     StrList(Vec<String>),
 }
 
 impl ConfigValue {
+    /// The kind of this value.
     pub fn kind(&self) -> ConfigKind {
         match self {
             ConfigValue::Bool(_) => ConfigKind::Bool,

@@ -13,15 +13,20 @@ use super::pass::{BodyError, PassBodyError, PassError, PassInfo};
 /// How serious a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
+    /// Information only.
     Note,
+    /// Something the user may want to fix; the pipeline still succeeds.
     Warning,
 }
 
 /// A message a pass left for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// The pass that left it.
     pub pass: String,
+    /// How serious it is.
     pub severity: Severity,
+    /// The message.
     pub message: String,
 }
 
@@ -100,25 +105,30 @@ fn instrument_err(pi: &dyn PassInstrument, stage: &'static str, error: PassBodyE
 }
 
 impl PassContext {
+    /// A context with the defaults: opt level 2, nothing required or disabled, no config, no instruments.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Sets the opt level: passes of a `Sequential` at or below it run.
     pub fn with_opt_level(mut self, level: u32) -> Self {
         self.opt_level = level;
         self
     }
 
+    /// Adds passes (by name) that run whatever their opt level.
     pub fn with_required(mut self, names: &[&str]) -> Self {
         self.required.extend(names.iter().map(|s| s.to_string()));
         self
     }
 
+    /// Adds passes (by name) that never run inside a `Sequential`.
     pub fn with_disabled(mut self, names: &[&str]) -> Self {
         self.disabled.extend(names.iter().map(|s| s.to_string()));
         self
     }
 
+    /// Replaces the instruments.
     pub fn with_instruments(self, instruments: Vec<Arc<dyn PassInstrument>>) -> Self {
         *self.instruments.lock().unwrap_or_else(|e| e.into_inner()) = instruments;
         self
@@ -140,10 +150,12 @@ impl PassContext {
         Ok(self)
     }
 
+    /// The value set for `key`, if any.
     pub fn config(&self, key: &str) -> Option<&ConfigValue> {
         self.config.get(key)
     }
 
+    /// The integer set for `key`; `None` when unset (the caller's default applies).
     pub fn config_int(&self, key: &str) -> Option<i64> {
         match self.config.get(key) {
             Some(ConfigValue::Int(v)) => Some(*v),
@@ -151,6 +163,7 @@ impl PassContext {
         }
     }
 
+    /// The bool set for `key`; `None` when unset (the caller's default applies).
     pub fn config_bool(&self, key: &str) -> Option<bool> {
         match self.config.get(key) {
             Some(ConfigValue::Bool(v)) => Some(*v),
@@ -167,6 +180,7 @@ impl PassContext {
         });
     }
 
+    /// The diagnostics recorded so far, in order.
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         self.diagnostics.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

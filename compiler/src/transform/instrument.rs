@@ -13,10 +13,13 @@ use super::pass::{PassBodyError, PassInfo};
 /// Call order and failure semantics are the seed document's; see `PassContext`.
 #[allow(unused_variables)]
 pub trait PassInstrument: Send + Sync {
+    /// The instrument's name, as errors from its hooks name it.
     fn name(&self) -> &str;
+    /// Called when a context holding the instrument is entered; an error leaves the context unentered.
     fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
         Ok(())
     }
+    /// Called when a context holding the instrument is left.
     fn exit_pass_ctx(&self) -> Result<(), PassBodyError> {
         Ok(())
     }
@@ -24,9 +27,11 @@ pub trait PassInstrument: Send + Sync {
     fn should_run(&self, module: &IRModule, info: &PassInfo) -> Result<bool, PassBodyError> {
         Ok(true)
     }
+    /// Called before each pass that runs.
     fn run_before_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         Ok(())
     }
+    /// Called after each pass that ran, with its result.
     fn run_after_pass(&self, module: &IRModule, info: &PassInfo) -> Result<(), PassBodyError> {
         Ok(())
     }
@@ -38,8 +43,11 @@ pub type IrPrinter = fn(&IRModule) -> String;
 /// One timed pass: nesting depth (a Sequential's passes are one deeper), name, time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PassTime {
+    /// Nesting depth: 0 for a pass applied directly, one more for each enclosing `Sequential`.
     pub depth: usize,
+    /// The pass's name.
     pub name: String,
+    /// Wall-clock time the pass took.
     pub time: Duration,
 }
 
@@ -53,6 +61,7 @@ pub struct PassTimingInstrument {
 }
 
 impl PassTimingInstrument {
+    /// A timer with nothing recorded.
     pub fn new() -> Self {
         Self::default()
     }
@@ -115,8 +124,11 @@ impl PassInstrument for PassTimingInstrument {
 /// Which passes a printing instrument prints around.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Selection {
+    /// No pass.
     None,
+    /// Every pass.
     All,
+    /// The passes of these names.
     Names(Vec<String>),
 }
 
@@ -132,7 +144,9 @@ impl Selection {
 
 /// Prints the module before and/or after chosen passes.
 pub struct PrintIr {
+    /// The passes to print the module before.
     pub before: Selection,
+    /// The passes to print the module after.
     pub after: Selection,
     sink: Mutex<Box<dyn Write + Send>>,
     printer: IrPrinter,
@@ -150,6 +164,7 @@ impl PrintIr {
         Self::with_sink(before, after, Box::new(std::io::stderr()), print_module)
     }
 
+    /// Print with `printer` into `sink`, each module headed `// IR before <pass>` or `// IR after <pass>`.
     pub fn with_sink(before: Selection, after: Selection, sink: Box<dyn Write + Send>, printer: IrPrinter) -> Self {
         PrintIr { before, after, sink: Mutex::new(sink), printer }
     }
@@ -189,6 +204,7 @@ pub struct DumpIr {
 }
 
 impl DumpIr {
+    /// Dump Relay text into `dir` (created when the context is entered), numbering from 000.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         DumpIr { dir: dir.into(), counter: Mutex::new(0), printer: print_module }
     }
@@ -223,6 +239,7 @@ pub struct WellFormedChecker {
 }
 
 impl WellFormedChecker {
+    /// Check well-formedness only.
     pub fn new() -> Self {
         Self::default()
     }

@@ -108,10 +108,12 @@ impl Sequential {
         Sequential { info, passes }
     }
 
+    /// The passes as given, in order (their requirements are resolved when the pipeline runs).
     pub fn passes(&self) -> &[Arc<dyn Pass>] {
         &self.passes
     }
 
+    /// The pipeline as a shared [`Pass`] (to nest it, or to register it).
     pub fn arc(self) -> Arc<dyn Pass> {
         Arc::new(self)
     }

@@ -7,17 +7,22 @@ use crate::tir::{BinOp, Expr, Var};
 /// An inclusive integer interval; `None` ends are unbounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Interval {
+    /// The least value, or `None` when unbounded below.
     pub lo: Option<i64>,
+    /// The greatest value, or `None` when unbounded above.
     pub hi: Option<i64>,
 }
 
 impl Interval {
+    /// Every integer: unbounded both ways.
     pub const EVERYTHING: Interval = Interval { lo: None, hi: None };
 
+    /// The interval holding only `v`.
     pub fn point(v: i64) -> Self {
         Interval { lo: Some(v), hi: Some(v) }
     }
 
+    /// `lo..=hi`.
     pub fn new(lo: i64, hi: i64) -> Self {
         Interval { lo: Some(lo), hi: Some(hi) }
     }
@@ -75,6 +80,7 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// No variable bound.
     pub fn new() -> Self {
         Self::default()
     }
@@ -84,10 +90,12 @@ impl Bounds {
         self.ranges.insert(v.clone(), Interval::new(min, min + extent - 1));
     }
 
+    /// Records `range` as the values `v` takes.
     pub fn bind(&mut self, v: &Var, range: Interval) {
         self.ranges.insert(v.clone(), range);
     }
 
+    /// Forgets what is known of `v` (on leaving its scope).
     pub fn unbind(&mut self, v: &Var) {
         self.ranges.remove(v);
     }

@@ -33,13 +33,18 @@ pub struct Var {
 /// (a `GlobalVar`, a `Function`, or a variable bound to one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Callee {
+    /// A registered operator.
     Op(OpId),
+    /// An expression of function type.
     Expr(ExprId),
 }
 
+/// A call: a callee applied to arguments, with attributes for operator calls.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Call {
+    /// What is called.
     pub callee: Callee,
+    /// The arguments, in order.
     pub args: Vec<ExprId>,
     /// Normalized against the operator's schema for operator calls; empty otherwise.
     pub attrs: Attrs,
@@ -51,8 +56,11 @@ pub struct Call {
 pub struct Function {
     /// `Var` nodes.
     pub params: Vec<ExprId>,
+    /// The body, in which the parameters are bound.
     pub body: ExprId,
+    /// The annotated result type, if any.
     pub ret_ty: Option<TypeId>,
+    /// Function attributes (`Primitive`, `SkipOptimization`, `Compiler`, …).
     pub attrs: Attrs,
 }
 
@@ -75,10 +83,12 @@ impl Function {
         }
     }
 
+    /// Whether the function is a fused kernel (`Primitive=1`, set by FuseOps).
     pub fn is_primitive(&self) -> bool {
         self.flag(ATTR_PRIMITIVE)
     }
 
+    /// Whether function passes must leave the function alone (`SkipOptimization=1`).
     pub fn skips_optimization(&self) -> bool {
         self.flag(ATTR_SKIP_OPTIMIZATION)
     }
@@ -94,27 +104,42 @@ impl Function {
 /// The kinds of Relay expression.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExprKind {
+    /// A variable; every use of it is the same node.
     Var(Var),
     /// A reference to a module-level function by name (without `@`).
     GlobalVar(String),
+    /// A constant tensor, hash-consed in the store.
     Constant(ConstId),
+    /// A call of an operator or a function.
     Call(Call),
+    /// A tuple of the fields, in order.
     Tuple(Vec<ExprId>),
+    /// Field `index` of a tuple: `tuple.index` in text.
     TupleGetItem {
+        /// The tuple.
         tuple: ExprId,
+        /// 0-based field index.
         index: usize,
     },
     /// `let var = value; body`. `var` is a `Var` node.
     Let {
+        /// The bound `Var` node.
         var: ExprId,
+        /// The value bound to `var`.
         value: ExprId,
+        /// The expression in which `var` is bound.
         body: ExprId,
     },
+    /// `if (cond) { then_branch } else { else_branch }`; both branches have one type.
     If {
+        /// A scalar `bool`.
         cond: ExprId,
+        /// Evaluated when `cond` is true.
         then_branch: ExprId,
+        /// Evaluated when `cond` is false.
         else_branch: ExprId,
     },
+    /// A function literal (a global's definition, a fused kernel or a closure).
     Function(Function),
 }
 
@@ -201,7 +226,9 @@ impl ExprKind {
 /// An expression node: its kind and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Expr {
+    /// What the node is.
     pub kind: ExprKind,
+    /// Where the node came from.
     pub span: Span,
 }
 
@@ -226,6 +253,7 @@ impl std::ops::Index<ExprId> for Store {
 }
 
 impl Store {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
@@ -235,18 +263,22 @@ impl Store {
         self.exprs.len()
     }
 
+    /// Whether the store has no expression node.
     pub fn is_empty(&self) -> bool {
         self.exprs.is_empty()
     }
 
+    /// What node `id` is.
     pub fn kind(&self, id: ExprId) -> &ExprKind {
         &self.exprs[id].kind
     }
 
+    /// Where node `id` came from.
     pub fn span(&self, id: ExprId) -> &Span {
         &self.exprs[id].span
     }
 
+    /// Sets where node `id` came from.
     pub fn set_span(&mut self, id: ExprId, span: Span) {
         self.exprs[id].span = span;
     }
@@ -271,6 +303,7 @@ impl Store {
         self.types.insert(ty)
     }
 
+    /// The hash-consed type `id`.
     pub fn ty(&self, id: TypeId) -> &Type {
         &self.types[id]
     }
@@ -280,6 +313,7 @@ impl Store {
         self.consts.insert(t)
     }
 
+    /// The hash-consed constant tensor `id`.
     pub fn constant_data(&self, id: ConstId) -> &Tensor {
         &self.consts[id]
     }
@@ -294,10 +328,12 @@ impl Store {
         self.checked.get(id).map(|&t| &self.types[t])
     }
 
+    /// The handle of the type inferred for `id`, if type inference has run over it.
     pub fn checked_type_id(&self, id: ExprId) -> Option<TypeId> {
         self.checked.get(id).copied()
     }
 
+    /// Records `ty` as the checked type of `id` and returns its handle.
     pub fn set_checked_type(&mut self, id: ExprId, ty: Type) -> TypeId {
         let t = self.intern_type(ty);
         self.checked.insert(id, t);
@@ -317,10 +353,12 @@ impl Store {
         self.add(ExprKind::Var(Var { name: name.into(), ty }), Span::Unknown)
     }
 
+    /// A reference to the module function named `name` (without `@`).
     pub fn global_var(&mut self, name: impl Into<String>) -> ExprId {
         self.add(ExprKind::GlobalVar(name.into()), Span::Unknown)
     }
 
+    /// A constant node of `t` (hash-consed: equal tensors share a [`ConstId`]).
     pub fn constant(&mut self, t: Tensor) -> ExprId {
         let c = self.intern_const(t);
         self.add(ExprKind::Constant(c), Span::Unknown)
@@ -356,22 +394,27 @@ impl Store {
         self.add(ExprKind::Call(Call { callee: Callee::Expr(callee), args, attrs: Attrs::new() }), Span::Unknown)
     }
 
+    /// A tuple of `fields`.
     pub fn tuple(&mut self, fields: Vec<ExprId>) -> ExprId {
         self.add(ExprKind::Tuple(fields), Span::Unknown)
     }
 
+    /// Field `index` of `tuple`.
     pub fn tuple_get_item(&mut self, tuple: ExprId, index: usize) -> ExprId {
         self.add(ExprKind::TupleGetItem { tuple, index }, Span::Unknown)
     }
 
+    /// `let var = value; body`; `var` must be a `Var` node.
     pub fn let_(&mut self, var: ExprId, value: ExprId, body: ExprId) -> ExprId {
         self.add(ExprKind::Let { var, value, body }, Span::Unknown)
     }
 
+    /// `if (cond) { then_branch } else { else_branch }`.
     pub fn if_(&mut self, cond: ExprId, then_branch: ExprId, else_branch: ExprId) -> ExprId {
         self.add(ExprKind::If { cond, then_branch, else_branch }, Span::Unknown)
     }
 
+    /// A function literal over the `Var` nodes `params`.
     pub fn function(&mut self, params: Vec<ExprId>, body: ExprId, ret_ty: Option<Type>, attrs: Attrs) -> ExprId {
         let ret_ty = ret_ty.map(|t| self.intern_type(t));
         self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), Span::Unknown)
@@ -379,6 +422,7 @@ impl Store {
 
     // ---- accessors ------------------------------------------------------------
 
+    /// The variable, if `id` is a `Var`.
     pub fn as_var(&self, id: ExprId) -> Option<&Var> {
         match self.kind(id) {
             ExprKind::Var(v) => Some(v),
@@ -386,6 +430,7 @@ impl Store {
         }
     }
 
+    /// The function, if `id` is a function literal.
     pub fn as_function(&self, id: ExprId) -> Option<&Function> {
         match self.kind(id) {
             ExprKind::Function(f) => Some(f),
@@ -393,6 +438,7 @@ impl Store {
         }
     }
 
+    /// The call, if `id` is a call.
     pub fn as_call(&self, id: ExprId) -> Option<&Call> {
         match self.kind(id) {
             ExprKind::Call(c) => Some(c),

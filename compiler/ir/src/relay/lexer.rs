@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::span::Span;
 
+/// A token of Relay text.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Tok {
     /// `%name` or `%0`.
@@ -15,13 +16,16 @@ pub enum Tok {
     Int(i64, String),
     /// A float literal with its suffix (`1.5f`, `1e-05f`, `0.5`, `1f16`).
     Float(f64, String),
+    /// A string literal, escapes resolved.
     Str(String),
     /// Punctuation: `( ) [ ] { } , ; : = . -> #` and the infix operators.
     Punct(&'static str),
+    /// The end of the input (always the last token).
     Eof,
 }
 
 impl Tok {
+    /// The token as error messages name it (`` `%x` ``, `string "a"`, `the end of the input`).
     pub fn describe(&self) -> String {
         match self {
             Tok::Local(n) => format!("`%{n}`"),
@@ -36,14 +40,19 @@ impl Tok {
     }
 }
 
+/// A token and where it starts.
 #[derive(Clone, Debug)]
 pub struct Token {
+    /// The token.
     pub tok: Tok,
+    /// 1-based line of its first character.
     pub line: u32,
+    /// 1-based column of its first character, in characters.
     pub column: u32,
 }
 
 impl Token {
+    /// The token's position as a [`Span::Text`].
     pub fn span(&self) -> Span {
         Span::text(self.line, self.column)
     }

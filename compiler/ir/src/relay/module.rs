@@ -16,12 +16,14 @@ use super::visit::post_order;
 /// Order is insertion order, which printing follows.
 #[derive(Clone, Debug, Default)]
 pub struct IRModule {
+    /// The nodes of every function (and of unreachable garbage until [`IRModule::compact`]).
     pub store: Store,
     functions: IndexMap<String, ExprId>,
     prim_funcs: IndexMap<String, crate::tir::PrimFunc>,
 }
 
 impl IRModule {
+    /// An empty module.
     pub fn new() -> Self {
         Self::default()
     }
@@ -54,10 +56,12 @@ impl IRModule {
         self.add_function(name, func)
     }
 
+    /// Removes the global function `name`, keeping the others' order; returns its `Function` node.
     pub fn remove_function(&mut self, name: &str) -> Option<ExprId> {
         self.functions.shift_remove(name)
     }
 
+    /// The `Function` node bound to `name` (without `@`), if any.
     pub fn function(&self, name: &str) -> Option<ExprId> {
         self.functions.get(name).copied()
     }
@@ -78,14 +82,17 @@ impl IRModule {
         self.functions.iter().map(|(k, &v)| (k.as_str(), v))
     }
 
+    /// The global function names, in order.
     pub fn function_names(&self) -> Vec<String> {
         self.functions.keys().cloned().collect()
     }
 
+    /// Number of global Relay functions (TIR kernels not counted).
     pub fn len(&self) -> usize {
         self.functions.len()
     }
 
+    /// Whether the module has no global Relay function.
     pub fn is_empty(&self) -> bool {
         self.functions.is_empty()
     }
@@ -95,6 +102,7 @@ impl IRModule {
         self.prim_funcs.insert(f.name.clone(), f);
     }
 
+    /// The TIR kernel named `name`, if any.
     pub fn prim_func(&self, name: &str) -> Option<&crate::tir::PrimFunc> {
         self.prim_funcs.get(name)
     }

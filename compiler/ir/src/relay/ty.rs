@@ -15,19 +15,24 @@ pub type TypeId = Handle<Type>;
 /// A tensor type: static shape and element type. A scalar has an empty shape.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
+    /// Dimensions, outermost first; every one static.
     pub shape: Vec<usize>,
+    /// The element type.
     pub dtype: DataType,
 }
 
 impl TensorType {
+    /// A tensor type of `shape` and `dtype`.
     pub fn new(shape: impl Into<Vec<usize>>, dtype: DataType) -> Self {
         TensorType { shape: shape.into(), dtype }
     }
 
+    /// A 0-d tensor type.
     pub fn scalar(dtype: DataType) -> Self {
         TensorType { shape: vec![], dtype }
     }
 
+    /// Number of dimensions (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -84,19 +89,25 @@ pub fn check_size(ty: &Type) -> Result<(), OpError> {
 /// A function type: parameter types and result type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FuncType {
+    /// Parameter types, in order.
     pub params: Vec<Type>,
+    /// The result type.
     pub ret: Box<Type>,
 }
 
 /// A Relay type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
+    /// A tensor of static shape.
     Tensor(TensorType),
+    /// A tuple of the field types, in order (`()` when empty).
     Tuple(Vec<Type>),
+    /// A function.
     Func(FuncType),
 }
 
 impl Type {
+    /// A tensor type of `shape` and `dtype`.
     pub fn tensor(shape: impl Into<Vec<usize>>, dtype: DataType) -> Type {
         Type::Tensor(TensorType::new(shape, dtype))
     }

@@ -9,19 +9,25 @@ use super::expr::ExprId;
 /// values of the variables it captured).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// A tensor.
     Tensor(Tensor),
+    /// A tuple of the field values, in order.
     Tuple(Vec<Value>),
+    /// A function value.
     Closure(Closure),
 }
 
 /// A function value: the `Function` node and the captured environment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Closure {
+    /// The `Function` node.
     pub function: ExprId,
+    /// The bindings in scope where the function was evaluated (`Var` node → value), empty for a global.
     pub captured: Vec<(ExprId, Value)>,
 }
 
 impl Value {
+    /// The tensor, if this is one.
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Value::Tensor(t) => Some(t),

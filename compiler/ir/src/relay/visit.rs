@@ -52,14 +52,23 @@ pub trait ExprVisitor {
     fn descend_into(&mut self, store: &Store, id: ExprId) -> bool {
         true
     }
+    /// Called on each `Var` node.
     fn visit_var(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `GlobalVar` node.
     fn visit_global_var(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `Constant` node.
     fn visit_constant(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `Call` node, after its callee and arguments.
     fn visit_call(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `Tuple` node, after its fields.
     fn visit_tuple(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `TupleGetItem` node, after its tuple.
     fn visit_tuple_get_item(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `Let` node, after its variable, value and body.
     fn visit_let(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `If` node, after its condition and branches.
     fn visit_if(&mut self, store: &Store, id: ExprId) {}
+    /// Called on each `Function` node, after its parameters and body.
     fn visit_function(&mut self, store: &Store, id: ExprId) {}
 
     /// Dispatch on the node kind. Override to see every node in one place.
@@ -97,30 +106,39 @@ pub trait ExprMutator {
     fn descend_into(&mut self, store: &Store, id: ExprId) -> bool {
         true
     }
+    /// Rewrites a `Var` (which has no children, so `post == pre`); a binder must stay a `Var`.
     fn rewrite_var(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `GlobalVar` (`post == pre`).
     fn rewrite_global_var(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `Constant` (`post == pre`).
     fn rewrite_constant(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `Call` over its rewritten callee and arguments.
     fn rewrite_call(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `Tuple` over its rewritten fields.
     fn rewrite_tuple(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `TupleGetItem` over its rewritten tuple.
     fn rewrite_tuple_get_item(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `Let` over its rewritten variable, value and body.
     fn rewrite_let(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites an `If` over its rewritten condition and branches.
     fn rewrite_if(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
+    /// Rewrites a `Function` over its rewritten parameters and body.
     fn rewrite_function(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
         post
     }
@@ -149,6 +167,7 @@ pub struct Rewrites {
 }
 
 impl Rewrites {
+    /// An empty memo.
     pub fn new() -> Self {
         Self::default()
     }

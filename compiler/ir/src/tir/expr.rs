@@ -12,18 +12,23 @@ use crate::DataType;
 /// A TIR value type: an element type and a vector width (`lanes == 1` for scalars).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TirType {
+    /// The element type of each lane.
     pub elem: DataType,
+    /// The vector width: 1 for a scalar.
     pub lanes: u16,
 }
 
 impl TirType {
+    /// A one-lane type of `elem`.
     pub const fn scalar(elem: DataType) -> Self {
         TirType { elem, lanes: 1 }
     }
     /// The type of loop variables and indices.
     pub const INDEX: TirType = TirType::scalar(DataType::I64);
+    /// The type of conditions (`bool`, one lane).
     pub const BOOL: TirType = TirType::scalar(DataType::Bool);
 
+    /// The same element type with `lanes` lanes.
     pub fn with_lanes(self, lanes: u16) -> Self {
         TirType { lanes, ..self }
     }
@@ -44,12 +49,16 @@ static NEXT_VAR: AtomicU32 = AtomicU32::new(0);
 /// A scalar variable (loop index, `let` binding). Identity is `id`; the name is for printing.
 #[derive(Clone, Debug)]
 pub struct Var {
+    /// Unique in the process (shared with buffer ids); the identity.
     pub id: u32,
+    /// The name for printing; need not be unique.
     pub name: Arc<str>,
+    /// The value type (usually [`TirType::INDEX`]).
     pub ty: TirType,
 }
 
 impl Var {
+    /// A variable with a fresh id.
     pub fn new(name: &str, ty: TirType) -> Var {
         Var { id: NEXT_VAR.fetch_add(1, Ordering::Relaxed), name: Arc::from(name), ty }
     }
@@ -86,10 +95,15 @@ pub enum Scope {
 /// A multi-dimensional array with a static shape, row-major.
 #[derive(Debug)]
 pub struct BufferNode {
+    /// Unique in the process (shared with variable ids); the identity.
     pub id: u32,
+    /// The name for printing; need not be unique.
     pub name: String,
+    /// The element type.
     pub elem: DataType,
+    /// Dimensions, outermost first, in elements.
     pub shape: Vec<usize>,
+    /// Where the buffer lives.
     pub scope: Scope,
 }
 
@@ -98,6 +112,7 @@ pub struct BufferNode {
 pub struct Buffer(pub Arc<BufferNode>);
 
 impl Buffer {
+    /// A buffer with a fresh id.
     pub fn new(name: &str, elem: DataType, shape: Vec<usize>, scope: Scope) -> Buffer {
         Buffer(Arc::new(BufferNode {
             id: NEXT_VAR.fetch_add(1, Ordering::Relaxed),
@@ -107,21 +122,27 @@ impl Buffer {
             scope,
         }))
     }
+    /// The buffer's name.
     pub fn name(&self) -> &str {
         &self.0.name
     }
+    /// The element type.
     pub fn elem(&self) -> DataType {
         self.0.elem
     }
+    /// Dimensions, outermost first, in elements.
     pub fn shape(&self) -> &[usize] {
         &self.0.shape
     }
+    /// Where the buffer lives.
     pub fn scope(&self) -> Scope {
         self.0.scope
     }
+    /// Number of elements (the product of the shape).
     pub fn numel(&self) -> usize {
         self.0.shape.iter().product()
     }
+    /// The unique id, the buffer's identity.
     pub fn id(&self) -> u32 {
         self.0.id
     }
@@ -139,10 +160,14 @@ impl std::hash::Hash for Buffer {
     }
 }
 
+/// A binary arithmetic operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinOp {
+    /// `a + b`.
     Add,
+    /// `a - b`.
     Sub,
+    /// `a * b`.
     Mul,
     /// Float division, or integer division truncating toward zero.
     Div,
@@ -150,11 +175,14 @@ pub enum BinOp {
     FloorDiv,
     /// The remainder matching `FloorDiv` (never negative for a positive divisor).
     FloorMod,
+    /// The smaller operand.
     Min,
+    /// The larger operand.
     Max,
 }
 
 impl BinOp {
+    /// The operator as TVMScript writes it (`+`, `//`, `min`).
     pub fn symbol(self) -> &'static str {
         match self {
             BinOp::Add => "+",
@@ -169,17 +197,25 @@ impl BinOp {
     }
 }
 
+/// A comparison; its result is `bool` with the operands' lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmpOp {
+    /// `a == b`.
     Eq,
+    /// `a != b`.
     Ne,
+    /// `a < b`.
     Lt,
+    /// `a <= b`.
     Le,
+    /// `a > b`.
     Gt,
+    /// `a >= b`.
     Ge,
 }
 
 impl CmpOp {
+    /// The operator as TVMScript writes it (`==`, `<=`).
     pub fn symbol(self) -> &'static str {
         match self {
             CmpOp::Eq => "==",
@@ -196,43 +232,68 @@ impl CmpOp {
 /// ones into polynomial code every backend can vectorize.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Intrinsic {
+    /// `eˣ` (a polynomial on f32 after LowerIntrinsics).
     Exp,
+    /// Natural logarithm.
     Log,
+    /// Square root.
     Sqrt,
+    /// `1 / sqrt(x)`.
     Rsqrt,
+    /// Hyperbolic tangent (a rational approximation on f32 after LowerIntrinsics).
     Tanh,
+    /// `1 / (1 + e⁻ˣ)` (polynomial `exp` on f32 after LowerIntrinsics).
     Sigmoid,
+    /// The Gauss error function (a polynomial on f32 after LowerIntrinsics).
     Erf,
+    /// `pow(x, y)`: two arguments.
     Pow,
+    /// Absolute value of a float.
     Fabs,
+    /// Round toward negative infinity.
     Floor,
+    /// Round toward positive infinity.
     Ceil,
     /// Round to nearest, ties to even (`rint` under the default rounding mode).
     Round,
     /// Truncated remainder (C `fmod`).
     Fmod,
+    /// Sine (libm).
     Sin,
+    /// Cosine (libm).
     Cos,
+    /// Tangent (libm).
     Tan,
+    /// Arcsine (libm).
     Asin,
+    /// Arccosine (libm).
     Acos,
+    /// Arctangent (libm).
     Atan,
+    /// Hyperbolic sine (libm).
     Sinh,
+    /// Hyperbolic cosine (libm).
     Cosh,
+    /// Inverse hyperbolic sine (libm).
     Asinh,
+    /// Inverse hyperbolic cosine (libm).
     Acosh,
+    /// Inverse hyperbolic tangent (libm).
     Atanh,
     /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
     /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
     Ldexp,
-    /// Integer bit operations (`&`, `|`, `^`, `~`). The shifts take amounts
-    /// in `[0, bits)` (lowering guards the rest); `ShiftRight` is arithmetic
-    /// for signed types and logical for unsigned ones.
+    /// `a & b` on integers.
     BitAnd,
+    /// `a | b` on integers.
     BitOr,
+    /// `a ^ b` on integers.
     BitXor,
+    /// `~a` on integers.
     BitNot,
+    /// `a << n`, `n` in `[0, bits)` (lowering guards the rest).
     ShiftLeft,
+    /// `a >> n`, `n` in `[0, bits)`: arithmetic for signed types, logical for unsigned ones.
     ShiftRight,
     /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
     Barrier,
@@ -251,6 +312,7 @@ impl Intrinsic {
         matches!(self, Sin | Cos | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh)
     }
 
+    /// The name in TIR text (`exp`, `bitwise_and`, `tvm_storage_sync`, `kiln.check_index`).
     pub fn name(self) -> &'static str {
         match self {
             Intrinsic::Exp => "exp",
@@ -295,23 +357,35 @@ impl Intrinsic {
 pub enum Expr {
     /// An integer (or bool) constant of the given type.
     Int(i64, TirType),
+    /// A float constant of the given type.
     Float(f64, TirType),
+    /// A variable.
     Var(Var),
+    /// Arithmetic on two operands of one type.
     Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// A comparison: `bool` with the operands' lanes.
     Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    /// Logical and of two `bool`s.
     And(Box<Expr>, Box<Expr>),
+    /// Logical or of two `bool`s.
     Or(Box<Expr>, Box<Expr>),
+    /// Logical negation of a `bool`.
     Not(Box<Expr>),
     /// `cond ? a : b`, both sides evaluated.
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// Conversion to the type.
     Cast(TirType, Box<Expr>),
     /// A buffer element; one index per dimension until buffers are flattened, then one.
     Load(Buffer, Vec<Expr>),
+    /// An intrinsic call with its arguments and result type.
     Call(Intrinsic, Vec<Expr>, TirType),
     /// `[base, base + stride, …]` with `lanes` elements (vectorized indices).
     Ramp {
+        /// The first element.
         base: Box<Expr>,
+        /// The step between lanes.
         stride: Box<Expr>,
+        /// Number of lanes.
         lanes: u16,
     },
     /// A scalar repeated over `lanes`.
@@ -323,13 +397,18 @@ pub enum Expr {
 /// How a reduction combines values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Combiner {
+    /// `a + b`; identity 0.
     Sum,
+    /// The largest; identity the lowest value (−∞ for floats).
     Max,
+    /// The smallest; identity the highest value (+∞ for floats).
     Min,
+    /// `a * b`; identity 1.
     Prod,
 }
 
 impl Combiner {
+    /// The combiner's name in TIR text (`sum`, `max`, `min`, `prod`).
     pub fn name(self) -> &'static str {
         match self {
             Combiner::Sum => "sum",
@@ -366,16 +445,21 @@ impl Combiner {
 /// `combiner` over `source` for every value of the reduction `axes` (variable, extent).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reduce {
+    /// How values combine.
     pub combiner: Combiner,
+    /// The value per point of the reduction domain, in terms of the axes.
     pub source: Expr,
+    /// The reduction variables with their extents (each from 0).
     pub axes: Vec<(Var, usize)>,
 }
 
 impl Expr {
+    /// An `int64` constant (an index).
     pub fn int(v: i64) -> Expr {
         Expr::Int(v, TirType::INDEX)
     }
 
+    /// A one-lane float constant of type `elem`.
     pub fn float(v: f64, elem: DataType) -> Expr {
         Expr::Float(v, TirType::scalar(elem))
     }
@@ -392,34 +476,42 @@ impl Expr {
         }
     }
 
+    /// A use of `v`.
     pub fn var(v: &Var) -> Expr {
         Expr::Var(v.clone())
     }
 
+    /// `a op b`.
     pub fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
         Expr::Bin(op, Box::new(a), Box::new(b))
     }
 
+    /// `a op b`, a `bool`.
     pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
         Expr::Cmp(op, Box::new(a), Box::new(b))
     }
 
+    /// `c ? a : b`, both sides evaluated.
     pub fn select(c: Expr, a: Expr, b: Expr) -> Expr {
         Expr::Select(Box::new(c), Box::new(a), Box::new(b))
     }
 
+    /// `e` converted to `ty`.
     pub fn cast(ty: TirType, e: Expr) -> Expr {
         Expr::Cast(ty, Box::new(e))
     }
 
+    /// The intrinsic `f` of `args`, with result type `ty`.
     pub fn call(f: Intrinsic, args: Vec<Expr>, ty: TirType) -> Expr {
         Expr::Call(f, args, ty)
     }
 
+    /// `a && b`.
     pub fn and(a: Expr, b: Expr) -> Expr {
         Expr::And(Box::new(a), Box::new(b))
     }
 
+    /// `a || b`.
     pub fn or(a: Expr, b: Expr) -> Expr {
         Expr::Or(Box::new(a), Box::new(b))
     }

@@ -7,6 +7,7 @@ use super::expr::{Buffer, Expr, Var};
 /// How a loop runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ForKind {
+    /// One iteration after another.
     Serial,
     /// Iterations spread over threads (task-sliced by the CPU codegen).
     Parallel,
@@ -21,15 +22,22 @@ pub enum ForKind {
 /// A GPU launch dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ThreadAxis {
+    /// `blockIdx.x`.
     BlockX,
+    /// `blockIdx.y`.
     BlockY,
+    /// `blockIdx.z`.
     BlockZ,
+    /// `threadIdx.x`.
     ThreadX,
+    /// `threadIdx.y`.
     ThreadY,
+    /// `threadIdx.z`.
     ThreadZ,
 }
 
 impl ThreadAxis {
+    /// The CUDA name (`blockIdx.x`, `threadIdx.y`, …).
     pub fn name(self) -> &'static str {
         match self {
             ThreadAxis::BlockX => "blockIdx.x",
@@ -45,37 +53,57 @@ impl ThreadAxis {
 /// A loop `for var in min..min+extent`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct For {
+    /// The loop variable, bound in `body`.
     pub var: Var,
+    /// The first value of `var`.
     pub min: Expr,
+    /// The number of iterations.
     pub extent: Expr,
+    /// How the iterations run.
     pub kind: ForKind,
+    /// The loop body.
     pub body: Stmt,
 }
 
 /// A TIR statement.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
+    /// A loop.
     For(Box<For>),
     /// `buffer[indices] = value`.
     Store {
+        /// The buffer written.
         buffer: Buffer,
+        /// One index per dimension, or one flat element index (after FlattenBuffer).
         indices: Vec<Expr>,
+        /// The value stored, of the buffer's dtype.
         value: Expr,
     },
     /// A temporary buffer live for `body`.
     Allocate {
+        /// The buffer, in scope only inside `body`.
         buffer: Buffer,
+        /// Where the buffer is live.
         body: Box<Stmt>,
     },
+    /// `if cond { then_case } else { else_case }`.
     If {
+        /// A `bool` condition.
         cond: Expr,
+        /// Runs when `cond` is true.
         then_case: Box<Stmt>,
+        /// Runs when `cond` is false, if present.
         else_case: Option<Box<Stmt>>,
     },
+    /// Statements in order.
     Seq(Vec<Stmt>),
+    /// `let var = value` in `body`.
     Let {
+        /// The variable, bound in `body`.
         var: Var,
+        /// Its value, evaluated once.
         value: Expr,
+        /// Where `var` is bound.
         body: Box<Stmt>,
     },
     /// Evaluate for side effects (e.g. a barrier call); also the empty statement `Evaluate(0)`.
@@ -88,14 +116,17 @@ impl Stmt {
         Stmt::Evaluate(Expr::int(0))
     }
 
+    /// Whether this is a no-op: an evaluated integer constant or an empty sequence.
     pub fn is_nop(&self) -> bool {
         matches!(self, Stmt::Evaluate(Expr::Int(..))) || matches!(self, Stmt::Seq(v) if v.is_empty())
     }
 
+    /// `for var in 0..extent { body }`.
     pub fn for_loop(var: Var, extent: usize, kind: ForKind, body: Stmt) -> Stmt {
         Stmt::For(Box::new(For { var, min: Expr::int(0), extent: Expr::int(extent as i64), kind, body }))
     }
 
+    /// `stmts` in order, flattening nested sequences and dropping no-ops; a single statement stays itself.
     pub fn seq(stmts: Vec<Stmt>) -> Stmt {
         let mut flat = Vec::with_capacity(stmts.len());
         for s in stmts {
@@ -186,6 +217,8 @@ pub struct PrimFunc {
     pub params: Vec<Buffer>,
     /// How many of `params` are outputs (the last ones).
     pub num_outputs: usize,
+    /// The loop nest.
     pub body: Stmt,
+    /// Kernel attributes, name → text: `anchor`, `schedule`, `gpu.grid`, `conv2d.weight_block`, …
     pub attrs: BTreeMap<String, String>,
 }

@@ -11,7 +11,9 @@ use super::stmt::{PrimFunc, Stmt};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("kernel `{kernel}` is ill-formed TIR: {message}")]
 pub struct IllFormed {
+    /// The kernel's name.
     pub kernel: String,
+    /// What is wrong, naming the variable or buffer.
     pub message: String,
 }
 

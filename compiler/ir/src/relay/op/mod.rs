@@ -50,6 +50,7 @@ pub enum OpPattern {
 }
 
 impl OpPattern {
+    /// The pattern's name in messages and dumps (`"out-elemwise-fusable"`).
     pub fn name(self) -> &'static str {
         match self {
             OpPattern::ElemWise => "elemwise",
@@ -79,12 +80,17 @@ pub struct OpDef {
     pub inputs: &'static [&'static str],
     /// Number of arguments (`inputs.len()`).
     pub num_inputs: usize,
+    /// The attribute schema: names, kinds and defaults, in the order attributes are stored and printed.
     pub attrs: Vec<AttrSpec>,
+    /// How the operator fuses with its neighbours.
     pub pattern: OpPattern,
+    /// The type relation.
     pub type_rel: TypeRelFn,
+    /// The reference implementation, used by the interpreter and constant folding.
     pub eval: EvalFn,
     /// A stateful operator is never constant-folded (e.g. a random op).
     pub stateful: bool,
+    /// A one-line description (what it computes, layouts).
     pub doc: &'static str,
 }
 
@@ -158,10 +164,12 @@ impl OpRegistry {
         OpRegistry { ops }
     }
 
+    /// The id of the operator named `name` (as written in Relay text), if registered.
     pub fn lookup(&self, name: &str) -> Option<OpId> {
         self.ops.get_index_of(name).map(|i| OpId(i as u16))
     }
 
+    /// The definition of `id`.
     pub fn get(&self, id: OpId) -> &OpDef {
         &self.ops[id.0 as usize]
     }
@@ -171,14 +179,17 @@ impl OpRegistry {
         self.ops.get(name)
     }
 
+    /// Every operator with its id, in registration order.
     pub fn iter(&self) -> impl Iterator<Item = (OpId, &OpDef)> {
         self.ops.values().enumerate().map(|(i, d)| (OpId(i as u16), d))
     }
 
+    /// Number of registered operators.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// Whether no operator is registered.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

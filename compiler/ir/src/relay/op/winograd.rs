@@ -86,11 +86,15 @@ pub fn winograd_matrices(m: i64) -> Result<WinogradMatrices, OpError> {
 /// The tiling of a Winograd convolution's output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WinogradTiles {
+    /// Number of maps N.
     pub batch: usize,
+    /// Output height OH, in pixels.
     pub height: usize,
+    /// Output width OW, in pixels.
     pub width: usize,
-    /// Tiles along the output's rows and columns.
+    /// Tiles along the output's rows (`⌈OH/m⌉`).
     pub rows: usize,
+    /// Tiles along the output's columns (`⌈OW/m⌉`).
     pub cols: usize,
     /// The tiles holding output pixels (`N·⌈OH/m⌉·⌈OW/m⌉`).
     pub count: usize,
