@@ -42,10 +42,22 @@ class OnnxAsTorch(torch.nn.Module):
         }
         self.input = next(i.name for i in g.input if i.name not in self.consts)
         self.output = g.output[0].name
-        self.nodes = [
-            (n.op_type, list(n.input), n.output[0], {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute})
-            for n in g.node
-        ]
+        host = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        self.nodes = []
+        for n in g.node:
+            ins = list(n.input)
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+            # Bounds and shapes read on the host at load time: reading a GPU
+            # tensor inside forward() synchronizes, which a CUDA graph capture refuses.
+            if n.op_type == "Clip":
+                for k, key in ((1, "min"), (2, "max")):
+                    if len(ins) > k and ins[k]:
+                        attrs[key] = float(host[ins[k]])
+                ins = ins[:1]
+            elif n.op_type == "Reshape":
+                attrs["shape"] = [int(v) for v in host[ins[1]].tolist()]
+                ins = ins[:1]
+            self.nodes.append((n.op_type, ins, n.output[0], attrs))
 
     def forward(self, x):
         env = dict(self.consts)
@@ -87,7 +99,7 @@ def apply(op, i, a):
     if op == "Flatten":
         return torch.flatten(i[0], a.get("axis", 1))
     if op == "Reshape":
-        return i[0].reshape([int(v) for v in i[1].tolist()])
+        return i[0].reshape(a["shape"])
     if op == "MatMul":
         return i[0] @ i[1]
     if op == "Gemm":
@@ -96,9 +108,7 @@ def apply(op, i, a):
         y = a.get("alpha", 1.0) * (x @ w)
         return y + a.get("beta", 1.0) * i[2] if len(i) > 2 and i[2] is not None else y
     if op == "Clip":
-        lo = float(i[1]) if len(i) > 1 and i[1] is not None else a.get("min")
-        hi = float(i[2]) if len(i) > 2 and i[2] is not None else a.get("max")
-        return torch.clamp(i[0], lo, hi)
+        return torch.clamp(i[0], a.get("min"), a.get("max"))
     if op == "Softmax":
         return torch.softmax(i[0], a.get("axis", -1))
     raise NotImplementedError(op)

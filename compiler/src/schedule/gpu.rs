@@ -64,7 +64,7 @@ fn barrier() -> Stmt {
 /// and bound: across blocks × threads, or (`one_block`) strided over the
 /// threads of a single block. A stage without loops runs on one thread.
 fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Result<Stmt, ScheduleError> {
-    let vars = loop_chain(&stage);
+    let vars = data_parallel_prefix(&stage);
     let mut s = Schedule::new(PrimFunc {
         name: f.name.clone(),
         params: f.params.clone(),
@@ -84,6 +84,75 @@ fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Res
     }
     s.bind(&t, ThreadAxis::ThreadX)?;
     Ok(s.into_func().body)
+}
+
+/// The leading loops of `stage` that may run on different threads: those
+/// whose variable indexes every store to memory that outlives an iteration
+/// (global or shared). A reduction's own loops do not (a whole tensor's
+/// maximum is `out[0] = max(out[0], x[r])`): bound to threads, every thread
+/// would race on `out[0]` — the last writer's element won on an H200 — so
+/// they stay serial inside the thread that owns the output.
+fn data_parallel_prefix(stage: &Stmt) -> Vec<Var> {
+    let stores = outliving_store_indices(stage);
+    loop_chain(stage)
+        .into_iter()
+        .take_while(|v| stores.iter().all(|idx| idx.iter().any(|e| e.uses_var(v))))
+        .collect()
+}
+
+/// The indices of every store in `s` to a buffer not allocated inside `s`
+/// (kernel-local buffers allocated inside are private to an iteration).
+fn outliving_store_indices(s: &Stmt) -> Vec<Vec<Expr>> {
+    let mut inner = Vec::new();
+    s.visit(&mut |st| {
+        if let Stmt::Allocate { buffer, .. } = st {
+            inner.push(buffer.clone());
+        }
+    });
+    let mut stores = Vec::new();
+    s.visit(&mut |st| {
+        if let Stmt::Store { buffer, indices, .. } = st {
+            if !inner.contains(buffer) {
+                stores.push(indices.clone());
+            }
+        }
+    });
+    stores
+}
+
+/// No two threads (or blocks) write one element: every store inside a
+/// bound loop of more than one iteration indexes by the loop's variable,
+/// unless the buffer is kernel-local (after `tir.LowerThreadLocal`, private
+/// to a thread) or, under a block loop, in shared memory (one copy per
+/// block). Serial semantics hide such a race on the CPU.
+fn verify_thread_writes(s: &Stmt) -> Result<(), String> {
+    let mut found = Ok(());
+    s.visit(&mut |st| {
+        let Stmt::For(l) = st else { return };
+        if found.is_err() || !matches!(l.kind, ForKind::ThreadBinding(_)) || l.extent.as_int() == Some(1) {
+            return;
+        }
+        l.body.visit(&mut |inner| {
+            if let Stmt::Store { buffer, indices, .. } = inner {
+                // Each block has its own shared memory.
+                let block = matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX));
+                let shared_by_all = match buffer.scope() {
+                    Scope::Global => true,
+                    Scope::Shared => !block,
+                    Scope::Local => false,
+                };
+                if found.is_ok() && shared_by_all && !indices.iter().any(|e| e.uses_var(&l.var)) {
+                    found = Err(format!(
+                        "`{}` is written by every iteration of the bound loop `{}` at the same place: \
+                         a race between threads",
+                        buffer.name(),
+                        l.var.name
+                    ));
+                }
+            }
+        });
+    });
+    found
 }
 
 /// The default GPU schedule of a lowered kernel (before flattening).
@@ -156,6 +225,7 @@ pub fn default_gpu_schedule(f: PrimFunc, opt_level: u32) -> Result<PrimFunc, Sch
 /// Record the launch shape and the strategy, and check the barriers.
 fn finish(mut f: PrimFunc, strategy: String) -> Result<PrimFunc, ScheduleError> {
     verify_barriers(&f)?;
+    verify_thread_writes(&f.body).map_err(|m| err(&f, m))?;
     let (mut grid, mut block) = (1i64, 1i64);
     f.body.visit(&mut |s| {
         if let Stmt::For(l) = s {
