@@ -74,7 +74,10 @@ impl LlvmTarget {
     pub(super) fn machine(&self, target_name: &str) -> Result<TargetMachine, CodegenError> {
         // Once per process: LLVM's target registry is not for concurrent initialization.
         static INIT: std::sync::Once = std::sync::Once::new();
-        INIT.call_once(|| Target::initialize_all(&InitializationConfig::default()));
+        INIT.call_once(|| {
+            Target::initialize_all(&InitializationConfig::default());
+            disable_interleaved_accesses();
+        });
         // Normalized: LLVM reads `thumbv7em-none-eabihf` positionally (OS `eabihf`, no
         // environment), which would lose the hard-float ABI; `…-none-unknown-eabihf` keeps it.
         let triple = TargetMachine::normalize_triple(&TargetTriple::create(&self.triple));
@@ -112,4 +115,18 @@ pub(super) fn set_target_attributes<'ctx>(ctx: &'ctx Context, func: FunctionValu
     if crate::target::VectorUnit::of_target(&spelled) == crate::target::VectorUnit::AVX512 {
         func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("prefer-vector-width", "512"));
     }
+}
+
+/// LLVM 14's loop vectorizer miscompiles interleaved access groups on
+/// AVX-512 targets: in `argmax` over the outer axis of a `[3, 4, 5]` tensor
+/// (ONNX's `test_hardmax_axis_0`), it moved a strided load of the running
+/// maximum above the store of the last row's maximum, so the index compare
+/// saw a stale value (6 of 60 outputs wrong; AVX2 and the C backend were
+/// right). Interleaved-group vectorization is turned off for the process
+/// (`-enable-interleaved-mem-accesses=false`, a `cl::opt`, set once before any
+/// pass runs); kiln's schedules vectorize explicitly, along contiguous axes.
+fn disable_interleaved_accesses() {
+    let args = [c"kiln".as_ptr(), c"-enable-interleaved-mem-accesses=false".as_ptr()];
+    // SAFETY: two NUL-terminated strings that outlive the call; LLVM copies what it keeps.
+    unsafe { inkwell::llvm_sys::support::LLVMParseCommandLineOptions(2, args.as_ptr(), std::ptr::null()) };
 }
