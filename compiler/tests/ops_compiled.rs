@@ -142,11 +142,11 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
 }
 
 /// 3 × 3 stride-1 convolutions with constant weights and 64 (≥ 32) channels each
-/// way become Winograd convolutions on 8-lane targets (AlterOpLayout's cost
-/// rule): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
+/// way become Winograd convolutions on 8- and 16-lane targets (AlterOpLayout's
+/// cost rule; the tile count padded to 16 on both): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
 /// (16 tiles, cutting the last tile), with bias, ReLU and a residual add
 /// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
-/// direct convolution, and so does every one on 16 lanes (not measured);
+/// direct convolution;
 /// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
 /// over 32 tiles of both images. All equal the interpreter on LLVM and C.
 fn winograd_convolutions_match_the_interpreter() {
@@ -166,7 +166,7 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
             kernels.iter().filter_map(|k| k.attrs.get("winograd.tile").map(String::as_str)).collect();
         tiles.sort_unstable();
         // An input and an output transform per Winograd convolution.
-        let want: &[&str] = if lanes == 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
+        let want: &[&str] = if lanes >= 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
         assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
     });
 }

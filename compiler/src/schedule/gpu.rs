@@ -94,10 +94,7 @@ fn bind_stage(f: &PrimFunc, stage: Stmt, threads: usize, one_block: bool) -> Res
 /// they stay serial inside the thread that owns the output.
 fn data_parallel_prefix(stage: &Stmt) -> Vec<Var> {
     let stores = outliving_store_indices(stage);
-    loop_chain(stage)
-        .into_iter()
-        .take_while(|v| stores.iter().all(|idx| idx.iter().any(|e| e.uses_var(v))))
-        .collect()
+    loop_chain(stage).into_iter().take_while(|v| stores.iter().all(|idx| idx.iter().any(|e| e.uses_var(v)))).collect()
 }
 
 /// The indices of every store in `s` to a buffer not allocated inside `s`

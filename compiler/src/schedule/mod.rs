@@ -531,6 +531,30 @@ pub fn matmul_tile(rows: i64, cols: i64, unit: VectorUnit) -> (i64, i64) {
     (mi, jb)
 }
 
+/// The FMA latency needs at least this many independent accumulators in a
+/// register tile (two FMA ports, four cycles each).
+const LATENCY_ACCUMULATORS: i64 = 8;
+
+/// The rows of a register tile of `jb` columns: `mi` rows, or more where
+/// the columns are one or two vectors and `mi` rows leave fewer than
+/// [`LATENCY_ACCUMULATORS`] accumulators — Winograd products on AVX-512 have
+/// 16 columns (one vector), and a 4 × 16 tile waits on its FMAs half the time.
+/// A's elements are broadcast one at a time, so the accumulators, one row of B
+/// and one broadcast must fit the registers.
+fn latency_rows(rows: i64, mi: i64, jb: i64, unit: VectorUnit) -> i64 {
+    let lanes = unit.f32_lanes as i64;
+    if jb % lanes != 0 || lanes < 8 {
+        return mi;
+    }
+    let vectors = jb / lanes;
+    if mi * vectors >= LATENCY_ACCUMULATORS {
+        return mi;
+    }
+    let fit = (unit.registers as i64 - vectors - 1) / vectors;
+    let want = (LATENCY_ACCUMULATORS / vectors).min(fit);
+    divisor_at_most(rows, want).max(mi)
+}
+
 /// matmul, dense, batch_matmul: see the module docs.
 fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let panel = f.attrs.get("dense_pack.panel").and_then(|b| b.parse::<i64>().ok());
@@ -544,7 +568,10 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let (mi, jb) = matmul_tile(ie, je, unit);
     // Over a packed weight the column tile is one panel (AlterOpLayout chose
     // its width by the same rule), contiguous per reduction step.
-    let jb = panel.unwrap_or(jb);
+    let (mi, jb) = match panel {
+        Some(panel) => (mi, panel),
+        None => (latency_rows(ie, mi, jb, unit), jb),
+    };
     let (i_o, i_i) = s.split(i, mi as usize)?;
     let (j_o, j_i) = s.split(j, jb as usize)?;
     // Column blocks outside row blocks: one block of B's columns stays in

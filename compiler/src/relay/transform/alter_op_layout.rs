@@ -9,7 +9,8 @@
 //!   per tile instead of rows a matrix width apart (which defeats the
 //!   prefetcher; the classifier of MobileNetV2 streamed its 5 MB at 9 GB/s),
 //!   and no panel copy at run time. Columns that would take a one-vector
-//!   tile (GPT's 1000-token head: 4 × 8) are zero-padded to whole panels of a
+//!   tile (GPT's 1000-token head on AVX2: 4 × 8) or no whole-vector tile
+//!   (1000 columns on AVX-512) are zero-padded to whole panels of a
 //!   wider one (`units` then stops short of the last panel; the product
 //!   computes whole tiles and writes back the real columns). Where no
 //!   whole-vector panel fits, `nn.matmul(x, transpose(W))` keeps the
@@ -88,14 +89,19 @@ fn pack_dense_weight(
     let (k, n) = if transposed { (b, a) } else { (a, b) };
     let (mi, panel) = matmul_tile(rows as i64, n as i64, unit);
     let mut panel = panel as usize;
-    // Columns that admit only a one-vector tile (GPT's 1000-token head: 4 × 8,
-    // four accumulators) get zero-padded to whole panels of a wider tile; the
+    // Columns that admit only a one-vector tile (GPT's 1000-token head on
+    // AVX2: 4 × 8, four accumulators) or no whole-vector tile at all (1000
+    // columns on AVX-512: a 10-column tile, 2.8 GFLOP/s in MobileNetV2's
+    // classifier) get zero-padded to whole panels of a wider tile; the
     // product computes whole tiles and writes back the real columns.
     let lanes = unit.f32_lanes;
     let padded = n.next_multiple_of(2 * lanes);
     let (_, wide) = matmul_tile(rows as i64, padded as i64, unit);
     let wide = wide as usize;
-    if mi == 4 && panel == lanes && wide > panel && padded - n < wide {
+    // (Fewer columns than one wide panel — a 10-class head — stay as they
+    // were: padding would multiply a tiny layer's work.)
+    let narrow = (mi == 4 && panel == lanes) || (panel % lanes != 0 && n > wide);
+    if narrow && wide > panel && wide % lanes == 0 && padded - n < wide {
         panel = wide;
     }
     let columns = n.next_multiple_of(panel);
@@ -202,21 +208,28 @@ const WINOGRAD_MIN_CHANNELS: usize = 32;
 /// still wins over its direct convolution, which reads 9.4 MB.
 const WINOGRAD_MAX_WEIGHT_BYTES: usize = 20 << 20;
 
+/// The tile count of a Winograd product is padded to a multiple of this: the
+/// product's column tile, two vectors on AVX2 and one on AVX-512 (whose
+/// product tile takes 8 rows to keep 8 accumulators). Padding to two AVX-512
+/// vectors made ResNet-18's 14 × 14 stage take F(2 × 2) with 64 tiles
+/// instead of F(4 × 4) with 16, and its 7 × 7 stage no Winograd at all.
+const WINOGRAD_TILE_BLOCK: usize = 16;
+
 /// The Winograd output tile `m` (4 or 2) and the tile count padded to whole
 /// product columns, for a 3 × 3 stride-1 convolution of `c` → `k` channels
 /// onto `n` maps of `oh` × `ow` — or `None` where the direct convolution is
 /// the better choice. The rule: the product must do at most 0.6× the direct
 /// convolution's multiply-adds (α²·tiles vs 9·OH·OW, the tile count rounded
-/// up to two vectors, the matmul tile's columns), with at least
+/// up to [`WINOGRAD_TILE_BLOCK`], the product tile's columns), with at least
 /// `WINOGRAD_MIN_CHANNELS` each way, and transformed weights of at most
 /// `WINOGRAD_MAX_WEIGHT_BYTES`;
-/// the larger tile first (fewer products). Only 8-lane targets (AVX2) are
-/// measured; other widths keep direct convolutions.
+/// the larger tile first (fewer products). Targets of 8 or more lanes (AVX2,
+/// AVX-512); narrower ones keep direct convolutions.
 pub fn winograd_tile(n: usize, c: usize, k: usize, oh: usize, ow: usize, unit: VectorUnit) -> Option<(usize, usize)> {
-    if unit.f32_lanes != 8 || c < WINOGRAD_MIN_CHANNELS || k < WINOGRAD_MIN_CHANNELS {
+    if unit.f32_lanes < 8 || c < WINOGRAD_MIN_CHANNELS || k < WINOGRAD_MIN_CHANNELS {
         return None;
     }
-    let block = 2 * unit.f32_lanes;
+    let block = WINOGRAD_TILE_BLOCK.max(unit.f32_lanes);
     [4usize, 2].into_iter().find_map(|m| {
         let alpha = m + 2;
         let tiles = WinogradTiles::new(n, oh, ow, m).ok()?.count.next_multiple_of(block);
