@@ -220,7 +220,7 @@ const WINOGRAD_TILE_BLOCK: usize = 16;
 /// onto `n` maps of `oh` × `ow` — or `None` where the direct convolution is
 /// the better choice. The rule: the product must do at most 0.6× the direct
 /// convolution's multiply-adds (α²·tiles vs 9·OH·OW, the tile count rounded
-/// up to [`WINOGRAD_TILE_BLOCK`], the product tile's columns), with at least
+/// up to `WINOGRAD_TILE_BLOCK`, the product tile's columns), with at least
 /// `WINOGRAD_MIN_CHANNELS` each way, and transformed weights of at most
 /// `WINOGRAD_MAX_WEIGHT_BYTES`;
 /// the larger tile first (fewer products). Targets of 8 or more lanes (AVX2,
