@@ -37,12 +37,10 @@ class OnnxAsTorch(torch.nn.Module):
     def __init__(self, path, device):
         super().__init__()
         g = onnx.load(path).graph
-        self.consts = {
-            i.name: torch.from_numpy(numpy_helper.to_array(i).copy()).to(device) for i in g.initializer
-        }
+        host = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        self.consts = {name: torch.from_numpy(a.copy()).to(device) for name, a in host.items()}
         self.input = next(i.name for i in g.input if i.name not in self.consts)
         self.output = g.output[0].name
-        host = {i.name: numpy_helper.to_array(i) for i in g.initializer}
         self.nodes = []
         for n in g.node:
             ins = list(n.input)

@@ -129,10 +129,10 @@ fn verify_thread_writes(s: &Stmt) -> Result<(), String> {
         if found.is_err() || !matches!(l.kind, ForKind::ThreadBinding(_)) || l.extent.as_int() == Some(1) {
             return;
         }
+        // Each block has its own shared memory.
+        let block = matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX));
         l.body.visit(&mut |inner| {
             if let Stmt::Store { buffer, indices, .. } = inner {
-                // Each block has its own shared memory.
-                let block = matches!(l.kind, ForKind::ThreadBinding(ThreadAxis::BlockX));
                 let shared_by_all = match buffer.scope() {
                     Scope::Global => true,
                     Scope::Shared => !block,

@@ -540,7 +540,8 @@ const LATENCY_ACCUMULATORS: i64 = 8;
 /// [`LATENCY_ACCUMULATORS`] accumulators — Winograd products on AVX-512 have
 /// 16 columns (one vector), and a 4 × 16 tile waits on its FMAs half the time.
 /// A's elements are broadcast one at a time, so the accumulators, one row of B
-/// and one broadcast must fit the registers.
+/// and one broadcast must fit the registers. Units under 8 lanes (NEON, SSE)
+/// keep `mi`: not measured there.
 fn latency_rows(rows: i64, mi: i64, jb: i64, unit: VectorUnit) -> i64 {
     let lanes = unit.f32_lanes as i64;
     if jb % lanes != 0 || lanes < 8 {

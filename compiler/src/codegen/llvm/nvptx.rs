@@ -102,6 +102,7 @@ fn emit_gpu_kernel<'ctx>(ctx: &'ctx Context, module: &Module<'ctx>, f: &PrimFunc
 /// Compile GPU-scheduled kernels to PTX text for `target`.
 pub fn compile_ptx(name: &str, funcs: &[PrimFunc], target: &CudaTarget) -> Result<String, CodegenError> {
     Target::initialize_nvptx(&InitializationConfig::default());
+    super::target::configure_llvm();
     let ctx = Context::create();
     let module = ctx.create_module(name);
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");

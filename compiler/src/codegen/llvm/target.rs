@@ -74,10 +74,8 @@ impl LlvmTarget {
     pub(super) fn machine(&self, target_name: &str) -> Result<TargetMachine, CodegenError> {
         // Once per process: LLVM's target registry is not for concurrent initialization.
         static INIT: std::sync::Once = std::sync::Once::new();
-        INIT.call_once(|| {
-            Target::initialize_all(&InitializationConfig::default());
-            disable_interleaved_accesses();
-        });
+        INIT.call_once(|| Target::initialize_all(&InitializationConfig::default()));
+        configure_llvm();
         // Normalized: LLVM reads `thumbv7em-none-eabihf` positionally (OS `eabihf`, no
         // environment), which would lose the hard-float ABI; `…-none-unknown-eabihf` keeps it.
         let triple = TargetMachine::normalize_triple(&TargetTriple::create(&self.triple));
@@ -117,14 +115,22 @@ pub(super) fn set_target_attributes<'ctx>(ctx: &'ctx Context, func: FunctionValu
     }
 }
 
+/// Process-wide LLVM options, set once before any pass runs — for CPU and
+/// NVPTX alike, so that what LLVM emits does not depend on which kind of
+/// compile came first in the process.
+pub(super) fn configure_llvm() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(disable_interleaved_accesses);
+}
+
 /// LLVM 14's loop vectorizer miscompiles interleaved access groups on
 /// AVX-512 targets: in `argmax` over the outer axis of a `[3, 4, 5]` tensor
 /// (ONNX's `test_hardmax_axis_0`), it moved a strided load of the running
 /// maximum above the store of the last row's maximum, so the index compare
 /// saw a stale value (6 of 60 outputs wrong; AVX2 and the C backend were
 /// right). Interleaved-group vectorization is turned off for the process
-/// (`-enable-interleaved-mem-accesses=false`, a `cl::opt`, set once before any
-/// pass runs); kiln's schedules vectorize explicitly, along contiguous axes.
+/// (`-enable-interleaved-mem-accesses=false`, a `cl::opt`); kiln's schedules
+/// vectorize explicitly, along contiguous axes.
 fn disable_interleaved_accesses() {
     let args = [c"kiln".as_ptr(), c"-enable-interleaved-mem-accesses=false".as_ptr()];
     // SAFETY: two NUL-terminated strings that outlive the call; LLVM copies what it keeps.

@@ -101,7 +101,7 @@ fn pack_dense_weight(
     // (Fewer columns than one wide panel — a 10-class head — stay as they
     // were: padding would multiply a tiny layer's work.)
     let narrow = (mi == 4 && panel == lanes) || (panel % lanes != 0 && n > wide);
-    if narrow && wide > panel && wide % lanes == 0 && padded - n < wide {
+    if narrow && wide > panel && padded - n < wide {
         panel = wide;
     }
     let columns = n.next_multiple_of(panel);
