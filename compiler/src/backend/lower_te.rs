@@ -155,6 +155,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut groups = 1;
     let mut panel = None;
     let mut winograd_tile = None;
+    let mut pointwise = false;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -168,6 +169,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                         .then(|| kiln_ir::relay::op::conv2d_weight_block(&call.attrs).ok().flatten())
                         .flatten();
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
+                    pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     panel = (def.name == "nn.contrib_dense_pack")
                         .then(|| call.args.get(1).and_then(|&w| store.checked_type(w)))
@@ -192,6 +194,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     if let Some(k) = weight_block {
         prim.attrs.insert("conv2d.weight_block".into(), k.to_string());
+    }
+    if pointwise {
+        prim.attrs.insert("conv2d.pointwise".into(), "true".into());
     }
     if let Some(b) = panel {
         prim.attrs.insert("dense_pack.panel".into(), b.to_string());

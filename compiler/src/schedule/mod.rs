@@ -10,7 +10,11 @@
 //!   registers: 2 × 4 on AVX2 for wide rows, 1 × 14 or 1 × 7 for late
 //!   stages); the padded input computed per output row (`compute_at`), rows
 //!   in parallel — or, for large weights on maps of at most 64 pixels, the
-//!   whole image padded once and channel blocks in parallel.
+//!   whole image padded once and channel blocks in parallel. A pointwise
+//!   (1 × 1, stride-1, unpadded) convolution over whole vectors of pixels,
+//!   which AlterOpLayout leaves OIHW on 16-lane targets, fuses rows and
+//!   columns into one run of pixels: tiles of up to 8 channel rows × up to
+//!   3 pixel vectors, contiguous loads and stores, pixel blocks in parallel.
 //! - depthwise `nn.conv2d` (one input channel per group): channels in
 //!   parallel, each channel's padded image computed once, tiles of rows ×
 //!   whole vectors with the window unrolled; rows that are not whole vectors
@@ -288,6 +292,21 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
             }
             ow_o
         }
+        None if pointwise_pixels(&s, oh, owe, unit).is_some() => {
+            // Pointwise over whole vectors of pixels: rows and columns fused
+            // into one run of pixels (contiguous in the input and the
+            // output), tiles of channel rows × pixel vectors, pixel blocks
+            // outermost (a block of every input channel stays in L1 across
+            // all the channel rows) and in parallel.
+            let tile = pointwise_pixels(&s, oh, owe, unit).expect("checked");
+            let px = s.fuse(oh, ow)?;
+            let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, tile.rows) as usize)?;
+            let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
+            s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
+            pad_at = None;
+            par = vec![px_o];
+            oc_o
+        }
         None => {
             // Whole vector registers where the row allows it (a 14-lane vector
             // costs split loads); any divisor up to 16 otherwise; as many
@@ -322,10 +341,40 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     }
     fuse_parallel(&mut s, &par)?;
     let mut f = s.into_func();
-    if pad_at.is_none() {
+    if pad_at.is_none() && !materialized(&f).is_empty() {
         f.attrs.insert("keep_materialized".into(), "the padded image".into());
     }
     Ok(f)
+}
+
+/// The register tile of a pointwise convolution vectorized over pixels.
+struct PointwiseTile {
+    /// Output channels (broadcast weights) per tile.
+    rows: i64,
+    /// Pixels per tile: whole vectors.
+    pixels: i64,
+}
+
+/// The tile of the pixel-vectorized pointwise strategy, where it applies: a
+/// `conv2d.pointwise` kernel (left OIHW by AlterOpLayout on 16-lane
+/// targets) with no padded stage, whose `oh` × `ow` map is whole vectors.
+/// Up to 3 vectors of pixels that divide the map and 8 channel rows, the
+/// accumulators, one vector row of the input and a broadcast within the
+/// registers.
+fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
+    let f = s.func();
+    let lanes = unit.f32_lanes as i64;
+    let pixels = extent(s, oh)? * owe;
+    if !f.attrs.get("conv2d.pointwise").is_some_and(|v| v == "true")
+        || !materialized(f).is_empty()
+        || lanes < 16
+        || pixels % lanes != 0
+    {
+        return None;
+    }
+    let registers = unit.registers as i64;
+    let vectors = (1..=3).rev().find(|v| pixels % (v * lanes) == 0)?;
+    Some(PointwiseTile { rows: ((registers - vectors - 1) / vectors).clamp(1, 8), pixels: vectors * lanes })
 }
 
 /// Whether a convolution kernel reads one input channel per output channel

@@ -39,6 +39,7 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
         infallible("tir.LoopPartition", 1, t::partition_loops),
         infallible("tir.UnrollLoop", 0, t::unroll_loops),
         infallible("tir.VectorizeLoop", 0, t::vectorize_loops),
+        infallible("tir.ForwardStores", 0, t::forward_stores),
         infallible("tir.RemoveNoOp", 0, t::remove_noops),
         infallible("tir.FlattenBuffer", 0, t::flatten_buffers),
         infallible("tir.Simplify", 0, t::simplify_prim_func),
@@ -49,7 +50,7 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
 /// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
 /// lower intrinsics, simplify, unroll, partition loops at constant tests (after
 /// unrolling, which makes tests on small outer loops constant), vectorize,
-/// clean up, parallelize.
+/// forward write-backs into their epilogues, clean up, parallelize.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "TirPipeline",
@@ -62,6 +63,7 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.UnrollLoop",
             "tir.LoopPartition",
             "tir.VectorizeLoop",
+            "tir.ForwardStores",
             "tir.RemoveNoOp",
             "tir.ParallelizeOuter",
         ],

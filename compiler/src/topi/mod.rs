@@ -153,6 +153,27 @@ pub(crate) fn expand_ints(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64
     })
 }
 
+/// Whether a `nn.conv2d` call is pointwise: a 1 × 1 OIHW weight, one
+/// group, stride 1, dilation 1 and no padding, so that each output pixel
+/// reads the input pixel at the same place (a matrix product over channels).
+pub(crate) fn is_pointwise_conv2d(store: &kiln_ir::relay::Store, call: &kiln_ir::relay::Call) -> bool {
+    let a = &call.attrs;
+    let all = |name: &str, n: usize, v: i64| expand_ints(a, name, n).is_ok_and(|x| x.iter().all(|&q| q == v));
+    let one_by_one = call
+        .args
+        .get(1)
+        .and_then(|&w| store.checked_type(w))
+        .and_then(|t| t.as_tensor().map(|t| t.shape.len() == 4 && t.shape[2..] == [1, 1]))
+        .unwrap_or(false);
+    one_by_one
+        && a.str("kernel_layout").is_ok_and(|l| l == "OIHW")
+        && a.str("data_layout").is_ok_and(|l| l == "NCHW")
+        && a.int("groups").is_ok_and(|g| g == 1)
+        && all("strides", 2, 1)
+        && all("dilation", 2, 1)
+        && all("padding", 4, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

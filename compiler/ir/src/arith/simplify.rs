@@ -50,6 +50,27 @@ impl Linear {
         l
     }
 
+    /// `k·c·(x // c) + k·(x % c)` is `k·x` (floor division and modulo by a
+    /// positive constant): what fusing two loops and using the fused loop's
+    /// quotient and remainder as an index gives back, e.g. a row and a
+    /// column fused into one run of pixels.
+    fn recombine_div_mod(&mut self) {
+        while let Some((q, r)) = self.terms.iter().enumerate().find_map(|(r, (atom, k))| {
+            let Expr::Bin(BinOp::FloorMod, x, c) = atom else { return None };
+            let c = c.as_int().filter(|&c| c > 0)?;
+            let quotient = Expr::bin(BinOp::FloorDiv, (**x).clone(), Expr::Int(c, atom.ty()));
+            let q = self.terms.iter().position(|(a, kq)| *a == quotient && *kq == k.wrapping_mul(c))?;
+            Some((q, r))
+        }) {
+            let (mod_atom, k) = self.terms[r].clone();
+            let Expr::Bin(_, x, _) = mod_atom else { unreachable!("found as a modulo") };
+            let (first, second) = (q.max(r), q.min(r));
+            self.terms.remove(first);
+            self.terms.remove(second);
+            self.add(Linear::of(&x), k);
+        }
+    }
+
     fn to_expr(&self, ty: TirType) -> Expr {
         let mut out: Option<Expr> = None;
         for (atom, coef) in &self.terms {
@@ -161,7 +182,11 @@ fn simplify_node(s: Expr, bounds: &Bounds) -> Expr {
         Expr::Bin(op, a, b) if is_index_type(ty) => {
             let (x, y) = (a.as_int(), b.as_int());
             match op {
-                BinOp::Add | BinOp::Sub | BinOp::Mul => Linear::of(&Expr::Bin(op, a, b)).to_expr(ty),
+                BinOp::Add | BinOp::Sub | BinOp::Mul => {
+                    let mut l = Linear::of(&Expr::Bin(op, a, b));
+                    l.recombine_div_mod();
+                    l.to_expr(ty)
+                }
                 BinOp::FloorDiv | BinOp::FloorMod => match y {
                     Some(c) if c > 0 => floor_div_mod(*a, c, op == BinOp::FloorDiv, ty, bounds),
                     _ => Expr::Bin(op, a, b),
@@ -379,6 +404,25 @@ mod tests {
         let x = Var::index("x");
         let e = Expr::bin(BinOp::FloorDiv, Expr::var(&x) + Expr::int(17), Expr::int(8));
         assert_eq!(simp(e, &[]), "(((x + 1) // 8) + 2)");
+    }
+
+    #[test]
+    fn fused_quotient_and_remainder_recombine() {
+        // (f // 28) * 28 + f % 28 == f, also scaled and with f itself a sum.
+        let f = Var::index("f");
+        let (fo, fi) = (Var::index("fo"), Var::index("fi"));
+        let pixel = |x: Expr| {
+            Expr::bin(BinOp::FloorDiv, x.clone(), Expr::int(28)) * Expr::int(28)
+                + Expr::bin(BinOp::FloorMod, x, Expr::int(28))
+        };
+        assert_eq!(simp(pixel(Expr::var(&f)), &[]), "f");
+        let split = Expr::var(&fo) * Expr::int(16) + Expr::var(&fi);
+        let e = Expr::var(&f) * Expr::int(784) + pixel(split) * Expr::int(2);
+        assert_eq!(simp(e, &[]), "(((f * 784) + (fo * 32)) + (fi * 2))");
+        // A quotient of another scale stays.
+        let e = Expr::bin(BinOp::FloorDiv, Expr::var(&f), Expr::int(28)) * Expr::int(27)
+            + Expr::bin(BinOp::FloorMod, Expr::var(&f), Expr::int(28));
+        assert_eq!(simp(e, &[]), "(((f // 28) * 27) + (f % 28))");
     }
 
     #[test]

@@ -255,9 +255,25 @@ impl<'ctx> FnGen<'_, 'ctx> {
             st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
             return Ok(());
         }
+        if value.ty().elem == DataType::Bool {
+            for k in 0..lanes {
+                let i = simplify(&lane_of(idx, k), &Bounds::new());
+                self.stmt(&Stmt::Store { buffer: buf.clone(), indices: vec![i], value: lane_of(value, k) })?;
+            }
+            return Ok(());
+        }
+        // Scattered lanes (a channel-vectorized tile written to NCHW): the
+        // value is computed once as a vector and each lane stored from it —
+        // computed lane by lane, an epilogue would run on scalars.
+        self.accumulator = Some(buf.id());
+        let v = self.vexpr_or_splat(value, lanes as u32);
+        self.accumulator = None;
+        let v = v?.into_vector_value();
         for k in 0..lanes {
             let i = simplify(&lane_of(idx, k), &Bounds::new());
-            self.stmt(&Stmt::Store { buffer: buf.clone(), indices: vec![i], value: lane_of(value, k) })?;
+            let ptr = self.address(buf, &[i])?;
+            let lane = self.e(self.b.build_extract_element(v, self.i64c(k as i64), "lane"))?;
+            self.e(self.b.build_store(ptr, lane))?;
         }
         Ok(())
     }

@@ -47,7 +47,10 @@ impl ExprMutator for Alter {
                 .winograd
                 .then(|| winograd_conv2d(store, pre, post, &call, self.unit))
                 .flatten()
-                .or_else(|| pack_conv2d_weight(store, post, &call, self.unit.f32_lanes))
+                .or_else(|| {
+                    let keep = pixels_as_lanes(store, pre, self.unit);
+                    (!keep).then(|| pack_conv2d_weight(store, post, &call, self.unit.f32_lanes)).flatten()
+                })
                 .unwrap_or(post);
         }
         let transposed_weight = match name {
@@ -194,6 +197,22 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &Call, block: usize
     let mut attrs = call.attrs.clone();
     attrs.set("kernel_layout", AttrValue::Str(format!("OIHW{block}o")));
     store.call_op_at("nn.conv2d", vec![x, packed], attrs, span).ok()
+}
+
+/// Whether a convolution stays OIHW for the schedule's pixel-vectorized
+/// pointwise strategy: a pointwise convolution
+/// ([`crate::topi::is_pointwise_conv2d`]) whose map is whole vectors of
+/// pixels, on a 16-lane target. Its lanes are then pixels, contiguous in the
+/// input and in the NCHW output; packed (`OIHW<k>o`), the lanes are output
+/// channels a plane apart, and with MobileNetV2's short reductions (16 to 32
+/// input channels) scattering them cost as much as the multiply-adds on
+/// AVX-512. Maps of 14 × 14 and 7 × 7 are not whole vectors and stay packed.
+fn pixels_as_lanes(store: &Store, pre: ExprId, unit: VectorUnit) -> bool {
+    let Some(call) = store.as_call(pre) else { return false };
+    let pixels = store.checked_type(pre).and_then(|t| t.as_tensor().map(|t| t.shape.iter().skip(2).product::<usize>()));
+    unit.f32_lanes >= 16
+        && crate::topi::is_pointwise_conv2d(store, call)
+        && pixels.is_some_and(|p| p > 0 && p % unit.f32_lanes == 0)
 }
 
 /// The fewest input and output channels of a Winograd convolution: the

@@ -1,6 +1,7 @@
 //! TIR passes.
 
 pub mod flatten;
+pub mod forward_stores;
 pub mod fuse_loops;
 pub mod loop_partition;
 pub mod lower_intrinsics;
@@ -10,6 +11,7 @@ pub mod unroll;
 pub mod vectorize;
 
 pub use flatten::flatten_buffers;
+pub use forward_stores::forward_stores;
 pub use fuse_loops::fuse_sibling_loops;
 pub use loop_partition::partition_loops;
 pub use lower_intrinsics::lower_intrinsics;
