@@ -365,7 +365,7 @@ fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Optio
     let f = s.func();
     let lanes = unit.f32_lanes as i64;
     let pixels = extent(s, oh)? * owe;
-    if !f.attrs.get("conv2d.pointwise").is_some_and(|v| v == "true")
+    if f.attrs.get("conv2d.pointwise").is_none_or(|v| v != "true")
         || !materialized(f).is_empty()
         || lanes < 16
         || pixels % lanes != 0
