@@ -535,12 +535,20 @@ struct PackedConvTile {
 /// divide the `channel_blocks` and `columns` the row width (no tails inside a
 /// tile). At least 8 accumulators hide the FMA latency when the row allows.
 /// AVX2 (16 registers) gets 2 × 4 on 56- and 28-wide rows and 1 × 14 or
-/// 1 × 7 on late stages; AVX-512 (32) 2 × 14.
+/// 1 × 7 on late stages; AVX-512 (32) 2 × 14 on 112-, 56- and 28-wide rows
+/// (3 × 8 where the channel blocks are a multiple of 3), 3 × 7 or 2 × 14 on
+/// 14-wide ones.
 fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
+    // A weight vector costs twice a broadcast on AVX-512 (32 registers): a
+    // tile's weights outgrow L1 sooner there, where the broadcasts (one
+    // padded input row) stay. ResNet-18's stem (3 channels, 7 × 7, stride 2)
+    // took 4 × 4 tiles, each re-reading 37.6 KB of weights from L2: 3.3 ms;
+    // 2 × 14 read half of them, over 3.5 times fewer tiles: 1.9 ms.
+    let weight_load_cost = if registers >= 32 { 2 } else { 1 };
     let cost = |t: &PackedConvTile| {
         let acc = t.channel_vectors * t.columns;
         // Loads per FMA, with a penalty for too few accumulators to cover the latency.
-        let loads = (t.channel_vectors + t.columns) as f64 / acc as f64;
+        let loads = (weight_load_cost * t.channel_vectors + t.columns) as f64 / acc as f64;
         // Measured on Zen 3: 2 × 4 beats 1 × 14 on 56- and 28-wide rows, but
         // 4 × 2 loses to 1 × 14 on 14-wide ones (four weight vectors per
         // step stream from L2): at least 4 columns per tile.
