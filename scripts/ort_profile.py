@@ -40,7 +40,7 @@ trace = sess.end_profiling()
 events = [e for e in json.load(open(trace)) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
 os.remove(trace)
 by_op, by_node = collections.defaultdict(float), collections.defaultdict(float)
-node_shapes = {}
+node_desc = {}
 for e in events:
     node = e["name"][: -len("_kernel_time")]
     by_op[e["args"]["op_name"]] += e["dur"] / OPTS.runs
@@ -48,17 +48,10 @@ for e in events:
     # The first input's and the output's shapes, to match nodes with kiln's kernels.
     shapes = [list(s.values())[0] for s in e["args"].get("input_type_shape", [])[:1]]
     shapes += [list(s.values())[0] for s in e["args"].get("output_type_shape", [])[:1]]
-    node_shapes[node] = " -> ".join(str(s) for s in shapes)
+    node_desc[node] = f'{e["args"]["op_name"]:12} ' + " -> ".join(str(s) for s in shapes)
 print(f"ONNX Runtime {ort.__version__}, {OPTS.threads} thread(s): {sum(by_op.values()):.1f} us per run in kernels")
 for op, us in sorted(by_op.items(), key=lambda kv: -kv[1]):
     print(f"{us:9.1f} us  {op}")
-node_op = {e["name"][: -len("_kernel_time")]: e["args"]["op_name"] for e in events}
-
-
-def e_op(node):
-    return f"{node_op[node]:12}"
-
-
 print()
 for node, us in sorted(by_node.items(), key=lambda kv: -kv[1])[: OPTS.top]:
-    print(f"{us:9.1f} us  {node:40} {e_op(node)} {node_shapes[node]}")
+    print(f"{us:9.1f} us  {node:40} {node_desc[node]}")

@@ -259,8 +259,9 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let lanes = unit.f32_lanes as i64;
     // Where the padded input is computed, and the loops that run in parallel.
     let (mut pad_at, mut par) = (Some(oh.clone()), vec![oh.clone()]);
-    let ow_o = match block {
-        Some(k) => {
+    let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
+    let ow_o = match (block, pointwise) {
+        (Some(k), _) => {
             let tile = packed_conv_tile(oce / k.max(1), owe, unit.registers as i64);
             let (oc_o, oc_i) = s.split(oc, k as usize)?;
             let (oc_oo, oc_oi) = s.split(&oc_o, tile.channel_vectors as usize)?;
@@ -292,22 +293,21 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
             }
             ow_o
         }
-        None if pointwise_pixels(&s, oh, owe, unit).is_some() => {
+        (None, Some(tile)) => {
             // Pointwise over whole vectors of pixels: rows and columns fused
             // into one run of pixels (contiguous in the input and the
             // output), tiles of channel rows × pixel vectors, pixel blocks
             // outermost (a block of every input channel stays in L1 across
-            // all the channel rows) and in parallel.
-            let tile = pointwise_pixels(&s, oh, owe, unit).expect("checked");
+            // all the channel rows) and in parallel. No padded stage.
             let px = s.fuse(oh, ow)?;
             let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, tile.rows) as usize)?;
             let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
             s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
-            pad_at = None;
+            pad_at = Some(px_o.clone());
             par = vec![px_o];
             oc_o
         }
-        None => {
+        (None, None) => {
             // Whole vector registers where the row allows it (a 14-lane vector
             // costs split loads); any divisor up to 16 otherwise; as many
             // channel rows as leave a register for each row vector of the
@@ -341,7 +341,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     }
     fuse_parallel(&mut s, &par)?;
     let mut f = s.into_func();
-    if pad_at.is_none() && !materialized(&f).is_empty() {
+    if pad_at.is_none() {
         f.attrs.insert("keep_materialized".into(), "the padded image".into());
     }
     Ok(f)
@@ -355,24 +355,25 @@ struct PointwiseTile {
     pixels: i64,
 }
 
+/// Whether a pointwise convolution over a map of `pixels` is vectorized over
+/// its pixels: on 16-lane targets (AVX-512), where the map is whole vectors.
+/// AlterOpLayout keeps such convolutions OIHW by this same rule.
+pub fn pointwise_over_pixels(pixels: usize, unit: VectorUnit) -> bool {
+    unit.f32_lanes >= 16 && pixels > 0 && pixels % unit.f32_lanes == 0
+}
+
 /// The tile of the pixel-vectorized pointwise strategy, where it applies: a
-/// `conv2d.pointwise` kernel (left OIHW by AlterOpLayout on 16-lane
-/// targets) with no padded stage, whose `oh` × `ow` map is whole vectors.
-/// Up to 3 vectors of pixels that divide the map and 8 channel rows, the
-/// accumulators, one vector row of the input and a broadcast within the
-/// registers.
+/// `conv2d.pointwise` kernel (OIHW) whose `oh` × `ow` map passes
+/// [`pointwise_over_pixels`]. Up to 3 vectors of pixels that divide the map
+/// and 8 channel rows, the accumulators, one vector row of the input and a
+/// broadcast within the registers.
 fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
-    let f = s.func();
-    let lanes = unit.f32_lanes as i64;
     let pixels = extent(s, oh)? * owe;
-    if f.attrs.get("conv2d.pointwise").is_none_or(|v| v != "true")
-        || !materialized(f).is_empty()
-        || lanes < 16
-        || pixels % lanes != 0
-    {
+    let pointwise = s.func().attrs.get("conv2d.pointwise").is_some_and(|v| v == "true");
+    if !pointwise || !pointwise_over_pixels(pixels as usize, unit) {
         return None;
     }
-    let registers = unit.registers as i64;
+    let (lanes, registers) = (unit.f32_lanes as i64, unit.registers as i64);
     let vectors = (1..=3).rev().find(|v| pixels % (v * lanes) == 0)?;
     Some(PointwiseTile { rows: ((registers - vectors - 1) / vectors).clamp(1, 8), pixels: vectors * lanes })
 }

@@ -246,15 +246,6 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// A vector store: one store when the lanes are contiguous, else one per lane.
     pub(super) fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
         let lanes = idx.ty().lanes.max(value.ty().lanes);
-        if let (Some((ptr, _)), false) = (self.contiguous(buf, idx)?, value.ty().elem == DataType::Bool) {
-            self.accumulator = Some(buf.id());
-            let v = self.vexpr_or_splat(value, lanes as u32);
-            self.accumulator = None;
-            let v = v?;
-            let st = self.e(self.b.build_store(ptr, v))?;
-            st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
-            return Ok(());
-        }
         if value.ty().elem == DataType::Bool {
             for k in 0..lanes {
                 let i = simplify(&lane_of(idx, k), &Bounds::new());
@@ -262,13 +253,20 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             return Ok(());
         }
-        // Scattered lanes (a channel-vectorized tile written to NCHW): the
-        // value is computed once as a vector and each lane stored from it —
-        // computed lane by lane, an epilogue would run on scalars.
+        let contiguous = self.contiguous(buf, idx)?;
         self.accumulator = Some(buf.id());
         let v = self.vexpr_or_splat(value, lanes as u32);
         self.accumulator = None;
-        let v = v?.into_vector_value();
+        let v = v?;
+        if let Some((ptr, _)) = contiguous {
+            let st = self.e(self.b.build_store(ptr, v))?;
+            st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+            return Ok(());
+        }
+        // Scattered lanes (a channel-vectorized tile written to NCHW): the
+        // value is still computed once as a vector and each lane stored from
+        // it — computed lane by lane, an epilogue would run on scalars.
+        let v = v.into_vector_value();
         for k in 0..lanes {
             let i = simplify(&lane_of(idx, k), &Bounds::new());
             let ptr = self.address(buf, &[i])?;

@@ -30,7 +30,7 @@ use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
 
 use kiln_ir::relay::op::WinogradTiles;
 
-use crate::schedule::matmul_tile;
+use crate::schedule::{matmul_tile, pointwise_over_pixels};
 use crate::target::VectorUnit;
 
 struct Alter {
@@ -48,8 +48,11 @@ impl ExprMutator for Alter {
                 .then(|| winograd_conv2d(store, pre, post, &call, self.unit))
                 .flatten()
                 .or_else(|| {
-                    let keep = pixels_as_lanes(store, pre, self.unit);
-                    (!keep).then(|| pack_conv2d_weight(store, post, &call, self.unit.f32_lanes)).flatten()
+                    if pixels_as_lanes(store, pre, self.unit) {
+                        None
+                    } else {
+                        pack_conv2d_weight(store, post, &call, self.unit.f32_lanes)
+                    }
                 })
                 .unwrap_or(post);
         }
@@ -201,8 +204,9 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &Call, block: usize
 
 /// Whether a convolution stays OIHW for the schedule's pixel-vectorized
 /// pointwise strategy: a pointwise convolution
-/// ([`crate::topi::is_pointwise_conv2d`]) whose map is whole vectors of
-/// pixels, on a 16-lane target. Its lanes are then pixels, contiguous in the
+/// ([`crate::topi::is_pointwise_conv2d`]) whose map passes
+/// [`crate::schedule::pointwise_over_pixels`] (whole vectors of pixels, on a
+/// 16-lane target). Its lanes are then pixels, contiguous in the
 /// input and in the NCHW output; packed (`OIHW<k>o`), the lanes are output
 /// channels a plane apart, and with MobileNetV2's short reductions (16 to 32
 /// input channels) scattering them cost as much as the multiply-adds on
@@ -210,9 +214,7 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &Call, block: usize
 fn pixels_as_lanes(store: &Store, pre: ExprId, unit: VectorUnit) -> bool {
     let Some(call) = store.as_call(pre) else { return false };
     let pixels = store.checked_type(pre).and_then(|t| t.as_tensor().map(|t| t.shape.iter().skip(2).product::<usize>()));
-    unit.f32_lanes >= 16
-        && crate::topi::is_pointwise_conv2d(store, call)
-        && pixels.is_some_and(|p| p > 0 && p % unit.f32_lanes == 0)
+    crate::topi::is_pointwise_conv2d(store, call) && pixels.is_some_and(|p| pointwise_over_pixels(p, unit))
 }
 
 /// The fewest input and output channels of a Winograd convolution: the
