@@ -201,6 +201,26 @@ impl CudaModel {
         Ok(())
     }
 
+    /// Each launch's time in microseconds, in launch order: the launch enqueued
+    /// `repeats` times back to back between two synchronizations, divided by
+    /// `repeats` (so the launch overhead is amortized, as in a graph replay).
+    /// Kernels whose output aliases an input read their own results when
+    /// repeated: run this after the outputs that matter have been read.
+    pub fn time_launches(&mut self, repeats: usize) -> Result<Vec<f64>, CudaError> {
+        let repeats = repeats.max(1);
+        let mut times = Vec::with_capacity(self.launches.len());
+        for i in 0..self.launches.len() {
+            self.stream.synchronize().map_err(|e| cuda_err("synchronizing", e))?;
+            let t = std::time::Instant::now();
+            for _ in 0..repeats {
+                self.enqueue_one(i)?;
+            }
+            self.stream.synchronize().map_err(|e| cuda_err("running a kernel", e))?;
+            times.push(t.elapsed().as_secs_f64() * 1e6 / repeats as f64);
+        }
+        Ok(times)
+    }
+
     /// Whether `run` replays a captured graph.
     pub fn uses_graph(&self) -> bool {
         self.graph.is_some()
@@ -208,16 +228,20 @@ impl CudaModel {
 
     /// Enqueue every launch on the stream, in order.
     fn enqueue(&self) -> Result<(), CudaError> {
-        for (kernel, args) in &self.launches {
-            let (f, cfg) = &self.kernels[*kernel];
-            let mut b = self.stream.launch_builder(f);
-            for a in args {
-                b.arg(a);
-            }
-            // SAFETY: each argument is a device pointer into `memory`, at the offset
-            // the compiler planned for a buffer of the size the kernel reads and writes.
-            unsafe { b.launch(*cfg) }.map_err(|e| cuda_err("launching a kernel", e))?;
+        (0..self.launches.len()).try_for_each(|i| self.enqueue_one(i))
+    }
+
+    /// Enqueue launch `i` on the stream.
+    fn enqueue_one(&self, i: usize) -> Result<(), CudaError> {
+        let (kernel, args) = &self.launches[i];
+        let (f, cfg) = &self.kernels[*kernel];
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            b.arg(a);
         }
+        // SAFETY: each argument is a device pointer into `memory`, at the offset
+        // the compiler planned for a buffer of the size the kernel reads and writes.
+        unsafe { b.launch(*cfg) }.map_err(|e| cuda_err("launching a kernel", e))?;
         Ok(())
     }
 }

@@ -148,6 +148,12 @@ impl<'p> CudaExecutor<'p> {
         self.model.run().map_err(device)
     }
 
+    /// Each plan call's time in microseconds (see `CudaModel::time_launches`;
+    /// it leaves the outputs unspecified).
+    pub fn time_calls(&mut self, repeats: usize) -> Result<Vec<f64>, RunError> {
+        self.model.time_launches(repeats).map_err(device)
+    }
+
     /// Copy the outputs back.
     pub fn outputs(&mut self) -> Result<Vec<kiln_ir::Tensor>, RunError> {
         let mut out = Vec::new();

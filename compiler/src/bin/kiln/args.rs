@@ -169,7 +169,8 @@ pub struct BenchOptions {
     /// Timed runs after 10 warm-up runs
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
-    /// Also time each kernel, slowest first
+    /// Also time each kernel, slowest first (on a GPU: each launch repeated
+    /// back to back, its launch cost amortized)
     #[arg(long)]
     pub profile: bool,
 }

@@ -329,7 +329,20 @@ fn run_on_gpu(
             ));
         }
     }
-    ex.outputs()
+    let outputs = ex.outputs()?;
+    if bench && c.profile {
+        // Each kernel enqueued 20 times back to back (launch cost amortized, as
+        // in a graph); the median of 5 rounds. Repeating an in-place kernel
+        // changes the values, so this comes after the outputs are read.
+        let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); plan.calls.len()];
+        for _ in 0..5 {
+            for (i, t) in ex.time_calls(20)?.into_iter().enumerate() {
+                per_call[i].push(t);
+            }
+        }
+        print_kernel_profile(plan, &mut per_call);
+    }
+    Ok(outputs)
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -530,6 +543,29 @@ fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Re
         .collect())
 }
 
+/// `--profile`'s table: per kernel, the sum over its calls of each call's
+/// median time (`per_call[i]`: the samples of plan call `i`), slowest first.
+fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut [Vec<f64>]) {
+    let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
+    for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
+        samples.sort_by(f64::total_cmp);
+        let median = samples[samples.len() / 2];
+        let name = &plan.kernels[call.kernel].name;
+        match by_kernel.iter_mut().find(|(n, ..)| n == name) {
+            Some(e) => {
+                e.1 += median;
+                e.2 += 1;
+            }
+            None => by_kernel.push((name.clone(), median, 1)),
+        }
+    }
+    by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = by_kernel.iter().map(|k| k.1).sum();
+    for (name, us, calls) in &by_kernel {
+        out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
+    }
+}
+
 /// Run (and, for `bench`, time) a compiled model with the chosen backend.
 fn execute(
     c: &CompileArgs,
@@ -575,24 +611,7 @@ fn execute(
                     per_call[i].push(t);
                 }
             }
-            let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
-            for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
-                samples.sort_by(f64::total_cmp);
-                let median = samples[samples.len() / 2];
-                let name = &plan.kernels[call.kernel].name;
-                match by_kernel.iter_mut().find(|(n, ..)| n == name) {
-                    Some(e) => {
-                        e.1 += median;
-                        e.2 += 1;
-                    }
-                    None => by_kernel.push((name.clone(), median, 1)),
-                }
-            }
-            by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let total: f64 = by_kernel.iter().map(|k| k.1).sum();
-            for (name, us, calls) in &by_kernel {
-                out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
-            }
+            print_kernel_profile(plan, &mut per_call);
         }
         // Where the figure was taken: the code's CPU and features, and this machine's.
         let here = kiln::target::TargetDescription::resolve("llvm -mcpu=native");
