@@ -29,6 +29,7 @@ fn main() {
             packed_weight_convolutions_match_the_interpreter,
             pointwise_convolutions_over_pixel_vectors_match_the_interpreter,
             packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
+            small_map_pointwise_convolutions_split_channels_and_match_the_interpreter,
             packed_dense_weights_match_the_interpreter,
             winograd_convolutions_match_the_interpreter,
             row_reductions_on_vector_lanes_match_the_interpreter,
@@ -137,6 +138,45 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), floa
 }
 "#;
     check_compiled(text, &["w1", "b1"], true, &packed("conv2d.weight_block", 1, true));
+}
+
+/// Packed 1 × 1 convolutions on small maps with more output channels than
+/// pixels (MobileNetV2's expansions) run their channel tiles in parallel
+/// and read the input in place; with fewer channels than pixels (32), or
+/// too few channel tiles to share (48), rows stay in parallel. A clipped
+/// expansion, a projection with a residual epilogue and a plain one equal
+/// the interpreter on LLVM and C, 1 and 2 threads, for 8- and 16-lane units.
+fn small_map_pointwise_convolutions_split_channels_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 5, 7), float32], %w1: Tensor[(384, 32, 1, 1), float32], %b1: Tensor[(384), float32],
+          %w2: Tensor[(48, 384, 1, 1), float32], %w3: Tensor[(32, 384, 1, 1), float32]) {
+  %0 = clip(nn.bias_add(nn.conv2d(%x, %w1), %b1), a_min=0f, a_max=6f);
+  %1 = nn.conv2d(%0, %w2);
+  %2 = add(nn.conv2d(%0, %w3), %x);
+  (%1, %2)
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+        // The loop a kernel runs in parallel: output channel blocks (`ax1…`) or rows (`ax2…`).
+        let parallel = |k: &PrimFunc| {
+            let mut name = None;
+            k.body.visit(&mut |s| {
+                if let kiln::tir::Stmt::For(l) = s {
+                    if l.kind == kiln::tir::ForKind::Parallel && name.is_none() {
+                        name = Some(l.var.name.clone());
+                    }
+                }
+            });
+            name.unwrap_or_default()
+        };
+        let mut split: Vec<(usize, bool)> = kernels
+            .iter()
+            .filter(|k| k.attrs.contains_key("conv2d.weight_block"))
+            .map(|k| (k.params.last().map_or(0, |b| b.shape()[1]), parallel(k).starts_with("ax1")))
+            .collect();
+        split.sort();
+        assert_eq!(split, [(32, false), (48, false), (384, true)], "{lanes} lanes");
+    });
 }
 
 /// Products with constant weights take AlterOpLayout's column panels
