@@ -3,7 +3,8 @@
 //!
 //! - An expression is constant if it is a `Constant`, or a `Tuple` whose fields
 //!   are all constant (memoized per node).
-//! - `let %x = <constant>; body` propagates the constant into `body` and drops the binding.
+//! - `let %x = <constant>; body` propagates the constant into `body` and drops
+//!   the binding; as in TVM, a `let` bound to a tuple of constants stays.
 //! - `(c0, c1, …).i` becomes `ci`.
 //! - An operator call whose arguments are all constant is evaluated with the
 //!   operator's reference implementation — except calls with no arguments
@@ -111,10 +112,10 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
     for &id in &order {
         let kind = store.kind(id).clone();
         // A child's new version; a let-bound variable whose value folded to a constant becomes that constant.
-        let mut resolve = |c: ExprId, store: &Store, memo: &mut FxHashMap<ExprId, bool>| -> ExprId {
+        let mut resolve = |c: ExprId, store: &Store| -> ExprId {
             if let Some(&value) = let_value.get(&c) {
                 match new_of.get(&value) {
-                    Some(&v) if is_constant(store, v, memo) => return v,
+                    Some(&v) if matches!(store.kind(v), ExprKind::Constant(_)) => return v,
                     Some(_) => {}
                     None => {
                         kept_vars.insert(c);
@@ -133,7 +134,7 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
                 ExprKind::Function(f) => f.params.contains(&c),
                 _ => false,
             };
-            mapped.push(if is_binder { c } else { resolve(c, store, &mut constant_memo) });
+            mapped.push(if is_binder { c } else { resolve(c, store) });
         }
         let changed = mapped.iter().zip(&children).any(|(a, b)| a != b);
         let mut it = mapped.into_iter();
@@ -146,7 +147,7 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
         };
         let result = match store.kind(rebuilt).clone() {
             ExprKind::Let { var, value, body } => {
-                if is_constant(store, value, &mut constant_memo) && !kept_vars.contains(&var) {
+                if matches!(store.kind(value), ExprKind::Constant(_)) && !kept_vars.contains(&var) {
                     body
                 } else {
                     rebuilt

@@ -132,6 +132,13 @@ impl OpDef {
         self.attrs.push(spec);
         self
     }
+
+    /// Mark the operator stateful (TVM's `TOpIsStateful`): never
+    /// constant-folded nor merged with an equal call.
+    pub fn stateful(mut self) -> Self {
+        self.stateful = true;
+        self
+    }
 }
 
 /// The index of an operator in the registry.

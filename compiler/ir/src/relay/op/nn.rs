@@ -559,6 +559,9 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_dropout,
             "Dropout (identity at inference); returns (output, mask).",
         )
-        .attr(AttrSpec::float("rate", 0.5)),
+        .attr(AttrSpec::float("rate", 0.5))
+        // As in TVM: random at training time, so FoldConstant leaves it
+        // (SimplifyInference removes it).
+        .stateful(),
     );
 }
