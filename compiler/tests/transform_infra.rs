@@ -314,11 +314,45 @@ fn timing_report_is_nested() {
     let outer = Sequential::new("Outer", vec![inner, recording_pass("T2", 0, &[], &log)]).unwrap();
     let timing = Arc::new(PassTimingInstrument::new());
     let ctx = Arc::new(PassContext::new().with_instruments(vec![timing.clone()]));
-    ctx.scope(|ctx| apply(&outer, module(), ctx)).unwrap();
-    let rows: Vec<(usize, String)> = timing.times().into_iter().map(|t| (t.depth, t.name)).collect();
+    let (rows, report) = ctx
+        .scope(|ctx| {
+            apply(&outer, module(), ctx)?;
+            let rows: Vec<(usize, String)> = timing.times().into_iter().map(|t| (t.depth, t.name)).collect();
+            Ok((rows, timing.render()))
+        })
+        .unwrap();
     assert_eq!(rows, [(0, "Outer".into()), (1, "Inner".into()), (2, "T1".into()), (1, "T2".into())]);
-    let report = timing.report();
     assert!(report.contains("  Outer: ") && report.contains("(100.0%)") && report.contains("      T1: "), "{report}");
+    // Leaving the context clears the profiles, as in TVM.
+    assert_eq!(timing.render(), "");
+}
+
+/// TVM's `tests/python/ir/test_pass_instrument.py::test_pass_timing_instrument`:
+/// a timing instrument set on the current (default) context with
+/// `override_instruments` profiles the passes run after it; taking it off
+/// again clears its profiles, and `render()` of nothing is empty.
+#[test]
+fn test_pass_timing_instrument() {
+    std::thread::spawn(|| {
+        let log: Log = Default::default();
+        let timing = Arc::new(PassTimingInstrument::new());
+        let current = PassContext::current();
+        current.override_instruments(vec![timing.clone()]).unwrap();
+        let passes = ["AnnotateSpans", "ToANormalForm", "InferType"];
+        let mut m = module();
+        for name in passes {
+            m = apply(recording_pass(name, 0, &[], &log).as_ref(), m, &current).unwrap();
+        }
+        let profiles = timing.render();
+        for name in passes {
+            assert!(profiles.contains(name), "{name} not in {profiles}");
+        }
+        current.override_instruments(Vec::new()).unwrap();
+        apply(recording_pass("InferType", 0, &[], &log).as_ref(), m, &current).unwrap();
+        assert_eq!(timing.render(), "");
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]

@@ -482,8 +482,8 @@ impl Build {
         if is_cuda_target(&self.target) {
             return self.generate_cuda(m, ctx, timing);
         }
-        let m = self.user_passes(m, &ctx)?;
-        let (fused, mut plan) = optimize_and_plan(m, ctx).map_err(|e| self.compile_err(e))?;
+        let tir = crate::schedule::passes::tir_pipeline().map_err(|e| self.compile_err(e))?;
+        let (fused, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &tir)?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
@@ -520,21 +520,38 @@ impl Build {
             c_api,
             report,
             pictures,
-            timings: timing.report(),
+            timings,
             plan,
             reused: false,
         })
     }
 
     /// The passes added with [`Build::pass`], then type inference.
-    fn user_passes(&self, m: IRModule, ctx: &Arc<PassContext>) -> Result<IRModule, Error> {
+    fn user_passes(&self, m: IRModule, ctx: &PassContext) -> Result<IRModule, PassError> {
         if self.passes.is_empty() {
             return Ok(m);
         }
         let mut passes = self.passes.clone();
-        passes.push(crate::transform::registry::lookup("InferType").map_err(|e| self.compile_err(e))?);
-        let user = Sequential::new("UserPasses", passes).map_err(|e| self.compile_err(e))?;
-        ctx.clone().scope(|ctx| apply(&user, m, ctx)).map_err(|e| self.compile_err(e))
+        passes.push(crate::transform::registry::lookup("InferType")?);
+        apply(&Sequential::new("UserPasses", passes)?, m, ctx)
+    }
+
+    /// The user's passes, the default pipeline and the executor plan (its
+    /// kernels through `tir`), in one entered `ctx`; with the pass timing
+    /// report, rendered before the context is left (which clears it).
+    fn passes_and_plan(
+        &self,
+        m: IRModule,
+        ctx: Arc<PassContext>,
+        timing: &crate::transform::instrument::PassTimingInstrument,
+        tir: &Sequential,
+    ) -> Result<(IRModule, ExecutorPlan, String), Error> {
+        ctx.scope(|ctx| {
+            let m = self.user_passes(m, ctx)?;
+            let (fused, plan) = optimize_and_plan_in(m, ctx, tir)?;
+            Ok((fused, plan, timing.render()))
+        })
+        .map_err(|e| self.compile_err(e))
     }
 
     #[cfg(feature = "llvm")]
@@ -573,8 +590,8 @@ impl Build {
     ) -> Result<Artifacts, Error> {
         let target =
             crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
-        let m = self.user_passes(m, &ctx)?;
-        let (_, mut plan) = optimize_and_plan_gpu(m, ctx).map_err(|e| self.compile_err(e))?;
+        let tir = crate::schedule::passes::gpu_tir_pipeline().map_err(|e| self.compile_err(e))?;
+        let (_, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &tir)?;
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
         }
@@ -593,7 +610,7 @@ impl Build {
             c_api: String::new(),
             pictures: None,
             report: report_json(&self.name, &TargetDescription::resolve(&self.target), &plan),
-            timings: timing.report(),
+            timings,
             plan,
             reused: false,
         })
@@ -849,30 +866,38 @@ fn optimize_and_plan_with(
     ctx: Arc<PassContext>,
     tir: &crate::transform::Sequential,
 ) -> Result<(IRModule, ExecutorPlan), PassError> {
+    ctx.scope(|ctx| optimize_and_plan_in(m, ctx, tir))
+}
+
+/// [`optimize_and_plan`]'s work under a context already entered, its
+/// kernels through the TIR pipeline `tir`.
+fn optimize_and_plan_in(
+    m: IRModule,
+    ctx: &PassContext,
+    tir: &crate::transform::Sequential,
+) -> Result<(IRModule, ExecutorPlan), PassError> {
     let pipeline = default_pipeline()?;
-    ctx.scope(|ctx| {
-        let fused = apply(&pipeline, m, ctx)?;
-        let mut plan = plan_executor(&fused).map_err(|e| PassError::Failed {
-            pass: "LowerTE".into(),
-            context: String::new(),
-            error: BodyError::new(e),
-        })?;
-        // The kernels travel in the module through the TIR passes, so instruments see them.
-        let mut lowered = fused.clone();
-        for k in std::mem::take(&mut plan.kernels) {
-            if cfg!(debug_assertions) {
-                kiln_ir::tir::verify_prim_func(&k).map_err(|e| PassError::Failed {
-                    pass: "LowerTE".into(),
-                    context: String::new(),
-                    error: BodyError::new(e),
-                })?;
-            }
-            lowered.add_prim_func(k);
+    let fused = apply(&pipeline, m, ctx)?;
+    let mut plan = plan_executor(&fused).map_err(|e| PassError::Failed {
+        pass: "LowerTE".into(),
+        context: String::new(),
+        error: BodyError::new(e),
+    })?;
+    // The kernels travel in the module through the TIR passes, so instruments see them.
+    let mut lowered = fused.clone();
+    for k in std::mem::take(&mut plan.kernels) {
+        if cfg!(debug_assertions) {
+            kiln_ir::tir::verify_prim_func(&k).map_err(|e| PassError::Failed {
+                pass: "LowerTE".into(),
+                context: String::new(),
+                error: BodyError::new(e),
+            })?;
         }
-        let mut lowered = apply(tir, lowered, ctx)?;
-        plan.kernels = lowered.take_prim_funcs();
-        Ok((fused, plan))
-    })
+        lowered.add_prim_func(k);
+    }
+    let mut lowered = apply(tir, lowered, ctx)?;
+    plan.kernels = lowered.take_prim_funcs();
+    Ok((fused, plan))
 }
 
 /// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.

@@ -51,10 +51,12 @@ pub struct Diagnostic {
 ///         .with_instruments(vec![timing.clone()]),
 /// );
 /// // Inside the scope, `PassContext::current()` is this context (as TVM's `with PassContext`).
-/// let fused = ctx.scope(|ctx| apply(&default_pipeline()?, m, ctx))?;
+/// // The profiles last while the context is entered: render them inside.
+/// let (fused, timings) = ctx.scope(|ctx| Ok((apply(&default_pipeline()?, m, ctx)?, timing.render())))?;
 /// // max_depth = 1: dense and relu are two kernels.
 /// assert_eq!(kiln::relay::print_module(&fused).matches("Primitive=1").count(), 2);
-/// assert!(timing.report().contains("FuseOps"));
+/// assert!(timings.contains("FuseOps"));
+/// assert_eq!(timing.render(), "");
 /// // An unknown key is an error that lists the valid ones.
 /// assert!(PassContext::new().with_config("relay.FuseOps.max_dept", ConfigValue::Int(1)).is_err());
 /// # Ok(())

@@ -54,7 +54,9 @@ pub struct PassTime {
 /// Passes under way (name, start) and the finished rows.
 type TimingState = (Vec<(String, Instant)>, Vec<PassTime>);
 
-/// Times every pass; [`PassTimingInstrument::report`] gives a nested table.
+/// Times every pass; [`PassTimingInstrument::render`] gives a nested table.
+/// As in TVM, the profiles last while the context is entered: leaving it (and
+/// so `override_instruments`) clears them, so render inside the scope.
 #[derive(Debug, Default)]
 pub struct PassTimingInstrument {
     state: Mutex<TimingState>,
@@ -71,9 +73,13 @@ impl PassTimingInstrument {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
     }
 
-    /// `pass: time (share of the total)`, indented by nesting.
-    pub fn report(&self) -> String {
+    /// `pass: time (share of the total)`, indented by nesting; empty when
+    /// nothing was profiled (TVM's `render()`).
+    pub fn render(&self) -> String {
         let times = self.times();
+        if times.is_empty() {
+            return String::new();
+        }
         let total: Duration = times.iter().filter(|t| t.depth == 0).map(|t| t.time).sum();
         let mut out = format!("pass timing (total {:.3} ms):\n", total.as_secs_f64() * 1e3);
         for t in &times {
@@ -94,7 +100,7 @@ impl PassInstrument for PassTimingInstrument {
         "PassTiming"
     }
 
-    fn enter_pass_ctx(&self) -> Result<(), PassBodyError> {
+    fn exit_pass_ctx(&self) -> Result<(), PassBodyError> {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
         Ok(())
     }

@@ -102,9 +102,12 @@ fn opt(o: &OptOptions) -> Result<(), String> {
         instruments.push(Arc::new(DumpIr::new(dir)));
     }
     let ctx = Arc::new(ctx.with_instruments(instruments));
-    let result = ctx.scope(|ctx| apply(pipeline.as_ref(), module, ctx)).map_err(|e| format!("{file}: {e}"))?;
+    // The timing profiles last while the context is entered.
+    let (result, timings) = ctx
+        .scope(|ctx| Ok((apply(pipeline.as_ref(), module, ctx)?, timing.render())))
+        .map_err(|e| format!("{file}: {e}"))?;
     if o.time_passes {
-        eprint!("{}", timing.report());
+        eprint!("{timings}");
     }
     out(&print_module(&result));
     Ok(())
