@@ -272,3 +272,78 @@ fn test_tuple_arg() {
         ),
     );
 }
+
+// ---- test_pass_fuse_ops.py -----------------------------------------------------
+
+#[test]
+fn test_fuse_simple() {
+    // The scalar constant stays inside the kernel: one parameter, not two.
+    assert_becomes(
+        module("def @main(%x: Tensor[(10, 20), float32]) {\n  squeeze(exp(add(%x, 1f)))\n}", &[]),
+        &["FuseOps"],
+        module(
+            "def @main(%x: Tensor[(10, 20), float32]) {
+  %0 = fn (%p0: Tensor[(10, 20), float32], Primitive=1) -> Tensor[(10, 20), float32] {
+    squeeze(exp(add(%p0, 1f)))
+  };
+  %0(%x)
+}",
+            &[],
+        ),
+    );
+}
+
+#[test]
+fn test_fuse_tuple_get_elemwise() {
+    assert_becomes(
+        module(
+            "def @main(%X: Tensor[(1, 10), float32], %W: Tensor[(30, 10), float32]) {
+  %0 = nn.dense(%X, %W);
+  %1 = split(%0, indices_or_sections=3, axis=1);
+  add(sigmoid(%1.0), multiply(tanh(%1.1), exp(%1.2)))
+}",
+            &[],
+        ),
+        &["FuseOps"],
+        module(
+            "def @main(%X: Tensor[(1, 10), float32], %W: Tensor[(30, 10), float32]) {
+  %0 = fn (%p0: Tensor[(1, 10), float32], %p1: Tensor[(30, 10), float32], Primitive=1) -> Tensor[(1, 30), float32] {
+    nn.dense(%p0, %p1)
+  };
+  %1 = fn (%p01: Tensor[(1, 30), float32], Primitive=1) -> Tensor[(1, 10), float32] {
+    %2 = split(%p01, indices_or_sections=3, axis=1);
+    add(sigmoid(%2.0), multiply(tanh(%2.1), exp(%2.2)))
+  };
+  %1(%0(%X, %W))
+}",
+            &[],
+        ),
+    );
+}
+
+#[test]
+fn test_tuple_get_root() {
+    assert_becomes(
+        module(
+            "def @main(%X: Tensor[(1, 30), float32], %W: Tensor[(10, 10), float32]) {
+  %0 = split(%X, indices_or_sections=3, axis=1);
+  nn.dense(%0.0, %W)
+}",
+            &[],
+        ),
+        &["FuseOps"],
+        module(
+            "def @main(%X: Tensor[(1, 30), float32], %W: Tensor[(10, 10), float32]) {
+  %0 = fn (%p0: Tensor[(1, 30), float32], Primitive=1) -> Tensor[(1, 10), float32] {
+    %1 = split(%p0, indices_or_sections=3, axis=1);
+    %1.0
+  };
+  %2 = fn (%p01: Tensor[(1, 10), float32], %p1: Tensor[(10, 10), float32], Primitive=1) -> Tensor[(1, 10), float32] {
+    nn.dense(%p01, %p1)
+  };
+  %2(%0(%X), %W)
+}",
+            &[],
+        ),
+    );
+}

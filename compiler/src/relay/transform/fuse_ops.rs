@@ -25,6 +25,7 @@ use kiln_ir::relay::{
     op_registry, visit::post_order_filtered, Call, Callee, ExprId, ExprKind, Function, OpPattern, Store, Type, Var,
 };
 use kiln_ir::span::Span;
+use kiln_ir::DataType;
 
 /// Default of the `relay.FuseOps.max_depth` option: the most operators in one group.
 pub const DEFAULT_MAX_DEPTH: usize = 256;
@@ -371,6 +372,15 @@ struct GroupInfo {
 }
 
 /// Fuse the body of function `func`; returns the new function (or `func` when nothing changed).
+/// A 0-d constant of a dtype every code generator writes as an immediate
+/// (TVM's rule: int32, int64, float32, float64, bool).
+fn is_simple_scalar(store: &Store, id: ExprId) -> bool {
+    let ExprKind::Constant(c) = store.kind(id) else { return false };
+    let t = store.constant_data(*c);
+    t.shape().is_empty()
+        && matches!(t.dtype(), DataType::I32 | DataType::I64 | DataType::F32 | DataType::F64 | DataType::Bool)
+}
+
 pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -> Result<ExprId, String> {
     let Some(f) = store.as_function(func).cloned() else {
         return Err("FuseOps: expected a function".into());
@@ -435,6 +445,10 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
             let same_group = ci.is_some_and(|ci| is_member(store, c) && fused_group(ci) == Some(group));
             if same_group {
                 mapped.push(inner[ci.unwrap_or_default()]);
+            } else if is_simple_scalar(store, c) {
+                // As in TVM, a scalar constant stays inside the kernel (every
+                // kernel that uses it), not a parameter.
+                mapped.push(c);
             } else {
                 let outside = ci.map_or(c, |ci| outer[ci]);
                 let info = infos.entry(group).or_default();
