@@ -514,12 +514,12 @@ const WEIGHT_STATIONARY_BYTES: i64 = 256 * 1024;
 /// ...on an output map of at most this many pixels...
 const WEIGHT_STATIONARY_PIXELS: i64 = 64;
 /// ...when its padded input, a kernel-local (stack) buffer, is at most this large.
+const PADDED_IMAGE_BYTES: i64 = 512 * 1024;
 /// A 1 × 1 convolution on a map of at most this many pixels (14 × 14) splits
-/// its output channels over the threads where they outnumber the pixels.
+/// its output channels over the threads where they outnumber the pixels...
 const SMALL_MAP_PIXELS: i64 = 196;
 /// ...when it has at least this many channel tiles to share out.
 const MIN_CHANNEL_TILES: i64 = 8;
-const PADDED_IMAGE_BYTES: i64 = 512 * 1024;
 
 /// The number of iterations of the (first) reduction's reduction loops.
 fn reduction_extent(f: &PrimFunc) -> i64 {
