@@ -347,3 +347,22 @@ fn test_tuple_get_root() {
         ),
     );
 }
+
+#[test]
+fn test_fuse_softmax() {
+    // nn.softmax is OutEWiseFusable: the cast after it is the same kernel.
+    // (The compiled numbers: corpus program softmax_epilogue.relay, in every sweep.)
+    assert_becomes(
+        module("def @main(%x: Tensor[(16, 16), float32]) {\n  cast(nn.softmax(%x), dtype=\"float16\")\n}", &[]),
+        &["FuseOps"],
+        module(
+            "def @main(%x: Tensor[(16, 16), float32]) {
+  %0 = fn (%p0: Tensor[(16, 16), float32], Primitive=1) -> Tensor[(16, 16), float16] {
+    cast(nn.softmax(%p0), dtype=\"float16\")
+  };
+  %0(%x)
+}",
+            &[],
+        ),
+    );
+}

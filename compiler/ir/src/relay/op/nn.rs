@@ -547,7 +547,7 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::bool("scale", true)),
     );
     defs.push(
-        OpDef::new("nn.softmax", &["data"], Opaque, rel_softmax, eval_softmax, "Softmax along `axis`.")
+        OpDef::new("nn.softmax", &["data"], OutEWiseFusable, rel_softmax, eval_softmax, "Softmax along `axis`.")
             .attr(AttrSpec::int("axis", -1)),
     );
     defs.push(
