@@ -8,12 +8,13 @@
 //!    common ancestor of its consumers; the edge pattern is the worst pattern
 //!    on the way);
 //! 3. three phases of union-find grouping: out-elemwise-fusable anchors
-//!    (conv2d, dense) take their elementwise/broadcast epilogues; elementwise
+//!    (conv2d, dense, softmax) take their elementwise/broadcast epilogues; elementwise
 //!    and broadcast ops fuse into injective or reduction consumers; injective
 //!    ops fuse last (so conv2d always finishes fusing), then injective ops into
 //!    intermediate tuples;
 //! 4. each group becomes `fn (%p0, ..., Primitive=1) { ... }` called with the
-//!    group's inputs.
+//!    group's inputs — except 0-d constants of int32/int64/float32/float64/bool,
+//!    which stay inside every kernel that uses them (TVM's rule).
 //!
 //! Nothing here recurses on graph depth: every walk uses explicit stacks.
 
@@ -371,7 +372,6 @@ struct GroupInfo {
     param_of: FxHashMap<ExprId, ExprId>,
 }
 
-/// Fuse the body of function `func`; returns the new function (or `func` when nothing changed).
 /// A 0-d constant of a dtype every code generator writes as an immediate
 /// (TVM's rule: int32, int64, float32, float64, bool).
 fn is_simple_scalar(store: &Store, id: ExprId) -> bool {
@@ -381,6 +381,7 @@ fn is_simple_scalar(store: &Store, id: ExprId) -> bool {
         && matches!(t.dtype(), DataType::I32 | DataType::I64 | DataType::F32 | DataType::F64 | DataType::Bool)
 }
 
+/// Fuse the body of function `func`; returns the new function (or `func` when nothing changed).
 pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -> Result<ExprId, String> {
     let Some(f) = store.as_function(func).cloned() else {
         return Err("FuseOps: expected a function".into());
