@@ -12,7 +12,9 @@
 #   .gpu/gpu_run   the GPU test binary, built without LLVM (feature cuda only);
 #   .gpu/kiln      the kiln CLI, built without LLVM (feature cuda only);
 #   .gpu/models/   the reference models of ../shared/models except resnet18
-#                  (47 MB: with it the tree passes the device tool's 64 MiB).
+#                  (47 MB: with it the tree passes the device tool's 64 MiB),
+#                  and gpt_tiny (checked by gpu_run, not benchmarked: the
+#                  PyTorch side of bench_torch_cuda.py runs the CNN ops only).
 #   .gpu-resnet18/ resnet18 alone, to carry in a call of its own.
 # Carry `.gpu` (with `.gpu-resnet18` for resnet18) in the device call:
 #   run(command="bash scripts/gpu_session.sh run", carry=[".gpu"])
@@ -49,6 +51,9 @@ for line in sys.stdin:
         if [ "$m" = resnet18 ]; then dest=.gpu-resnet18; else dest=.gpu/models; fi
         cp "$MODELS_SRC/$m".onnx "$MODELS_SRC/$m".input.npy "$MODELS_SRC/$m".output.npy "$dest"/
     done
+    if [ -f "$MODELS_SRC/gpt_tiny.onnx" ]; then
+        cp "$MODELS_SRC"/gpt_tiny.onnx "$MODELS_SRC"/gpt_tiny.input.npy "$MODELS_SRC"/gpt_tiny.output.npy .gpu/models/
+    fi
     du -sh .gpu .gpu-resnet18
 }
 

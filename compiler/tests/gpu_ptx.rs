@@ -28,7 +28,7 @@ fn main() {
     };
     let mut others = common::sweep::model_trials(
         "reference_onnx_models_compile_to_ptx",
-        &common::sweep::REFERENCE_MODELS,
+        &common::sweep::GPU_REFERENCE_MODELS,
         model_to_ptx,
     );
     others.extend(trials![bad_cuda_targets_are_errors]);

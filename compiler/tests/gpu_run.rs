@@ -31,7 +31,7 @@ fn main() {
     };
     let models = common::sweep::model_trials_where(
         "reference_models_on_the_gpu_match_onnx_runtime",
-        &common::sweep::REFERENCE_MODELS,
+        &common::sweep::GPU_REFERENCE_MODELS,
         unavailable,
         model_on_the_gpu_matches_onnx_runtime,
     );

@@ -41,7 +41,7 @@ fn main() {
     };
     let models = common::sweep::model_trials(
         "reference_models_under_the_gpu_schedule_match_onnx_runtime",
-        &common::sweep::REFERENCE_MODELS,
+        &common::sweep::GPU_REFERENCE_MODELS,
         model_under_the_gpu_schedule_matches_onnx_runtime,
     );
     common::sweep::run(sweep, models)

@@ -151,3 +151,6 @@ pub fn model_trials_where(
 
 /// The four reference models every sweep runs.
 pub const REFERENCE_MODELS: [&str; 4] = ["mlp", "lenet", "resnet18", "mobilenetv2"];
+
+/// The models the GPU sweeps run: the four, and the GPT-style decoder.
+pub const GPU_REFERENCE_MODELS: [&str; 5] = ["mlp", "lenet", "resnet18", "mobilenetv2", "gpt_tiny"];
