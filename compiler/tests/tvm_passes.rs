@@ -55,16 +55,25 @@ fn f32s(shape: &[usize], values: &[f32]) -> Tensor {
 
 // ---- test_pass_fold_constant.py ------------------------------------------------
 
+/// `@main` returning the constant `c`.
+fn returns_constant(c: Tensor) -> IRModule {
+    module("def @main() {\n  meta[relay.Constant][0]\n}", &[c])
+}
+
+/// `concatenate((c, c), axis=0)` folds to `folded`.
+fn assert_concatenation_folds(c: Tensor, folded: Tensor) {
+    assert_becomes(
+        module("def @main() {\n  concatenate((meta[relay.Constant][0], meta[relay.Constant][0]), axis=0)\n}", &[c]),
+        &["FoldConstant"],
+        returns_constant(folded),
+    );
+}
+
 #[test]
 fn test_concatenate_const() {
     // `tvm.nd.array(np.array([1.0, 2.0, 3.0]))`: float64.
     let c = Tensor::from_f64(DataType::F64, vec![3], &[1.0, 2.0, 3.0]);
-    let folded = Tensor::from_f64(DataType::F64, vec![6], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
-    assert_becomes(
-        module("def @main() {\n  concatenate((meta[relay.Constant][0], meta[relay.Constant][0]), axis=0)\n}", &[c]),
-        &["FoldConstant"],
-        module("def @main() {\n  meta[relay.Constant][0]\n}", &[folded]),
-    );
+    assert_concatenation_folds(c, Tensor::from_f64(DataType::F64, vec![6], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
 }
 
 #[test]
@@ -127,13 +136,7 @@ fn test_fold_tuple() {
 
 #[test]
 fn test_fold_concat() {
-    let c = f32s(&[1, 3], &[1.0, 2.0, 3.0]);
-    let folded = f32s(&[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
-    assert_becomes(
-        module("def @main() {\n  concatenate((meta[relay.Constant][0], meta[relay.Constant][0]), axis=0)\n}", &[c]),
-        &["FoldConstant"],
-        module("def @main() {\n  meta[relay.Constant][0]\n}", &[folded]),
-    );
+    assert_concatenation_folds(f32s(&[1, 3], &[1.0, 2.0, 3.0]), f32s(&[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
 }
 
 #[test]
@@ -152,7 +155,7 @@ fn test_fold_if() {
         assert_becomes(
             module(&text, std::slice::from_ref(&x)),
             &["FoldConstant"],
-            module("def @main() {\n  meta[relay.Constant][0]\n}", &[f32s(&[1, 3], &folded)]),
+            returns_constant(f32s(&[1, 3], &folded)),
         );
     }
 }

@@ -258,8 +258,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     let block = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok());
     let lanes = unit.f32_lanes as i64;
     // Where the padded input is computed, and the loops that run in parallel.
-    let (mut pad_at, mut par) = (Some(oh.clone()), vec![oh.clone()]);
-    let mut reads_input_directly = false;
+    let (mut pad_at, mut par) = (PaddedImage::At(oh.clone()), vec![oh.clone()]);
     let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
     let ow_o = match (block, pointwise) {
         (Some(k), _) => {
@@ -287,7 +286,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
                 {
                     s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
                     // Without a batch loop the padded image stays where it was lowered.
-                    pad_at = n.cloned();
+                    pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
                     par = vec![oc_oo];
                 }
                 // A 1 × 1 convolution on a small map with more output channels
@@ -303,8 +302,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
                     && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES =>
                 {
                     s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
-                    pad_at = None;
-                    reads_input_directly = true;
+                    pad_at = PaddedImage::Inlined;
                     par = vec![oc_oo];
                 }
                 // Per column one broadcast input, used by every channel vector.
@@ -322,7 +320,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
             let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, tile.rows) as usize)?;
             let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
             s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
-            pad_at = Some(px_o.clone());
+            pad_at = PaddedImage::At(px_o.clone());
             par = vec![px_o];
             oc_o
         }
@@ -344,7 +342,7 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
             ow_o
         }
     };
-    if let Some(at) = &pad_at {
+    if let PaddedImage::At(at) = &pad_at {
         for pad in materialized(s.func()) {
             s.compute_at(&pad, at)?;
         }
@@ -360,10 +358,21 @@ fn schedule_conv2d(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleEr
     }
     fuse_parallel(&mut s, &par)?;
     let mut f = s.into_func();
-    if pad_at.is_none() && !reads_input_directly {
+    if pad_at == PaddedImage::AsLowered {
         f.attrs.insert("keep_materialized".into(), "the padded image".into());
     }
     Ok(f)
+}
+
+/// Where a convolution's materialized (padded) input stage goes.
+#[derive(PartialEq)]
+enum PaddedImage {
+    /// Computed inside this loop, for the region below it.
+    At(Var),
+    /// Kept where it was lowered: the whole image once, before the loops.
+    AsLowered,
+    /// Inlined back: the kernel reads its input in place.
+    Inlined,
 }
 
 /// The register tile of a pointwise convolution vectorized over pixels.
