@@ -6,9 +6,7 @@
 //! which holds every constant's value in its metadata section).
 //!
 //! Not ported, and why: `test_fold_const_with_on_device` and
-//! `test_fold_let_with_on_device` (kiln has no device annotations),
-//! `test_fold_shape_of` and `test_fold_ndarray_size` (no `shape_of` and
-//! `ndarray_size` operators), the QNN tests (no QNN dialect), `test_callback`
+//! `test_fold_let_with_on_device` (kiln has no device annotations), the QNN tests (no QNN dialect), `test_callback`
 //! (EliminateCommonSubexpr takes no skip callback) and `test_pass_link_params`
 //! (no executor attributes).
 
@@ -158,6 +156,29 @@ fn test_fold_if() {
             returns_constant(f32s(&[1, 3], &folded)),
         );
     }
+}
+
+/// `shape_of(%x + %y)` (or `ndarray_size`) of statically shaped values folds
+/// to a constant although neither value is constant.
+fn assert_shape_query_folds(op: &str, dtype: &str, folded: Tensor) {
+    let params = "%x: Tensor[(8, 9, 10), float32], %y: Tensor[(8, 9, 10), float32]";
+    assert_becomes(
+        module(&format!("def @main({params}) {{\n  {op}(add(%x, %y), dtype=\"{dtype}\")\n}}"), &[]),
+        &["FoldConstant"],
+        module(&format!("def @main({params}) {{\n  meta[relay.Constant][0]\n}}"), &[folded]),
+    );
+}
+
+#[test]
+fn test_fold_shape_of() {
+    assert_shape_query_folds("shape_of", "int32", Tensor::from_f64(DataType::I32, vec![3], &[8.0, 9.0, 10.0]));
+    assert_shape_query_folds("shape_of", "float32", f32s(&[3], &[8.0, 9.0, 10.0]));
+}
+
+#[test]
+fn test_fold_ndarray_size() {
+    assert_shape_query_folds("ndarray_size", "int32", Tensor::from_f64(DataType::I32, vec![], &[720.0]));
+    assert_shape_query_folds("ndarray_size", "float32", f32s(&[], &[720.0]));
 }
 
 #[test]
@@ -364,6 +385,81 @@ fn test_fuse_softmax() {
     cast(nn.softmax(%p0), dtype=\"float16\")
   };
   %0(%x)
+}",
+            &[],
+        ),
+    );
+}
+
+#[test]
+fn test_concatenate() {
+    // Upsampling (injective) joins the concatenation and its epilogue; the
+    // pooling stays alone.
+    let before = "def @main(%x: Tensor[(1, 16, 64, 64), float32]) {
+  %0 = nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2], padding=[0, 0]);
+  %1 = nn.upsampling(%0, scale_h=2f, scale_w=2f, layout=\"NCHW\");
+  add(concatenate((%1, %x), axis=1), 1f)
+}";
+    assert_becomes(
+        module(before, &[]),
+        &["FuseOps"],
+        module(
+            "def @main(%x: Tensor[(1, 16, 64, 64), float32]) {
+  %0 = fn (%p0: Tensor[(1, 16, 64, 64), float32], Primitive=1) -> Tensor[(1, 16, 32, 32), float32] {
+    nn.max_pool2d(%p0, pool_size=[2, 2], strides=[2, 2], padding=[0, 0])
+  };
+  %1 = fn (%p01: Tensor[(1, 16, 32, 32), float32], %p1: Tensor[(1, 16, 64, 64), float32], Primitive=1) -> Tensor[(1, 32, 64, 64), float32] {
+    %2 = nn.upsampling(%p01, scale_h=2f, scale_w=2f, layout=\"NCHW\");
+    add(concatenate((%2, %p1), axis=1), 1f)
+  };
+  %1(%0(%x), %x)
+}",
+            &[],
+        ),
+    );
+}
+
+#[test]
+fn test_tuple_root() {
+    assert_becomes(
+        module(
+            "def @main(%x: Tensor[(1, 16, 64, 64), float32]) {
+  %0 = nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2], padding=[0, 0]);
+  (nn.upsampling(%0, scale_h=2f, scale_w=2f, layout=\"NCHW\"), %x)
+}",
+            &[],
+        ),
+        &["FuseOps"],
+        module(
+            "def @main(%x: Tensor[(1, 16, 64, 64), float32]) {
+  %0 = fn (%p0: Tensor[(1, 16, 64, 64), float32], Primitive=1) -> Tensor[(1, 16, 32, 32), float32] {
+    nn.max_pool2d(%p0, pool_size=[2, 2], strides=[2, 2], padding=[0, 0])
+  };
+  %1 = fn (%p01: Tensor[(1, 16, 32, 32), float32], Primitive=1) -> Tensor[(1, 16, 64, 64), float32] {
+    nn.upsampling(%p01, scale_h=2f, scale_w=2f, layout=\"NCHW\")
+  };
+  (%1(%0(%x)), %x)
+}",
+            &[],
+        ),
+    );
+}
+
+#[test]
+fn test_stop_fusion() {
+    // The annotation splits `exp(add(x, 1))` into two kernels and is gone.
+    assert_becomes(
+        module("def @main(%x: Tensor[(10, 20), float32]) {\n  exp(annotation.stop_fusion(add(%x, 1f)))\n}", &[]),
+        &["FuseOps"],
+        module(
+            "def @main(%x: Tensor[(10, 20), float32]) {
+  %0 = fn (%p0: Tensor[(10, 20), float32], Primitive=1) -> Tensor[(10, 20), float32] {
+    add(%p0, 1f)
+  };
+  %1 = fn (%p01: Tensor[(10, 20), float32], Primitive=1) -> Tensor[(10, 20), float32] {
+    exp(%p01)
+  };
+  %1(%0(%x))
 }",
             &[],
         ),

@@ -163,6 +163,8 @@ pub enum AttrKind {
     OptInts,
     /// A data type, written as a string (`dtype="float32"`).
     DType,
+    /// A list of floats (also accepts integers: `roi=[0, 0, 1, 1]`).
+    Floats,
     /// An integer or a list of integers, kept apart (`split`'s `indices_or_sections`).
     IntOrInts,
 }
@@ -179,6 +181,7 @@ impl AttrKind {
             AttrKind::Ints => "list of integers",
             AttrKind::OptInts => "list of integers or None",
             AttrKind::DType => "dtype string",
+            AttrKind::Floats => "list of floats",
             AttrKind::IntOrInts => "integer or list of integers",
         }
     }
@@ -202,6 +205,9 @@ impl AttrKind {
             (AttrKind::IntOrInts, V::Int(i)) => Ok(V::Int(i)),
             (AttrKind::IntOrInts, V::Ints(v)) => Ok(V::Ints(v)),
             (AttrKind::DType, V::DType(d)) => Ok(V::DType(d)),
+            (AttrKind::Floats, V::Floats(v)) => Ok(V::Floats(v)),
+            (AttrKind::Floats, V::Ints(v)) => Ok(V::Floats(v.into_iter().map(|i| i as f64).collect())),
+            (AttrKind::Floats, V::Float(x)) => Ok(V::Floats(vec![x])),
             (AttrKind::DType, V::Str(s)) => match DataType::from_name(&s) {
                 Some(d) => Ok(V::DType(d)),
                 None => Err(format!("unknown dtype \"{s}\"").into()),
@@ -258,6 +264,10 @@ impl AttrSpec {
     /// An optional list of integers, `None` by default.
     pub fn opt_ints(name: &'static str) -> Self {
         Self::with_default(name, AttrKind::OptInts, AttrValue::None)
+    }
+    /// A list of floats with a default.
+    pub fn floats(name: &'static str, default: &[f64]) -> Self {
+        Self::with_default(name, AttrKind::Floats, AttrValue::Floats(default.to_vec()))
     }
     /// A data type with a default.
     pub fn dtype(name: &'static str, default: DataType) -> Self {
@@ -367,6 +377,14 @@ impl Attrs {
         match self.require(name)? {
             AttrValue::Ints(v) => Ok(v),
             v => Err(format!("attribute `{name}` is {} `{v}`, expected a list of integers", v.kind_name()).into()),
+        }
+    }
+
+    /// The float list `name`; an error when missing or of another kind.
+    pub fn floats(&self, name: &str) -> Result<&[f64], OpError> {
+        match self.require(name)? {
+            AttrValue::Floats(v) => Ok(v),
+            v => Err(format!("attribute `{name}` is {} `{v}`, expected a list of floats", v.kind_name()).into()),
         }
     }
 

@@ -21,6 +21,7 @@ use crate::te::Tensor;
 use crate::tir::{CmpOp, Expr};
 
 mod elemwise;
+mod image;
 mod nn;
 mod reduce;
 mod transform;
@@ -90,6 +91,7 @@ pub fn computes() -> &'static OpMap<ComputeFn> {
         elemwise::register(&mut m);
         reduce::register(&mut m);
         nn::register(&mut m);
+        image::register(&mut m);
         transform::register(&mut m);
         winograd::register(&mut m);
         m

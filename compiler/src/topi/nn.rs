@@ -79,6 +79,8 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("nn.conv2d", Arc::new(conv2d));
     m.set_all(&["nn.max_pool2d", "nn.avg_pool2d"], Arc::new(pool2d));
     m.set("nn.global_avg_pool2d", Arc::new(global_avg_pool2d));
+    m.set("nn.adaptive_avg_pool2d", Arc::new(adaptive_avg_pool2d));
+    m.set("nn.conv2d_transpose", Arc::new(conv2d_transpose));
     m.set("nn.softmax", Arc::new(softmax));
     m.set("nn.batch_norm", Arc::new(batch_norm));
     m.set("nn.layer_norm", Arc::new(layer_norm));
@@ -258,6 +260,77 @@ fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
         let cw = count(&i[3], strides[1], dilation[1], pw, pads[1], pads[3], w);
         let n = Expr::cast(TirType::scalar(dt), Expr::bin(BinOp::Max, ch * cw, Expr::int(1)));
         Expr::bin(BinOp::Div, pooled.at(i), n)
+    }))
+}
+
+/// The mean of each adaptive bin: a window of the widest bin's size, masked
+/// to the bin (`start = ⌊o·I/O⌋`, `end = ⌈(o+1)·I/O⌉`).
+fn adaptive_avg_pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let x = c.tensor(0)?;
+    let (ih, iw) = (x.shape()[2], x.shape()[3]);
+    let widest = |size: usize, out: usize| {
+        (0..out).map(|o| kiln_ir::relay::op::adaptive_bin(o, size, out)).map(|(a, b)| b - a).max().unwrap_or(1).max(1)
+    };
+    let (ry, rx) = (reduce_axis(widest(ih, shape[2]), "ry"), reduce_axis(widest(iw, shape[3]), "rx"));
+    let (y, z) = (Expr::var(&ry.0), Expr::var(&rx.0));
+    // start and end of output position `o`'s bin along an axis of `size` (to `out`).
+    let bin = |o: &Expr, size: usize, out: usize| {
+        let (size, out) = (size as i64, out as i64);
+        let start = Expr::bin(BinOp::FloorDiv, o.clone() * Expr::int(size), Expr::int(out));
+        let end = Expr::bin(
+            BinOp::FloorDiv,
+            (o.clone() + Expr::int(1)) * Expr::int(size) + Expr::int(out - 1),
+            Expr::int(out),
+        );
+        (start, end)
+    };
+    let clamp = |e: Expr, size: usize| Expr::bin(BinOp::Min, e, Expr::int(size as i64 - 1));
+    let summed = compute("adaptive_pool_sum", &shape, |i| {
+        let ((y0, y1), (z0, z1)) = (bin(&i[2], ih, shape[2]), bin(&i[3], iw, shape[3]));
+        let (h, w) = (y0 + y.clone(), z0 + z.clone());
+        let inside =
+            Expr::and(Expr::cmp(crate::tir::CmpOp::Lt, h.clone(), y1), Expr::cmp(crate::tir::CmpOp::Lt, w.clone(), z1));
+        let value = x.at(&[i[0].clone(), i[1].clone(), clamp(h, ih), clamp(w, iw)]);
+        sum(select(inside, value, Expr::constant(0.0, dt)), &[ry.clone(), rx.clone()])
+    });
+    one(compute("adaptive_avg_pool2d", &shape, |i| {
+        let ((y0, y1), (z0, z1)) = (bin(&i[2], ih, shape[2]), bin(&i[3], iw, shape[3]));
+        let count = Expr::cast(TirType::scalar(dt), (y1 - y0) * (z1 - z0));
+        Expr::bin(BinOp::Div, summed.at(i), count)
+    }))
+}
+
+/// Transposed convolution as a gather: output pixel `y` takes input row
+/// `(y + pad − ky·dilation) / stride` of each kernel row where that divides
+/// exactly and lands inside the input.
+fn conv2d_transpose(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
+    let t = kiln_ir::relay::op::ConvTranspose2d::of(x.shape(), w.shape(), c.attrs)?;
+    let cpg = x.shape()[1] / t.groups;
+    let opg = t.out_per_group as i64;
+    let (rc, ry, rx) = (reduce_axis(cpg, "rc"), reduce_axis(t.kernel[0], "ry"), reduce_axis(t.kernel[1], "rx"));
+    let (rcv, yv, zv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
+    let source = |o: &Expr, k: &Expr, axis: usize| {
+        let n = o.clone() + Expr::int(t.padding[axis]) - k.clone() * Expr::int(t.dilation[axis]);
+        let (s, size) = (t.strides[axis], x.shape()[2 + axis] as i64);
+        let q = Expr::bin(BinOp::FloorDiv, n.clone(), Expr::int(s));
+        let valid = Expr::and(
+            Expr::cmp(crate::tir::CmpOp::Eq, Expr::bin(BinOp::FloorMod, n, Expr::int(s)), Expr::int(0)),
+            in_range(&q, 0, size),
+        );
+        let read = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, q, Expr::int(0)), Expr::int(size - 1));
+        (valid, read)
+    };
+    one(compute("conv2d_transpose", &shape, |i| {
+        let group = Expr::bin(BinOp::FloorDiv, i[1].clone(), Expr::int(opg));
+        let ic = group * Expr::int(cpg as i64) + rcv.clone();
+        let (vy, hy) = source(&i[2], &yv, 0);
+        let (vx, hx) = source(&i[3], &zv, 1);
+        let product = x.at(&[i[0].clone(), ic.clone(), hy, hx])
+            * w.at(&[ic, Expr::bin(BinOp::FloorMod, i[1].clone(), Expr::int(opg)), yv.clone(), zv.clone()]);
+        sum(select(Expr::and(vy, vx), product, Expr::constant(0.0, dt)), &[rc.clone(), ry.clone(), rx.clone()])
     }))
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use kiln_ir::relay::op::{IndexOps, LayoutTransform};
 use kiln_ir::relay::OpMap;
 use kiln_ir::OpError;
 
@@ -49,7 +50,12 @@ fn norm_axis(axis: i64, ndim: usize) -> Result<usize, OpError> {
 
 /// Attach this module's computes to their operators.
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
-    m.set_all(&["reshape", "nn.batch_flatten", "squeeze", "expand_dims"], Arc::new(reshape));
+    m.set_all(
+        &["reshape", "nn.batch_flatten", "squeeze", "expand_dims", "contrib_reverse_reshape", "annotation.stop_fusion"],
+        Arc::new(reshape),
+    );
+    m.set("layout_transform", Arc::new(layout_transform));
+    m.set_all(&["shape_of", "ndarray_size"], Arc::new(shape_constant));
     m.set("transpose", Arc::new(transpose));
     m.set("concatenate", Arc::new(concatenate));
     m.set("split", Arc::new(split));
@@ -61,6 +67,53 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
 fn reshape(c: &ComputeCall) -> Result<TeValue, OpError> {
     let (shape, _) = c.out_tensor()?;
     one(reshaped(&c.tensor(0)?, &shape, c.op))
+}
+
+/// Index arithmetic on TE expressions, for [`LayoutTransform::source_index`].
+struct ExprIndex;
+
+impl IndexOps<Expr> for ExprIndex {
+    fn add(&self, a: Expr, b: Expr) -> Expr {
+        a + b
+    }
+    fn mul(&self, a: Expr, k: i64) -> Expr {
+        a * Expr::int(k)
+    }
+    fn div(&self, a: Expr, k: i64) -> Expr {
+        Expr::bin(BinOp::FloorDiv, a, Expr::int(k))
+    }
+    fn rem(&self, a: Expr, k: i64) -> Expr {
+        Expr::bin(BinOp::FloorMod, a, Expr::int(k))
+    }
+}
+
+fn layout_transform(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let x = c.tensor(0)?;
+    let t = LayoutTransform::new(x.shape(), c.attrs.str("src_layout")?, c.attrs.str("dst_layout")?)?;
+    one(compute("layout_transform", &t.out_shape, |i| x.at(&t.source_index(i, &ExprIndex))))
+}
+
+/// `shape_of` / `ndarray_size`: constants of the input's static shape
+/// (FoldConstant usually replaces the call before it gets here).
+fn shape_constant(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, dt) = c.out_tensor()?;
+    let x = c.tensor(0)?;
+    let values: Vec<i64> = if c.op == "shape_of" {
+        x.shape().iter().map(|&d| d as i64).collect()
+    } else {
+        vec![x.shape().iter().product::<usize>() as i64]
+    };
+    one(compute(c.op, &shape, |i| {
+        let constant = |v: i64| Expr::constant(v as f64, dt);
+        match i.first() {
+            None => constant(values[0]),
+            Some(k) => {
+                values.iter().enumerate().rev().skip(1).fold(constant(values[values.len() - 1]), |e, (j, &v)| {
+                    select(Expr::cmp(CmpOp::Eq, k.clone(), Expr::int(j as i64)), constant(v), e)
+                })
+            }
+        }
+    }))
 }
 
 fn transpose(c: &ComputeCall) -> Result<TeValue, OpError> {

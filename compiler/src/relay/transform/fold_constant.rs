@@ -10,6 +10,8 @@
 //!   operator's reference implementation — except calls with no arguments
 //!   (folding `ones(shape=(4, 5))` would only bloat the program) and stateful ops.
 //! - `if (<constant>) { a } else { b }` becomes the branch taken.
+//! - `shape_of(x)` and `ndarray_size(x)` become constants from `x`'s checked
+//!   type, constant or not (TVM's `EvaluateShapeOf`).
 //!
 //! The walk is iterative over handles. Primitive (fused) functions are left alone.
 //! An evaluation error (say, integer division by zero) leaves the call as it is,
@@ -21,6 +23,7 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use kiln_ir::relay::op::{ndarray_size_tensor, shape_of_tensor};
 use kiln_ir::relay::visit::post_order_filtered;
 use kiln_ir::relay::{op_registry, Callee, ExprId, ExprKind, Store, Type, Value};
 
@@ -169,6 +172,22 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
             },
             ExprKind::Call(call) => {
                 let evaluated = match call.callee {
+                    // As in TVM, the shape of a statically shaped value is a
+                    // constant whether or not the value is.
+                    Callee::Op(op) if matches!(op_registry().get(op).name, "shape_of" | "ndarray_size") => {
+                        let arg = call.args.first().and_then(|&a| store.checked_type(a)).and_then(|t| t.as_tensor());
+                        match (arg.map(|t| t.shape.clone()), call.attrs.dtype("dtype")) {
+                            (Some(shape), Ok(dtype)) => {
+                                let value = if op_registry().get(op).name == "shape_of" {
+                                    shape_of_tensor(&shape, dtype)
+                                } else {
+                                    ndarray_size_tensor(&shape, dtype)
+                                };
+                                from_value(store, Value::Tensor(value))
+                            }
+                            _ => None,
+                        }
+                    }
                     Callee::Op(op)
                         if !call.args.is_empty()
                             && !op_registry().get(op).stateful

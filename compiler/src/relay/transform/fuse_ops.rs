@@ -394,9 +394,18 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
     let part = Partition::run(&g, &dom, max_depth.max(1));
     let n = g.nodes.len();
 
+    // `annotation.stop_fusion` (opaque, so no group spans it) is dropped, as
+    // TVM's FuseMutator does: its users read its argument.
+    let stop_fusion = op_registry().lookup("annotation.stop_fusion");
+    let stopped = |store: &Store, id: ExprId| match store.kind(id) {
+        ExprKind::Call(c) if c.args.len() == 1 && matches!(c.callee, Callee::Op(op) if Some(op) == stop_fusion) => {
+            Some(c.args[0])
+        }
+        _ => None,
+    };
     // Which nodes are kernel members: op calls, tuples and projections.
     let is_member = |store: &Store, id: ExprId| match store.kind(id) {
-        ExprKind::Call(c) => matches!(c.callee, Callee::Op(_)),
+        ExprKind::Call(c) => matches!(c.callee, Callee::Op(_)) && stopped(store, id).is_none(),
         ExprKind::Tuple(_) | ExprKind::TupleGetItem { .. } => true,
         _ => false,
     };
@@ -422,6 +431,12 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
         let id = g.nodes[i];
         let group = if is_member(store, id) { fused_group(i) } else { None };
         let Some(group) = group else {
+            if let Some(arg) = stopped(store, id) {
+                let arg = g.index.get(&arg).map_or(arg, |&ai| outer[ai]);
+                outer.push(arg);
+                inner.push(arg);
+                continue;
+            }
             // Outside every kernel: rebuild over the outer versions of the children.
             let kind = store.kind(id).map_children(|c| g.index.get(&c).map_or(c, |&ci| outer[ci]));
             let new = if &kind == store.kind(id) {

@@ -15,7 +15,10 @@ use crate::relay::ty::Type;
 use crate::relay::value::Value;
 
 mod bitwise;
+mod conv_transpose;
 mod elemwise;
+mod image;
+mod layout;
 mod matmul;
 mod nn;
 mod reduce;
@@ -24,8 +27,13 @@ mod transform;
 pub(crate) mod util;
 mod winograd;
 
+pub use conv_transpose::ConvTranspose2d;
+pub use image::{resize_plan, ResizeAxis, ResizeMethod, ResizePlan, Rounding};
+pub use layout::{IndexOps, Layout, LayoutTransform};
 pub use matmul::dense_pack_block;
+pub use nn::adaptive_bin;
 pub use nn::conv2d_weight_block;
+pub use transform::{ndarray_size_tensor, shape_of_tensor};
 pub use util::broadcast_shapes;
 pub use winograd::{winograd_matrices, WinogradMatrices, WinogradTiles};
 
@@ -162,6 +170,9 @@ impl OpRegistry {
         transform::register(&mut defs);
         select::register(&mut defs);
         winograd::register(&mut defs);
+        image::register(&mut defs);
+        conv_transpose::register(&mut defs);
+        layout::register(&mut defs);
         let mut ops = IndexMap::new();
         for d in defs {
             let name = d.name;

@@ -60,7 +60,7 @@ pub(super) fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, Op
             )
         }
     };
-    if v.iter().any(|&x| x < 0) || (name != "padding" && v.contains(&0)) {
+    if v.iter().any(|&x| x < 0) || (!name.ends_with("padding") && v.contains(&0)) {
         return Err(format!("`{name}` has an invalid value in {v:?}").into());
     }
     // TVM's window attributes are 32-bit; larger ones overflow the sizes computed from them.
@@ -70,7 +70,7 @@ pub(super) fn ints_n(attrs: &Attrs, name: &str, n: usize) -> Result<Vec<i64>, Op
     Ok(v)
 }
 
-fn check_nchw(t: &TensorType, what: &str) -> Result<(), OpError> {
+pub(super) fn check_nchw(t: &TensorType, what: &str) -> Result<(), OpError> {
     if t.rank() != 4 {
         return Err(format!("{what} must be 4-D (NCHW), found shape {}", shape_str(&t.shape)).into());
     }
@@ -302,6 +302,64 @@ fn eval_avg_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     pool(args, attrs, false)
 }
 
+/// `nn.adaptive_avg_pool2d`'s output height and width: `output_size` of
+/// none (the input's), one (both) or two values.
+fn adaptive_output(x: &TensorType, attrs: &Attrs) -> Result<(usize, usize), OpError> {
+    let size = attrs.ints("output_size")?;
+    let (h, w) = match size {
+        [] => (x.shape[2] as i64, x.shape[3] as i64),
+        [s] => (*s, *s),
+        [h, w] => (*h, *w),
+        _ => return Err(format!("output_size must have at most 2 values, found {size:?}").into()),
+    };
+    if h < 1 || w < 1 || (x.shape[2] == 0 && h > 0) || (x.shape[3] == 0 && w > 0) {
+        return Err(format!("output_size {size:?} does not fit data {}", shape_str(&x.shape)).into());
+    }
+    if h as usize > x.shape[2].max(1) * 65536 || w as usize > x.shape[3].max(1) * 65536 {
+        return Err(format!("output_size {size:?} is out of proportion to data {}", shape_str(&x.shape)).into());
+    }
+    Ok((h as usize, w as usize))
+}
+
+/// The input positions `start..end` averaged into output position `o` of
+/// `out` along an axis of `size` (PyTorch's and TVM's adaptive bins).
+pub fn adaptive_bin(o: usize, size: usize, out: usize) -> (usize, usize) {
+    (o * size / out, ((o + 1) * size).div_ceil(out))
+}
+
+fn rel_adaptive_avg_pool2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let x = tensor_arg(args, 0, "data")?;
+    if attrs.str("layout")? != "NCHW" || !matches!(attrs.str("out_layout")?, "" | "NCHW") {
+        return Err(format!("only the NCHW layout is supported, found {}", attrs.str("layout")?).into());
+    }
+    check_nchw(x, "data")?;
+    float_dtype(x, "data")?;
+    let (h, w) = adaptive_output(x, attrs)?;
+    Ok(Type::tensor([x.shape[0], x.shape[1], h, w], x.dtype))
+}
+
+fn eval_adaptive_avg_pool2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    let x = tensor_val(args, 0)?;
+    let [n, c, ih, iw] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let (oh, ow) = adaptive_output(&TensorType { shape: x.shape().to_vec(), dtype: x.dtype() }, attrs)?;
+    let xv = x.to_f64_vec();
+    let mut res = Vec::with_capacity(n * c * oh * ow);
+    for plane in 0..n * c {
+        for y in 0..oh {
+            let (y0, y1) = adaptive_bin(y, ih, oh);
+            for z in 0..ow {
+                let (z0, z1) = adaptive_bin(z, iw, ow);
+                let sum: f64 = (y0..y1)
+                    .flat_map(|r| (z0..z1).map(move |q| (r, q)))
+                    .map(|(r, q)| xv[(plane * ih + r) * iw + q])
+                    .sum();
+                res.push(sum / ((y1 - y0) * (z1 - z0)).max(1) as f64);
+            }
+        }
+    }
+    out(Tensor::from_f64(x.dtype(), vec![n, c, oh, ow], &res))
+}
+
 fn rel_global_avg_pool2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let x = tensor_arg(args, 0, "data")?;
     if attrs.str("layout")? != "NCHW" {
@@ -517,6 +575,19 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "Mean over H and W, NCHW.",
         )
         .attr(AttrSpec::str("layout", "NCHW")),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.adaptive_avg_pool2d",
+            &["data"],
+            OutEWiseFusable,
+            rel_adaptive_avg_pool2d,
+            eval_adaptive_avg_pool2d,
+            "Mean over adaptive bins of H and W giving `output_size`, NCHW.",
+        )
+        .attr(AttrSpec::ints("output_size", &[]))
+        .attr(AttrSpec::str("layout", "NCHW"))
+        .attr(AttrSpec::str("out_layout", "")),
     );
     defs.push(
         OpDef::new(

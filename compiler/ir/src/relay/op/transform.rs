@@ -75,6 +75,62 @@ fn eval_reshape(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     reshaped_value(args, &rel_reshape(&types_of(args), attrs)?)
 }
 
+/// `contrib_reverse_reshape`'s target: `newshape` applied from the right
+/// (a `0` copies the input's dim at the same position counted from the end).
+pub(crate) fn reverse_reshape_target(shape: &[usize], newshape: &[i64]) -> Result<Vec<usize>, OpError> {
+    let rev_shape: Vec<usize> = shape.iter().rev().copied().collect();
+    let rev_new: Vec<i64> = newshape.iter().rev().copied().collect();
+    let mut out = reshape_target(&rev_shape, &rev_new)?;
+    out.reverse();
+    Ok(out)
+}
+
+fn rel_reverse_reshape(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let t = tensor_arg(args, 0, "data")?;
+    Ok(Type::tensor(reverse_reshape_target(&t.shape, attrs.ints("newshape")?)?, t.dtype))
+}
+
+fn eval_reverse_reshape(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    reshaped_value(args, &rel_reverse_reshape(&types_of(args), attrs)?)
+}
+
+/// `annotation.stop_fusion`: the identity, as a fusion barrier.
+fn rel_identity(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
+    Ok(Type::Tensor(tensor_arg(args, 0, "data")?.clone()))
+}
+
+fn eval_identity(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
+    Ok(Value::Tensor(tensor_val(args, 0)?.clone()))
+}
+
+/// `shape_of`'s value for a tensor of `shape`.
+pub fn shape_of_tensor(shape: &[usize], dtype: DataType) -> Tensor {
+    Tensor::from_f64(dtype, vec![shape.len()], &shape.iter().map(|&d| d as f64).collect::<Vec<_>>())
+}
+
+/// `ndarray_size`'s value for a tensor of `shape`.
+pub fn ndarray_size_tensor(shape: &[usize], dtype: DataType) -> Tensor {
+    Tensor::from_f64(dtype, vec![], &[numel(shape) as f64])
+}
+
+fn rel_shape_of(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let t = tensor_arg(args, 0, "data")?;
+    Ok(Type::tensor([t.rank()], attrs.dtype("dtype")?))
+}
+
+fn eval_shape_of(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    Ok(Value::Tensor(shape_of_tensor(tensor_val(args, 0)?.shape(), attrs.dtype("dtype")?)))
+}
+
+fn rel_ndarray_size(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    tensor_arg(args, 0, "data")?;
+    Ok(Type::tensor([0usize; 0], attrs.dtype("dtype")?))
+}
+
+fn eval_ndarray_size(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    Ok(Value::Tensor(ndarray_size_tensor(tensor_val(args, 0)?.shape(), attrs.dtype("dtype")?)))
+}
+
 fn rel_batch_flatten(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     let t = tensor_arg(args, 0, "data")?;
     if t.rank() < 1 {
@@ -396,6 +452,47 @@ fn eval_full(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
 
 pub(super) fn register(defs: &mut Vec<OpDef>) {
     use OpPattern::*;
+    defs.push(
+        OpDef::new(
+            "contrib_reverse_reshape",
+            &["data"],
+            Injective,
+            rel_reverse_reshape,
+            eval_reverse_reshape,
+            "Reshape with `newshape` read from the right (`0` copies the input dim at the same place from the end).",
+        )
+        .attr(AttrSpec::required("newshape", AttrKind::Ints)),
+    );
+    defs.push(OpDef::new(
+        "annotation.stop_fusion",
+        &["data"],
+        Opaque,
+        rel_identity,
+        eval_identity,
+        "The identity; FuseOps starts a new kernel after it and drops it.",
+    ));
+    defs.push(
+        OpDef::new(
+            "shape_of",
+            &["data"],
+            Injective,
+            rel_shape_of,
+            eval_shape_of,
+            "The shape of a tensor, as a 1-D tensor.",
+        )
+        .attr(AttrSpec::dtype("dtype", DataType::I32)),
+    );
+    defs.push(
+        OpDef::new(
+            "ndarray_size",
+            &["data"],
+            Injective,
+            rel_ndarray_size,
+            eval_ndarray_size,
+            "The number of elements of a tensor, as a scalar.",
+        )
+        .attr(AttrSpec::dtype("dtype", DataType::I32)),
+    );
     defs.push(
         OpDef::new(
             "reshape",
