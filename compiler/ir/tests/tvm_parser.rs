@@ -90,3 +90,138 @@ fn infix_chains_of_any_length_are_loops() {
     let m = parse_text(&long);
     assert!(print_module(&m).matches("add(").count() >= 19_999);
 }
+
+/// The constant a program's body is (dtype and bytes).
+fn get_constant(m: &IRModule) -> kiln_ir::Tensor {
+    let main = m.main().expect("main");
+    let f = m.store.as_function(main).expect("function");
+    let ExprKind::Constant(c) = m.store.kind(f.body) else { panic!("not a constant: {}", print_module(m)) };
+    m.store.constant_data(*c).clone()
+}
+
+fn parse_error(text: &str) -> String {
+    match parse_module(&format!("def @main() {{ {text} }}")) {
+        Ok(m) => panic!("{text} parsed as\n{}", print_module(&m)),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn test_comments() {
+    let unit = parse_text("()");
+    assert_graph_equal(&parse_text("// This is a line comment!\n()"), &unit);
+    assert_graph_equal(&parse_text("/* This is a block comment!\n This is still a block comment!\n*/\n()"), &unit);
+    assert_graph_equal(&parse_text("/* This is a block comment!\n /*Block comment is recursive!*/\n*/\n()"), &unit);
+    assert!(parse_error("/* unterminated /* nested */ ()").contains("unterminated comment"));
+}
+
+#[test]
+fn test_int_literal() {
+    use kiln_ir::DataType;
+    for (text, value) in [("1", 1.0), ("10", 10.0), ("0", 0.0), ("-100", -100.0), ("-05", -5.0)] {
+        assert_eq!(get_scalar(&parse_text(text)), value, "{text}");
+    }
+    let max = get_constant(&parse_text("9223372036854775807"));
+    assert_eq!((max.dtype(), max.bytes()), (DataType::I64, &i64::MAX.to_le_bytes()[..]));
+    for (text, dtype, value) in [
+        ("-42i16", DataType::I16, -42.0),
+        ("-42i32", DataType::I32, -42.0),
+        ("-42i", DataType::I32, -42.0),
+        ("-42", DataType::I32, -42.0),
+        ("-42i64", DataType::I64, -42.0),
+        ("2147483647", DataType::I32, 2147483647.0),
+        ("2147483648", DataType::I64, 2147483648.0),
+        ("-2147483648", DataType::I32, -2147483648.0),
+    ] {
+        let c = get_constant(&parse_text(text));
+        assert_eq!((c.dtype(), c.get_f64(0)), (dtype, value), "{text}");
+    }
+    // Unrepresentable with the type asked for: an error, never a wrapped value.
+    assert!(parse_error("2147483648i32").contains("does not fit in int32"));
+    assert!(parse_error("32768i16").contains("does not fit in int16"));
+    assert!(parse_error("-1u8").contains("does not fit in uint8"));
+}
+
+#[test]
+fn test_float_literal() {
+    for (text, value) in [("1.0f", 1.0), ("0.0f", 0.0), ("-10.0f", -10.0), ("1e+1f", 10.0), ("1E+1f", 10.0)] {
+        assert_eq!(get_scalar(&parse_text(text)), value, "{text}");
+    }
+    assert!((get_scalar(&parse_text("1.56667f")) - 1.56667).abs() < 1e-6);
+    assert!((get_scalar(&parse_text("1e-1f")) - 0.1).abs() < 1e-7);
+    assert_eq!(get_scalar(&parse_text("65504f16")), 65504.0);
+    // Unrepresentable: an error, never infinity or a rounded maximum.
+    assert!(parse_error("3.40283e+38f32").contains("does not fit in float32"));
+    assert!(parse_error("65505f16").contains("does not fit in float16"));
+}
+
+#[test]
+fn test_let() {
+    assert_graph_equal(&parse_text("let %x = 1; ()"), &parse_text("let %x = 1;\n()"));
+    // In parentheses, a `let` is an expression (TVM's `(let %a = 1; 3) + 2`).
+    let m = parse_text("(let %a = 1; 3) + 2");
+    let f = m.store.as_function(m.main().expect("main")).expect("function");
+    let ExprKind::Call(call) = m.store.kind(f.body) else { panic!("not a call: {}", print_module(&m)) };
+    assert!(matches!(m.store.kind(call.args[0]), ExprKind::Let { .. }), "{}", print_module(&m));
+}
+
+#[test]
+fn test_seq() {
+    // `e1; e2` is `let %_ = e1; e2`.
+    assert_graph_equal(&parse_text("(); ()"), &parse_text("let %_ = (); ()"));
+    assert_graph_equal(&parse_text("1; 2; ()"), &parse_text("let %_ = 1; let %_ = 2; ()"));
+}
+
+#[test]
+fn test_incomplete_type() {
+    assert_graph_equal(&parse_text("let %_ : _ = (); ()"), &parse_text("let %_ = (); ()"));
+}
+
+#[test]
+fn test_call() {
+    // TVM infers unannotated parameters; kiln types them from the call.
+    for (text, ty) in [
+        ("let %id = fn (%x) { %x };\n10 * %id(10)", "int32"),
+        ("let %constant = fn () { 0 };\n%constant()", "int32"),
+        ("let %id = fn (%x) { %x };\n%id(1f)", "float32"),
+        ("let %multiply = fn (%x, %y) { %x * %y };\n%multiply(0, 0)", "int32"),
+        ("(fn (%x) { %x })(0)", "int32"),
+        ("let %curried_mult = fn (%x) { fn (%y) { %x * %y } };\n%curried_mult(0);\n%curried_mult(0)(0)", "int32"),
+    ] {
+        let mut m = parse_text(text);
+        kiln_ir::relay::infer_module(&mut m).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let main = m.main().expect("main");
+        assert_eq!(
+            m.store.checked_type(m.store.as_function(main).expect("fn").body).map(|t| t.to_string()),
+            Some(ty.into())
+        );
+    }
+    // A parameter nothing determines still needs an annotation.
+    let mut m = parse_text("fn (%x) { %x }");
+    let e = kiln_ir::relay::infer_module(&mut m).expect_err("untyped").to_string();
+    assert!(e.contains("no type annotation"), "{e}");
+    // Called with two types: an error at the second call.
+    let mut m = parse_text("let %id = fn (%x) { %x };\n(%id(1), %id(1f))");
+    let e = kiln_ir::relay::infer_module(&mut m).expect_err("two types").to_string();
+    assert!(e.contains("argument 0 has type float32, the function expects int32"), "{e}");
+}
+
+#[test]
+fn test_call_attrs() {
+    // Attributes on a call of a function are kept and printed back.
+    let text = "#[version = \"0.0.5\"]
+def @main(%p0: Tensor[(2, 4), float32], %p1: Tensor[(2, 4), float32]) {
+  %0 = fn (%data: Tensor[(2, 4), float32], %weight: Tensor[(2, 4), float32]) {
+    nn.dense(%data, %weight)
+  };
+  %0(%p0, %p1, name=\"func_call_attrs\", attrs_type_key=\"attrs.TestAttrs\")
+}
+";
+    let m = parse_module(text).expect("parse");
+    let printed = print_module(&m);
+    assert!(
+        printed.contains("%0(%p0, %p1, name=\"func_call_attrs\", attrs_type_key=\"attrs.TestAttrs\")"),
+        "{printed}"
+    );
+    assert!(parse_module(&printed).expect("reparse").structural_eq(&m));
+}

@@ -2,7 +2,12 @@
 //!
 //! Types flow bottom-up: an operator call's type is its type relation applied
 //! to its arguments' types; a `let`-bound variable without annotation takes
-//! its value's type. The walk uses an explicit stack (a `let` variable may have
+//! its value's type, and an unannotated parameter of a function called in the
+//! same body (directly, or through the `let` variable bound to it) takes its
+//! argument's type at the first such call. That covers TVM's
+//! `let %id = fn (%x) { %x }; %id(1)`; a parameter only the body's operators
+//! constrain (TVM's unification through type relations) still needs an
+//! annotation. The walk uses an explicit stack (a `let` variable may have
 //! a smaller handle than its value, so plain handle order is not enough), so
 //! a 10 000-deep chain costs no native stack. Errors name the operator, the
 //! argument types and the location.
@@ -32,6 +37,29 @@ fn declared_type(store: &Store, func: ExprId) -> Option<Type> {
     Some(Type::Func(FuncType { params, ret: Box::new(ret) }))
 }
 
+/// The function node a callee evaluates to, where the body says so: a
+/// function, a `let` variable bound to one, or a call of a function whose
+/// body returns a function (`%curried(1)(2)`). `fuel` bounds the steps (a
+/// hostile chain of calls must not recurse without limit).
+fn called_function(store: &Store, let_value: &FxHashMap<ExprId, ExprId>, callee: ExprId) -> Option<ExprId> {
+    fn walk(store: &Store, let_value: &FxHashMap<ExprId, ExprId>, mut e: ExprId, fuel: &mut u32) -> Option<ExprId> {
+        loop {
+            *fuel = fuel.checked_sub(1)?;
+            e = match store.kind(e) {
+                ExprKind::Function(_) => return Some(e),
+                ExprKind::Var(_) => *let_value.get(&e)?,
+                ExprKind::Let { body, .. } => *body,
+                ExprKind::Call(c) => match c.callee {
+                    Callee::Expr(inner) => store.as_function(walk(store, let_value, inner, fuel)?)?.body,
+                    Callee::Op(_) => return None,
+                },
+                _ => return None,
+            };
+        }
+    }
+    walk(store, let_value, callee, &mut 64)
+}
+
 fn describe(types: &[Type]) -> String {
     types.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
 }
@@ -45,6 +73,22 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
             let_value.insert(var, value);
         }
     }
+    // An unannotated parameter of a function that is called takes the type
+    // of its argument at the first call (kiln's functions are monomorphic;
+    // a call with other types is then a type error at that call).
+    let mut param_arg: FxHashMap<ExprId, ExprId> = FxHashMap::default();
+    for id in super::visit::post_order(store, &[root]) {
+        let ExprKind::Call(call) = store.kind(id) else { continue };
+        let Callee::Expr(callee) = call.callee else { continue };
+        let Some(f) = called_function(store, &let_value, callee).and_then(|f| store.as_function(f)) else {
+            continue;
+        };
+        for (&p, &a) in f.params.iter().zip(&call.args) {
+            if store.as_var(p).is_some_and(|v| v.ty.is_none()) {
+                param_arg.entry(p).or_insert(a);
+            }
+        }
+    }
     let mut done: FxHashMap<ExprId, Type> = FxHashMap::default();
     let mut on_stack: FxHashSet<ExprId> = FxHashSet::default();
     let mut stack = vec![root];
@@ -56,7 +100,16 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
         // What this node needs typed first.
         let kind = store.kind(id).clone();
         let deps: Vec<ExprId> = match &kind {
-            ExprKind::Var(v) if v.ty.is_none() => let_value.get(&id).copied().into_iter().collect(),
+            // A `let`-bound function with a declared type is typed by it, so
+            // that its body may call it (recursion).
+            ExprKind::Var(v)
+                if v.ty.is_none() && let_value.get(&id).is_some_and(|&f| declared_type(store, f).is_some()) =>
+            {
+                vec![]
+            }
+            ExprKind::Var(v) if v.ty.is_none() => {
+                let_value.get(&id).or(param_arg.get(&id)).copied().into_iter().collect()
+            }
             ExprKind::Let { var, value, body } => vec![*value, *var, *body],
             ExprKind::Function(f) => f.params.iter().copied().chain([f.body]).collect(),
             other => other.children(),
@@ -75,13 +128,20 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
         let span = store.span(id).clone();
         let ty_of = |e: ExprId, done: &FxHashMap<ExprId, Type>| done.get(&e).cloned().unwrap_or(Type::Tuple(vec![]));
         let ty = match &kind {
-            ExprKind::Var(v) => match (v.ty, let_value.get(&id)) {
+            ExprKind::Var(v) => match (v.ty, let_value.get(&id).or(param_arg.get(&id))) {
                 (Some(t), _) => store.ty(t).clone(),
+                (None, Some(&f)) if declared_type(store, f).is_some() => {
+                    declared_type(store, f).unwrap_or(Type::Tuple(vec![]))
+                }
                 (None, Some(value)) => ty_of(*value, &done),
                 (None, None) => {
                     return Err(Error::ty(
                         span,
-                        format!("variable `%{}` has no type annotation and is not bound by a `let`", v.name),
+                        format!(
+                            "variable `%{}` has no type annotation, is not bound by a `let`, and is not a \
+                             parameter of a function called here (annotate it)",
+                            v.name
+                        ),
                     ))
                 }
             },

@@ -74,11 +74,14 @@ impl Activation<'_> {
                                 .m
                                 .function(name)
                                 .ok_or_else(|| self.err(id, format!("unknown global function `@{name}`")))?;
-                            self.memo.insert(id, Value::Closure(Closure { function: f, captured: Vec::new() }));
+                            self.memo.insert(
+                                id,
+                                Value::Closure(Closure { function: f, captured: Vec::new(), recursive: None }),
+                            );
                         }
                         ExprKind::Function(_) => {
                             let captured = self.env.iter().map(|(k, v)| (*k, v.clone())).collect();
-                            self.memo.insert(id, Value::Closure(Closure { function: id, captured }));
+                            self.memo.insert(id, Value::Closure(Closure { function: id, captured, recursive: None }));
                         }
                         ExprKind::Let { value, .. } => {
                             work.push(Work::LetBind(id));
@@ -98,7 +101,12 @@ impl Activation<'_> {
                 }
                 Work::LetBind(id) => {
                     let ExprKind::Let { var, value, body } = *store.kind(id) else { continue };
-                    let v = self.value(value)?;
+                    let mut v = self.value(value)?;
+                    if let Value::Closure(c) = &mut v {
+                        if c.function == value {
+                            c.recursive = Some(var);
+                        }
+                    }
                     self.env.insert(var, v.clone());
                     self.memo.insert(var, v);
                     work.push(Work::Exit(id));
@@ -179,6 +187,9 @@ fn call_closure(m: &IRModule, c: &Closure, args: Vec<Value>, depth: usize) -> Re
         ));
     }
     let mut env: FxHashMap<ExprId, Value> = c.captured.iter().cloned().collect();
+    if let Some(var) = c.recursive {
+        env.insert(var, Value::Closure(c.clone()));
+    }
     for (&p, a) in f.params.iter().zip(args) {
         env.insert(p, a);
     }
@@ -221,7 +232,7 @@ pub fn eval_function(m: &IRModule, name: &str, args: &[Value]) -> Result<Value> 
             }
         }
     }
-    call_closure(m, &Closure { function: f, captured: Vec::new() }, args.to_vec(), 0)
+    call_closure(m, &Closure { function: f, captured: Vec::new(), recursive: None }, args.to_vec(), 0)
 }
 
 /// Evaluate `root` with the variables in `env` bound.

@@ -72,7 +72,7 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// Split `src` into tokens. Comments (`// …` and `/* … */`) are skipped.
+/// Split `src` into tokens. Comments (`// …` and `/* … */`, which nest) are skipped.
 pub fn lex(src: &str) -> Result<Vec<Token>> {
     let chars: Vec<char> = src.chars().collect();
     let (mut i, mut line, mut col) = (0usize, 1u32, 1u32);
@@ -104,13 +104,24 @@ pub fn lex(src: &str) -> Result<Vec<Token>> {
         }
         if c == '/' && chars.get(i + 1) == Some(&'*') {
             advance(&mut i, &mut line, &mut col, 2);
+            // Block comments nest, as in TVM's parser.
+            let mut depth = 1;
             loop {
                 if i >= chars.len() {
                     return Err(err("unterminated comment `/* …`".into()));
                 }
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    advance(&mut i, &mut line, &mut col, 2);
+                    depth += 1;
+                    continue;
+                }
                 if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
                     advance(&mut i, &mut line, &mut col, 2);
-                    break;
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                    continue;
                 }
                 advance(&mut i, &mut line, &mut col, 1);
             }
@@ -193,7 +204,7 @@ pub fn lex(src: &str) -> Result<Vec<Token>> {
                 Tok::Float(v, suffix)
             } else {
                 let v: i64 = number.parse().map_err(|_| err(format!("integer `{number}` is too large")))?;
-                if !matches!(suffix.as_str(), "" | "i64" | "i32" | "i16" | "i8" | "u8" | "u16" | "u32" | "u64") {
+                if !matches!(suffix.as_str(), "" | "i" | "i64" | "i32" | "i16" | "i8" | "u8" | "u16" | "u32" | "u64") {
                     return Err(err(format!("unknown integer suffix `{suffix}`")));
                 }
                 Tok::Int(v, suffix)

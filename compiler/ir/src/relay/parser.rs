@@ -47,6 +47,20 @@ struct Parser {
     depth: usize,
 }
 
+/// Whether integer `v` is representable in `dtype`.
+fn int_fits(v: i64, dtype: DataType) -> bool {
+    match dtype {
+        DataType::I8 => i8::try_from(v).is_ok(),
+        DataType::I16 => i16::try_from(v).is_ok(),
+        DataType::I32 => i32::try_from(v).is_ok(),
+        DataType::U8 => u8::try_from(v).is_ok(),
+        DataType::U16 => u16::try_from(v).is_ok(),
+        DataType::U32 => u32::try_from(v).is_ok(),
+        DataType::U64 => v >= 0,
+        _ => true,
+    }
+}
+
 fn dtype_of(name: &str) -> Option<DataType> {
     DataType::from_name(name)
 }
@@ -90,6 +104,11 @@ impl Parser {
             return Ok(None);
         }
         self.next();
+        // `_` is TVM's incomplete type: no annotation, inferred.
+        if matches!(self.peek(), Tok::Ident(k) if k == "_") {
+            self.next();
+            return Ok(None);
+        }
         Ok(Some(self.ty()?))
     }
 
@@ -338,6 +357,12 @@ impl Parser {
     /// `{ stmt* expr }`: bindings, lets and free vars, then the result.
     fn block(&mut self) -> Result<ExprId> {
         self.expect_punct("{")?;
+        self.statements("}")
+    }
+
+    /// Bindings (`%x = e;`, `let %x = e;`, `free_var`, and `e;` which TVM
+    /// reads as `let %_ = e;`) and a result, up to and including `close`.
+    fn statements(&mut self, close: &'static str) -> Result<ExprId> {
         self.scopes.push(FxHashMap::default());
         let mut lets: Vec<(ExprId, ExprId, Span)> = Vec::new();
         let result = loop {
@@ -355,11 +380,27 @@ impl Parser {
                     let (name, vspan) = self.local("`let`")?;
                     let ty = self.type_annotation()?;
                     self.expect_punct("=")?;
-                    let value = self.expr()?;
-                    self.expect_punct(";")?;
-                    // The variable is created after its value, so handles stay in dependency order.
                     let ty = ty.map(|t| self.store.intern_type(t));
-                    let var = self.add(ExprKind::Var(Var { name: name.clone(), ty }), vspan);
+                    // A function may call itself by its `let` name, so its
+                    // variable is in scope in its value; any other variable is
+                    // created after its value (handles in dependency order).
+                    let recursive = matches!(self.peek(), Tok::Ident(k) if k == "fn");
+                    let early = recursive.then(|| {
+                        let var = self.add(ExprKind::Var(Var { name: name.clone(), ty }), vspan.clone());
+                        self.scopes.push(FxHashMap::default());
+                        self.bind(name.clone(), var);
+                        var
+                    });
+                    let value = self.expr();
+                    if early.is_some() {
+                        self.scopes.pop();
+                    }
+                    let value = value?;
+                    self.expect_punct(";")?;
+                    let var = match early {
+                        Some(var) => var,
+                        None => self.add(ExprKind::Var(Var { name: name.clone(), ty }), vspan),
+                    };
                     self.bind(name, var);
                     lets.push((var, value, span));
                 }
@@ -374,9 +415,17 @@ impl Parser {
                     self.bind(name, var);
                 }
                 _ => {
+                    let span = self.span();
                     let e = self.expr()?;
-                    if !self.is_punct("}") {
-                        return self.error("`}` after the result of the block (or `;` after a binding)");
+                    if self.is_punct(";") {
+                        // A sequence `e1; e2` binds `e1` to a fresh `%_` (TVM's `ParseSequence`).
+                        self.next();
+                        let var = self.add(ExprKind::Var(Var { name: "_".into(), ty: None }), span.clone());
+                        lets.push((var, e, span));
+                        continue;
+                    }
+                    if !self.is_punct(close) {
+                        return self.error(&format!("`{close}` after the result (or `;` after a binding)"));
                     }
                     self.next();
                     break e;
@@ -444,18 +493,11 @@ impl Parser {
                 }
             } else if self.is_punct("(") {
                 let span = self.span();
+                // As in TVM, a function call may carry attributes; they have
+                // no schema and no effect, and are printed back.
                 let (args, attrs) = self.call_args()?;
-                if !attrs.is_empty() {
-                    return Err(Error::parse(span, "attributes can only be given to operator calls"));
-                }
-                e = self.add(
-                    ExprKind::Call(super::expr::Call {
-                        callee: super::expr::Callee::Expr(e),
-                        args,
-                        attrs: Attrs::new(),
-                    }),
-                    span,
-                );
+                e = self
+                    .add(ExprKind::Call(super::expr::Call { callee: super::expr::Callee::Expr(e), args, attrs }), span);
             } else {
                 return Ok(e);
             }
@@ -495,11 +537,24 @@ impl Parser {
         let sign = if negative { -1.0 } else { 1.0 };
         let t = match self.next().tok {
             Tok::Int(v, s) => {
+                let v = if negative { -v } else { v };
+                // As in TVM: no suffix is int32 where the value fits, else
+                // int64; `i` is int32; an explicit type must hold the value.
                 let dtype = match s.as_str() {
-                    "" => DataType::I32,
+                    "" if i32::try_from(v).is_ok() => DataType::I32,
+                    "" => DataType::I64,
+                    "i" => DataType::I32,
                     suffix => DataType::from_name(suffix).unwrap_or(DataType::I32),
                 };
-                Tensor::scalar(dtype, sign * v as f64)
+                if !int_fits(v, dtype) {
+                    return Err(Error::parse(span, format!("the literal {v} does not fit in {dtype}")));
+                }
+                match dtype {
+                    // Exact: the 64-bit types do not pass through f64.
+                    DataType::I64 | DataType::U64 => Tensor::from_bytes(dtype, vec![], v.to_le_bytes().to_vec())
+                        .ok_or_else(|| Error::parse(span.clone(), "malformed integer literal"))?,
+                    _ => Tensor::from_i64(vec![], &[v]).cast(dtype),
+                }
             }
             Tok::Float(v, s) => {
                 let dtype = match s.as_str() {
@@ -507,6 +562,15 @@ impl Parser {
                     "f64" => DataType::F64,
                     _ => DataType::F32,
                 };
+                // As in TVM, a literal its type cannot hold is an error (not infinity or the largest value).
+                let max = match dtype {
+                    DataType::F16 => 65504.0,
+                    DataType::F32 => f32::MAX as f64,
+                    _ => f64::MAX,
+                };
+                if v.is_nan() || v.abs() > max {
+                    return Err(Error::parse(span, format!("the literal {v:e} does not fit in {dtype}")));
+                }
                 Tensor::scalar(dtype, sign * v)
             }
             _ => return Err(Error::parse(span, "expected a number")),
@@ -542,6 +606,11 @@ impl Parser {
                     x = self.store.call_op_at("negative", vec![x], Attrs::new(), span.clone())?;
                 }
                 Ok(x)
+            }
+            Tok::Punct("(") if matches!(self.peek_at(1), Tok::Ident(k) if k == "let") => {
+                // `(let %a = 1; %a + 2)`: a let expression in parentheses.
+                self.next();
+                self.statements(")")
             }
             Tok::Punct("(") => {
                 self.next();

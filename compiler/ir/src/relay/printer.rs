@@ -367,6 +367,8 @@ impl<'a> Printer<'a> {
                         def.name.to_string()
                     }
                     Callee::Expr(f) => {
+                        // A function call's attributes have no schema: all are printed.
+                        parts.extend(Self::attrs_text(call.attrs.iter().map(|(k, v)| (k.to_string(), v.to_string()))));
                         let callee = self.atom(f, layout, depth);
                         if matches!(store.kind(f), ExprKind::Function(_)) && !self.names.contains_key(&f) {
                             format!("({callee})")

@@ -24,6 +24,9 @@ pub struct Closure {
     pub function: ExprId,
     /// The bindings in scope where the function was evaluated (`Var` node → value), empty for a global.
     pub captured: Vec<(ExprId, Value)>,
+    /// The `let` variable bound to this closure, which its body may call
+    /// (`let %f = fn (…) { … %f(…) … }`): bound to the closure itself on each call.
+    pub recursive: Option<ExprId>,
 }
 
 impl Value {

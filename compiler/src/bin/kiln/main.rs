@@ -200,8 +200,9 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     if !bound.is_empty() && !c.file.ends_with(".onnx") {
         return Err("--bind applies to ONNX models".into());
     }
-    // File errors with their location first.
-    read_module_with_shapes(&c.file, &shapes, &bound)?;
+    // File errors with their location first; a model is its `@main`.
+    let m = read_module_with_shapes(&c.file, &shapes, &bound)?;
+    m.main().map_err(|e| format!("{}:{e}", c.file))?;
     progress::stage("compiling");
     progress::detail(format!("reading {}", c.file));
     let m = builder(c, "model", &shapes, bound).prepare().map_err(|e| e.to_string())?;

@@ -37,10 +37,18 @@ struct DropUnusedLets<'a> {
 
 impl ExprMutator for DropUnusedLets<'_> {
     fn rewrite_let(&mut self, store: &mut Store, _pre: ExprId, post: ExprId) -> ExprId {
-        match store.kind(post) {
-            ExprKind::Let { var, body, .. } if !self.used.contains(var) => {
+        match *store.kind(post) {
+            ExprKind::Let { var, body, .. } if !self.used.contains(&var) => {
                 self.changed = true;
-                *body
+                body
+            }
+            // A function that only calls itself is dead too (TVM's
+            // `test_dead_recursion`): its variable is not used in the body.
+            ExprKind::Let { var, value, body }
+                if matches!(store.kind(value), ExprKind::Function(_)) && !post_order(store, &[body]).contains(&var) =>
+            {
+                self.changed = true;
+                body
             }
             _ => post,
         }
