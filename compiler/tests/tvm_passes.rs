@@ -503,3 +503,36 @@ fn test_dead_recursion() {
     // A function used only by its own body is dead.
     assert_becomes(recursion_then("()"), &["DeadCodeElimination"], module("def @main() {\n  ()\n}", &[]));
 }
+
+#[test]
+fn test_conv2d_fuse() {
+    // The weights are untyped, as in TVM: each convolution's `channels` and
+    // `kernel_size` type them. The 3 × 3 convolution on the second path is a
+    // kernel of its own; the 1 × 1 one takes the final add.
+    let before = "def @main(%x: Tensor[(1, 16, 64, 64), float32], %w1, %w2, %w3) {
+  %0 = add(%x, 1f);
+  %1 = nn.conv2d(%0, %w1, padding=[1, 1], channels=16, kernel_size=[3, 3]);
+  %2 = add(%1, add(1f, %1));
+  %3 = nn.conv2d(%2, %w2, padding=[0, 0], channels=16, kernel_size=[1, 1]);
+  %4 = nn.conv2d(%2, %w3, padding=[1, 1], channels=16, kernel_size=[3, 3]);
+  add(%3, %4)
+}";
+    let expected = "def @main(%x: Tensor[(1, 16, 64, 64), float32], %w1, %w2, %w3) {
+  %0 = fn (%p0: Tensor[(1, 16, 64, 64), float32], Primitive=1) -> Tensor[(1, 16, 64, 64), float32] {
+    add(%p0, 1f)
+  };
+  %1 = fn (%p0: Tensor[(1, 16, 64, 64), float32], %p1: Tensor[(16, 16, 3, 3), float32], Primitive=1) -> Tensor[(1, 16, 64, 64), float32] {
+    %2 = nn.conv2d(%p0, %p1, padding=[1, 1], channels=16, kernel_size=[3, 3]);
+    add(%2, add(1f, %2))
+  };
+  %3 = %1(%0(%x), %w1);
+  %4 = fn (%p0: Tensor[(1, 16, 64, 64), float32], %p1: Tensor[(16, 16, 3, 3), float32], Primitive=1) -> Tensor[(1, 16, 64, 64), float32] {
+    nn.conv2d(%p0, %p1, padding=[1, 1], channels=16, kernel_size=[3, 3])
+  };
+  %5 = fn (%p0: Tensor[(1, 16, 64, 64), float32], %p1: Tensor[(16, 16, 1, 1), float32], %p2: Tensor[(1, 16, 64, 64), float32], Primitive=1) -> Tensor[(1, 16, 64, 64), float32] {
+    add(nn.conv2d(%p0, %p1, padding=[0, 0], channels=16, kernel_size=[1, 1]), %p2)
+  };
+  %5(%3, %w2, %4(%3, %w3))
+}";
+    assert_becomes(module(before, &[]), &["FuseOps"], module(expected, &[]));
+}

@@ -225,3 +225,42 @@ def @main(%p0: Tensor[(2, 4), float32], %p1: Tensor[(2, 4), float32]) {
     );
     assert!(parse_module(&printed).expect("reparse").structural_eq(&m));
 }
+
+#[test]
+fn unannotated_weights_take_their_type_from_the_operator() {
+    // TVM solves these through the operators' type relations.
+    let mut m = parse_module(
+        "#[version = \"0.0.5\"]
+def @main(%x: Tensor[(1, 4, 6, 6), float32], %w, %b, %g, %be, %mu, %var, %d) {
+  %0 = nn.bias_add(nn.conv2d(%x, %w, padding=[1, 1], channels=8, kernel_size=[3, 3]), %b);
+  %1 = nn.batch_norm(%0, %g, %be, %mu, %var);
+  nn.dense(nn.batch_flatten(%1.0), %d, units=10)
+}",
+    )
+    .expect("parse");
+    kiln_ir::relay::infer_module(&mut m).expect("infer");
+    let f = m.store.as_function(m.main().expect("main")).expect("fn").clone();
+    let types: Vec<String> = f.params.iter().map(|&p| m.store.checked_type(p).expect("typed").to_string()).collect();
+    assert_eq!(
+        types,
+        [
+            "Tensor[(1, 4, 6, 6), float32]",
+            "Tensor[(8, 4, 3, 3), float32]",
+            "Tensor[(8), float32]",
+            "Tensor[(8), float32]",
+            "Tensor[(8), float32]",
+            "Tensor[(8), float32]",
+            "Tensor[(8), float32]",
+            "Tensor[(10, 288), float32]",
+        ]
+    );
+    // Where the operator cannot tell (no `channels`; `add`), the error says what to do.
+    for body in ["nn.conv2d(%x, %w, kernel_size=[3, 3])", "add(%x, %w)"] {
+        let mut m = parse_module(&format!(
+            "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1, 4, 6, 6), float32], %w) {{ {body} }}"
+        ))
+        .expect("parse");
+        let e = kiln_ir::relay::infer_module(&mut m).expect_err(body).to_string();
+        assert!(e.contains("`%w` has no type annotation") && e.contains("annotate it"), "{body}: {e}");
+    }
+}

@@ -4,10 +4,12 @@
 //! to its arguments' types; a `let`-bound variable without annotation takes
 //! its value's type, and an unannotated parameter of a function called in the
 //! same body (directly, or through the `let` variable bound to it) takes its
-//! argument's type at the first such call. That covers TVM's
-//! `let %id = fn (%x) { %x }; %id(1)`; a parameter only the body's operators
-//! constrain (TVM's unification through type relations) still needs an
-//! annotation. The walk uses an explicit stack (a `let` variable may have
+//! argument's type at the first such call (TVM's `let %id = fn (%x) { %x };
+//! %id(1)`). Otherwise an unannotated parameter passed to an operator that
+//! can tell its type from the call's other arguments and attributes
+//! (`OpDef::infer_inputs`: a convolution's or dense layer's weight, a bias,
+//! batch-norm vectors) takes that type — the cases TVM's unification through
+//! type relations solves in its tests; any other needs an annotation. The walk uses an explicit stack (a `let` variable may have
 //! a smaller handle than its value, so plain handle order is not enough), so
 //! a 10 000-deep chain costs no native stack. Errors name the operator, the
 //! argument types and the location.
@@ -84,11 +86,39 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
             continue;
         };
         for (&p, &a) in f.params.iter().zip(&call.args) {
-            if store.as_var(p).is_some_and(|v| v.ty.is_none()) {
-                param_arg.entry(p).or_insert(a);
+            match (store.as_var(p).map(|v| v.ty), store.as_var(a).map(|v| v.ty)) {
+                (Some(None), _) => {
+                    param_arg.entry(p).or_insert(a);
+                }
+                // The other way round: an untyped variable passed for an
+                // annotated parameter (a weight passed to a fused kernel).
+                (Some(Some(_)), Some(None)) if !let_value.contains_key(&a) => {
+                    param_arg.entry(a).or_insert(p);
+                }
+                _ => {}
             }
         }
     }
+    // An unannotated parameter neither bound nor called with an argument
+    // takes the type its first operator use determines from that call's other
+    // arguments and attributes (`nn.conv2d(%x, %w, channels=16,
+    // kernel_size=[3, 3])` types `%w`), where the operator can tell.
+    let mut op_use: FxHashMap<ExprId, (ExprId, usize)> = FxHashMap::default();
+    for id in super::visit::post_order(store, &[root]) {
+        let ExprKind::Call(call) = store.kind(id) else { continue };
+        let Callee::Op(op) = call.callee else { continue };
+        if op_registry().get(op).infer_inputs.is_none() {
+            continue;
+        }
+        for (i, &a) in call.args.iter().enumerate() {
+            let untyped = store.as_var(a).is_some_and(|v| v.ty.is_none());
+            if untyped && !let_value.contains_key(&a) && !param_arg.contains_key(&a) {
+                op_use.entry(a).or_insert((id, i));
+            }
+        }
+    }
+    // The arguments of `call` whose types come from that call itself.
+    let solved_by = |call: ExprId, arg: ExprId| op_use.get(&arg).is_some_and(|&(c, _)| c == call);
     let mut done: FxHashMap<ExprId, Type> = FxHashMap::default();
     let mut on_stack: FxHashSet<ExprId> = FxHashSet::default();
     let mut stack = vec![root];
@@ -106,6 +136,10 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
                 if v.ty.is_none() && let_value.get(&id).is_some_and(|&f| declared_type(store, f).is_some()) =>
             {
                 vec![]
+            }
+            ExprKind::Var(v) if v.ty.is_none() && op_use.contains_key(&id) => {
+                let call = op_use[&id].0;
+                store.kind(call).children().into_iter().filter(|&a| !solved_by(call, a)).collect()
             }
             ExprKind::Var(v) if v.ty.is_none() => {
                 let_value.get(&id).or(param_arg.get(&id)).copied().into_iter().collect()
@@ -132,6 +166,30 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
                 (Some(t), _) => store.ty(t).clone(),
                 (None, Some(&f)) if declared_type(store, f).is_some() => {
                     declared_type(store, f).unwrap_or(Type::Tuple(vec![]))
+                }
+                (None, None) if op_use.contains_key(&id) => {
+                    let (call, index) = op_use[&id];
+                    let ExprKind::Call(c) = store.kind(call) else { unreachable!("op_use records calls") };
+                    let Callee::Op(op) = c.callee else { unreachable!("op_use records operator calls") };
+                    let def = op_registry().get(op);
+                    let known: Vec<Option<Type>> =
+                        c.args.iter().map(|&a| (!solved_by(call, a)).then(|| ty_of(a, &done))).collect();
+                    let solved = def.infer_inputs.map(|f| f(&known, &c.attrs)).unwrap_or_default();
+                    match solved.get(index).cloned().flatten() {
+                        Some(t) => t,
+                        None => {
+                            return Err(Error::ty(
+                                span,
+                                format!(
+                                    "variable `%{}` has no type annotation, and {} cannot tell its `{}` from the \
+                                     other arguments and attributes (annotate it)",
+                                    v.name,
+                                    def.name,
+                                    def.inputs.get(index).copied().unwrap_or("argument")
+                                ),
+                            ))
+                        }
+                    }
                 }
                 (None, Some(value)) => ty_of(*value, &done),
                 (None, None) => {

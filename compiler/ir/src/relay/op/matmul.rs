@@ -48,6 +48,16 @@ pub(super) fn check_out_dtype(attrs: &Attrs, dtype: crate::dtype::DataType) -> R
     }
 }
 
+/// An untyped `nn.dense` weight `[units, K]` from the data's last axis and `units` (TVM's DenseRel).
+fn dense_infer_inputs(args: &[Option<Type>], attrs: &Attrs) -> Vec<Option<Type>> {
+    let weight = || -> Option<Type> {
+        let x = args.first()?.as_ref()?.as_tensor()?;
+        let units = usize::try_from(attrs.opt_int("units").ok()??).ok()?;
+        Some(Type::tensor([units, *x.shape.last()?], x.dtype))
+    };
+    vec![None, if args.get(1).is_some_and(Option::is_none) { weight() } else { None }]
+}
+
 fn rel_dense(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
@@ -295,7 +305,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "`data · weightᵀ`; weight is [units, in].",
         )
         .attr(AttrSpec::opt_int("units"))
-        .attr(AttrSpec::str("out_dtype", "")),
+        .attr(AttrSpec::str("out_dtype", ""))
+        .infer_inputs(dense_infer_inputs),
     );
     defs.push(
         OpDef::new(

@@ -76,6 +76,13 @@ impl OpPattern {
 /// The error text says what is wrong; the caller adds the operator and location.
 pub type TypeRelFn = fn(&[Type], &Attrs) -> Result<Type, OpError>;
 
+/// The types of the arguments a call's other arguments and attributes
+/// determine (TVM's type relations solving an incomplete input, such as a
+/// convolution's weight from the data, `channels` and `kernel_size`): given
+/// each argument's type where known (`None` where not), the type of each
+/// unknown one it can tell (`None` for the others).
+pub type InferInputsFn = fn(&[Option<Type>], &Attrs) -> Vec<Option<Type>>;
+
 /// Computes the output from argument values (the reference implementation).
 pub type EvalFn = fn(&[Value], &Attrs) -> Result<Value, OpError>;
 
@@ -98,6 +105,8 @@ pub struct OpDef {
     pub eval: EvalFn,
     /// A stateful operator is never constant-folded (e.g. a random op).
     pub stateful: bool,
+    /// How untyped arguments take their types from the others, if the operator can tell.
+    pub infer_inputs: Option<InferInputsFn>,
     /// A one-line description (what it computes, layouts).
     pub doc: &'static str,
 }
@@ -131,6 +140,7 @@ impl OpDef {
             type_rel,
             eval,
             stateful: false,
+            infer_inputs: None,
             doc,
         }
     }
@@ -145,6 +155,12 @@ impl OpDef {
     /// constant-folded nor merged with an equal call.
     pub fn stateful(mut self) -> Self {
         self.stateful = true;
+        self
+    }
+
+    /// Let the type checker type untyped arguments with `f` (see [`InferInputsFn`]).
+    pub fn infer_inputs(mut self, f: InferInputsFn) -> Self {
+        self.infer_inputs = Some(f);
         self
     }
 }

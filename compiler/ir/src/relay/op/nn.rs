@@ -127,6 +127,35 @@ fn conv2d_weight_dims(w: &TensorType, attrs: &Attrs) -> Result<[usize; 4], OpErr
     }
 }
 
+/// The data's type, when it is a known tensor (for the `infer_inputs` hooks).
+fn known_tensor(args: &[Option<Type>], i: usize) -> Option<&TensorType> {
+    args.get(i)?.as_ref()?.as_tensor()
+}
+
+/// An untyped OIHW weight from the data, `channels` and `kernel_size` (TVM's Conv2DRel).
+fn conv2d_infer_inputs(args: &[Option<Type>], attrs: &Attrs) -> Vec<Option<Type>> {
+    let weight = || -> Option<Type> {
+        let x = known_tensor(args, 0).filter(|x| x.rank() == 4)?;
+        let channels = usize::try_from(attrs.opt_int("channels").ok()??).ok()?;
+        let groups = usize::try_from(attrs.int("groups").ok()?).ok().filter(|&g| g > 0)?;
+        let [kh, kw] = attrs.opt_ints("kernel_size").ok()??.try_into().ok()?;
+        let plain_oihw = attrs.str("kernel_layout").ok()? == "OIHW" && conv2d_weight_block(attrs).ok()?.is_none();
+        plain_oihw
+            .then(|| Type::tensor([channels, x.shape[1] / groups, kh.max(0) as usize, kw.max(0) as usize], x.dtype))
+    };
+    vec![None, if args.get(1).is_some_and(Option::is_none) { weight() } else { None }]
+}
+
+/// Untyped per-channel vectors (`bias_add`'s bias, `batch_norm`'s four) from the data's `axis`.
+fn channel_vectors_infer_inputs(args: &[Option<Type>], attrs: &Attrs) -> Vec<Option<Type>> {
+    let vector = || -> Option<Type> {
+        let x = known_tensor(args, 0)?;
+        let axis = norm_axis(attrs.int("axis").ok()?, x.rank()).ok()?;
+        Some(Type::tensor([x.shape[axis]], x.dtype))
+    };
+    args.iter().enumerate().map(|(i, a)| if i > 0 && a.is_none() { vector() } else { None }).collect()
+}
+
 fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
     let dtype = same_dtype(x.dtype, w.dtype)?;
@@ -527,7 +556,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_bias_add,
             "Add a 1-D bias along `axis`.",
         )
-        .attr(AttrSpec::int("axis", 1)),
+        .attr(AttrSpec::int("axis", 1))
+        .infer_inputs(channel_vectors_infer_inputs),
     );
     defs.push(
         OpDef::new(
@@ -546,7 +576,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::opt_ints("kernel_size"))
         .attr(AttrSpec::str("data_layout", "NCHW"))
         .attr(AttrSpec::str("kernel_layout", "OIHW"))
-        .attr(AttrSpec::str("out_dtype", "")),
+        .attr(AttrSpec::str("out_dtype", ""))
+        .infer_inputs(conv2d_infer_inputs),
     );
     let pools: [(&'static str, super::EvalFn, &'static str); 2] = [
         ("nn.max_pool2d", eval_max_pool2d, "2-D max pooling, NCHW."),
@@ -598,6 +629,7 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_batch_norm,
             "Inference batch norm; returns (output, moving_mean, moving_var).",
         )
+        .infer_inputs(channel_vectors_infer_inputs)
         .attr(AttrSpec::int("axis", 1))
         .attr(AttrSpec::float("epsilon", 1e-5))
         .attr(AttrSpec::bool("center", true))
