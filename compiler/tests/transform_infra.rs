@@ -605,3 +605,63 @@ fn function_passes_skip_functions_another_compiler_owns() {
     assert!(body("ext").contains("add(1f, 2f)") && body("ext2").contains("add(1f, 2f)"), "{text}");
     assert!(!body("main").contains("add(1f, 2f)"), "{text}");
 }
+
+/// TVM's `tests/python/ir/test_node_reflection.py::test_pass_config`: a map
+/// for an attrs-typed key gets its defaults; unknown fields and keys, and a
+/// value of another kind, are refused.
+#[test]
+fn test_pass_config() {
+    use std::collections::BTreeMap;
+    let map = |fields: &[(&str, ConfigValue)]| {
+        ConfigValue::Map(fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<BTreeMap<_, _>>())
+    };
+    let ctx = PassContext::new()
+        .with_opt_level(1)
+        .with_config("tir.UnrollLoop", map(&[("auto_max_step", ConfigValue::Int(10))]))
+        .expect("config");
+    assert_eq!(ctx.config_field("tir.UnrollLoop", "auto_max_step"), Some(&ConfigValue::Int(10)));
+    // Default option.
+    assert_eq!(ctx.config_field("tir.UnrollLoop", "explicit_unroll"), Some(&ConfigValue::Bool(true)));
+    // Schema checking for the key's fields, unregistered keys and the value's kind.
+    let e = PassContext::new().with_config("tir.UnrollLoop", map(&[("invalid", ConfigValue::Int(1))])).unwrap_err();
+    assert!(e.to_string().contains("has no field `invalid`; its fields: auto_max_step"), "{e}");
+    let e = PassContext::new().with_config("inavlid-opt", ConfigValue::Bool(true)).unwrap_err();
+    assert!(e.to_string().contains("unknown config key `inavlid-opt`"), "{e}");
+    let e = PassContext::new().with_config("tir.UnrollLoop", ConfigValue::Int(1)).unwrap_err();
+    assert!(e.to_string().contains("takes a map, given a int"), "{e}");
+    let e =
+        PassContext::new().with_config("tir.UnrollLoop", map(&[("explicit_unroll", ConfigValue::Int(1))])).unwrap_err();
+    assert!(e.to_string().contains("field `explicit_unroll` of config key `tir.UnrollLoop` takes a bool"), "{e}");
+    // The command-line form.
+    let parsed = kiln::transform::parse_config("tir.UnrollLoop", "{auto_max_step: 16, explicit_unroll: false}");
+    assert_eq!(
+        parsed.expect("parse"),
+        map(&[
+            ("auto_max_depth", ConfigValue::Int(8)),
+            ("auto_max_extent", ConfigValue::Int(0)),
+            ("auto_max_step", ConfigValue::Int(16)),
+            ("explicit_unroll", ConfigValue::Bool(false)),
+        ])
+    );
+}
+
+/// TVM's `test_pass_instrument.py::test_list_pass_configs`: every key is
+/// listed with its type (and a map's fields with theirs).
+#[test]
+fn test_list_pass_configs() {
+    let keys = kiln::transform::config_keys();
+    assert!(keys.len() > 1);
+    let depth = keys.iter().find(|k| k.name == "relay.FuseOps.max_depth").expect("listed");
+    assert_eq!(depth.kind, kiln::transform::ConfigKind::Int);
+    let unroll = keys.iter().find(|k| k.name == "tir.UnrollLoop").expect("listed");
+    let fields: Vec<(&str, String)> = unroll.fields.iter().map(|f| (f.name.as_str(), f.kind.to_string())).collect();
+    assert_eq!(
+        fields,
+        [
+            ("auto_max_step", "int".to_string()),
+            ("auto_max_depth", "int".into()),
+            ("auto_max_extent", "int".into()),
+            ("explicit_unroll", "bool".into())
+        ]
+    );
+}

@@ -219,3 +219,35 @@ fn fuse_sibling_loops_merges_stages_over_the_same_rows() {
         "#]],
     );
 }
+
+/// TVM's `test_unroll_loop` (tests/python/tir-transform/test_tir_transform_unroll_loop.py):
+/// a loop of 2 around an unrolled loop of 8 is 16 steps.
+#[test]
+fn test_unroll_loop() {
+    use kiln_ir::tir::transform::{unroll_loops_with, UnrollConfig};
+    use kiln_ir::tir::{ForKind, Stmt};
+    let f = kiln_ir::tir::parse_prim_func(
+        "@T.prim_func
+def main(A: T.Buffer([16], \"float32\")):
+    for i in T.serial(2):
+        for j in T.unroll(8):
+            A[(j + 1)] = (A[i] + T.float32(1.0))
+",
+    )
+    .expect("parse");
+    let with = |config: UnrollConfig| unroll_loops_with(f.clone(), config).body;
+    let is_loop = |s: &Stmt| matches!(s, Stmt::For(_));
+    let auto = |auto_max_step| UnrollConfig { auto_max_step, ..UnrollConfig::default() };
+    assert!(!is_loop(&with(auto(16))), "16 steps unroll at auto_max_step 16");
+    assert!(is_loop(&with(auto(15))), "but not at 15");
+    // explicit_unroll = false: the loops stay, marked unrolled.
+    match with(UnrollConfig { explicit_unroll: false, ..auto(16) }) {
+        Stmt::For(l) => assert_eq!(l.kind, ForKind::Unrolled),
+        s => panic!("not a loop: {s:?}"),
+    }
+    // TVM's defaults only unroll what the schedule marked.
+    match with(UnrollConfig::default()) {
+        Stmt::For(l) => assert!(l.kind == ForKind::Serial && !is_loop(&l.body)),
+        s => panic!("not a loop: {s:?}"),
+    }
+}

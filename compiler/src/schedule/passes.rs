@@ -12,6 +12,26 @@ fn infallible(name: &str, opt_level: u32, f: fn(PrimFunc) -> PrimFunc) -> Arc<dy
     PrimFuncPass::new(PassInfo::new(name, opt_level, &[]), move |k, _, _| Ok(f(k))).arc()
 }
 
+/// The `tir.UnrollLoop` configuration set in `ctx` (TVM's defaults for what is not).
+fn unroll_config(ctx: &PassContext) -> kiln_ir::tir::transform::UnrollConfig {
+    use crate::transform::ConfigValue::{Bool, Int};
+    let mut c = kiln_ir::tir::transform::UnrollConfig::default();
+    let field = |name| ctx.config_field("tir.UnrollLoop", name);
+    if let Some(Int(v)) = field("auto_max_step") {
+        c.auto_max_step = *v;
+    }
+    if let Some(Int(v)) = field("auto_max_depth") {
+        c.auto_max_depth = *v;
+    }
+    if let Some(Int(v)) = field("auto_max_extent") {
+        c.auto_max_extent = *v;
+    }
+    if let Some(Bool(v)) = field("explicit_unroll") {
+        c.explicit_unroll = *v;
+    }
+    c
+}
+
 /// Every built-in TIR pass: the loop transforms of `kiln_ir::tir::transform`
 /// and this crate's schedules.
 pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
@@ -37,7 +57,10 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
         .arc(),
         infallible("tir.LowerIntrinsics", 0, t::lower_intrinsics),
         infallible("tir.LoopPartition", 1, t::partition_loops),
-        infallible("tir.UnrollLoop", 0, t::unroll_loops),
+        PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, ctx: &PassContext| {
+            Ok(t::unroll_loops_with(f, unroll_config(ctx)))
+        })
+        .arc(),
         infallible("tir.VectorizeLoop", 0, t::vectorize_loops),
         infallible("tir.ForwardStores", 0, t::forward_stores),
         infallible("tir.RemoveNoOp", 0, t::remove_noops),

@@ -17,6 +17,10 @@ pub enum ConfigKind {
     Str,
     /// Strings, comma-separated on the command line.
     StrList,
+    /// Named fields of the scalar kinds above, each with a default (TVM's
+    /// attrs-typed keys such as `tir.UnrollLoop`): given as a map, unknown
+    /// fields are refused and absent ones take their defaults.
+    Map,
 }
 
 /// Why a configuration key or value is refused.
@@ -41,6 +45,38 @@ pub enum ConfigError {
         /// The kind of the value given.
         given: ConfigKind,
     },
+    /// A field a map-valued key does not have.
+    #[error("config key `{key}` has no field `{field}`; its fields: {valid}")]
+    UnknownField {
+        /// The key.
+        key: String,
+        /// The field given.
+        field: String,
+        /// Every field, `name (kind, default value: meaning)`, separated by `; `.
+        valid: String,
+    },
+    /// A field's value is of another kind than the field's.
+    #[error("field `{field}` of config key `{key}` takes a {expected}, given a {given}")]
+    WrongFieldKind {
+        /// The key.
+        key: String,
+        /// The field.
+        field: String,
+        /// The field's kind.
+        expected: ConfigKind,
+        /// The kind of the value given.
+        given: ConfigKind,
+    },
+    /// Text that is not a value of the key (or of one of its fields).
+    #[error("config key `{key}` takes {expected}, not `{text}`")]
+    Unparsable {
+        /// The key.
+        key: String,
+        /// What it takes.
+        expected: String,
+        /// The text given.
+        text: String,
+    },
     /// A key was registered again with another kind.
     #[error("config key `{key}` is already registered as {registered}")]
     AlreadyRegistered {
@@ -64,6 +100,8 @@ pub enum ConfigValue {
     Str(String),
     /// A list of strings.
     StrList(Vec<String>),
+    /// Named field values (for [`ConfigKind::Map`] keys).
+    Map(BTreeMap<String, ConfigValue>),
 }
 
 impl ConfigValue {
@@ -75,10 +113,12 @@ impl ConfigValue {
             ConfigValue::Float(_) => ConfigKind::Float,
             ConfigValue::Str(_) => ConfigKind::Str,
             ConfigValue::StrList(_) => ConfigKind::StrList,
+            ConfigValue::Map(_) => ConfigKind::Map,
         }
     }
 
-    /// Parse command-line text as a value of `kind`.
+    /// Parse command-line text as a value of a scalar `kind` (a map needs its
+    /// key's fields: [`parse_config`]).
     pub fn parse(kind: ConfigKind, text: &str) -> Option<ConfigValue> {
         Some(match kind {
             ConfigKind::Bool => ConfigValue::Bool(match text {
@@ -90,7 +130,34 @@ impl ConfigValue {
             ConfigKind::Float => ConfigValue::Float(text.parse().ok()?),
             ConfigKind::Str => ConfigValue::Str(text.to_string()),
             ConfigKind::StrList => ConfigValue::StrList(text.split(',').map(|s| s.trim().to_string()).collect()),
+            ConfigKind::Map => return None,
         })
+    }
+}
+
+impl fmt::Display for ConfigValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigValue::Bool(v) => write!(f, "{v}"),
+            ConfigValue::Int(v) => write!(f, "{v}"),
+            ConfigValue::Float(v) => write!(f, "{v}"),
+            ConfigValue::Str(v) => write!(f, "{v:?}"),
+            ConfigValue::StrList(v) => write!(f, "{}", v.join(",")),
+            ConfigValue::Map(m) => {
+                let fields: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                write!(f, "{{{}}}", fields.join(", "))
+            }
+        }
+    }
+}
+
+impl ConfigKind {
+    /// "a bool", "an int", ...
+    fn with_article(self) -> String {
+        match self {
+            ConfigKind::Int => "an int".into(),
+            k => format!("a {k}"),
+        }
     }
 }
 
@@ -102,44 +169,175 @@ impl fmt::Display for ConfigKind {
             ConfigKind::Float => "float",
             ConfigKind::Str => "string",
             ConfigKind::StrList => "list of strings",
+            ConfigKind::Map => "map",
         })
     }
 }
 
-#[derive(Clone, Debug)]
-pub(crate) struct KeySpec {
+/// One field of a map-valued key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigField {
+    /// The field's name.
+    pub name: String,
+    /// Its (scalar) kind.
     pub kind: ConfigKind,
+    /// The value it takes when not given.
+    pub default: ConfigValue,
+    /// What it means.
     pub doc: String,
 }
 
-fn keys() -> &'static RwLock<BTreeMap<String, KeySpec>> {
-    static KEYS: OnceLock<RwLock<BTreeMap<String, KeySpec>>> = OnceLock::new();
+impl ConfigField {
+    /// A field of `kind` whose default is `default`.
+    pub fn new(name: &str, default: ConfigValue, doc: &str) -> ConfigField {
+        ConfigField { name: name.into(), kind: default.kind(), default, doc: doc.into() }
+    }
+}
+
+/// A registered key: its kind, meaning and (for a map) its fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigKey {
+    /// The key.
+    pub name: String,
+    /// The kind of value it takes.
+    pub kind: ConfigKind,
+    /// What it means.
+    pub doc: String,
+    /// The fields of a [`ConfigKind::Map`] key (empty otherwise).
+    pub fields: Vec<ConfigField>,
+}
+
+impl ConfigKey {
+    /// `name (kind, default: meaning); …` for every field.
+    fn fields_text(&self) -> String {
+        let f: Vec<String> =
+            self.fields.iter().map(|f| format!("{} ({}, default {}: {})", f.name, f.kind, f.default, f.doc)).collect();
+        f.join("; ")
+    }
+}
+
+fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
+    static KEYS: OnceLock<RwLock<BTreeMap<String, ConfigKey>>> = OnceLock::new();
     KEYS.get_or_init(|| {
         let mut m = BTreeMap::new();
-        let mut add = |k: &str, kind, doc: &str| {
-            m.insert(k.to_string(), KeySpec { kind, doc: doc.to_string() });
+        let mut add = |k: &str, kind, doc: &str, fields: Vec<ConfigField>| {
+            m.insert(k.to_string(), ConfigKey { name: k.to_string(), kind, doc: doc.to_string(), fields });
         };
         add(
             "relay.FoldConstant.max_bytes",
             ConfigKind::Int,
             "the most memory one FoldConstant evaluation may take: result + 16 bytes per element (default 256 MiB)",
+            vec![],
         );
         add(
             "relay.AlterOpLayout.winograd",
             ConfigKind::Bool,
             "rewrite 3 × 3 stride-1 convolutions with constant weights as Winograd convolutions where the cost rule picks them (default true; false keeps every convolution direct)",
+            vec![],
         );
-        add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)");
-        add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code");
+        add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)", vec![]);
+        add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code", vec![]);
         add(
             "tir.vector_lanes",
             ConfigKind::Int,
             "f32 lanes of the target's vector registers (default: from the target)",
+            vec![],
         );
-        add("tir.vector_registers", ConfigKind::Int, "vector registers of the target CPU (default: from the target)");
-        add("kiln.threads", ConfigKind::Int, "threads for the parallel kernels of `kiln run`");
+        add("tir.vector_registers", ConfigKind::Int, "vector registers of the target CPU (default: from the target)", vec![]);
+        add("kiln.threads", ConfigKind::Int, "threads for the parallel kernels of `kiln run`", vec![]);
+        add(
+            "tir.UnrollLoop",
+            ConfigKind::Map,
+            "how tir.UnrollLoop unrolls (TVM's UnrollLoopConfig fields that kiln implements)",
+            vec![
+                ConfigField::new(
+                    "auto_max_step",
+                    ConfigValue::Int(0),
+                    "also unroll serial loops of constant extent whose iterations, inner loops included, are at most this many (0: only loops the schedule marks)",
+                ),
+                ConfigField::new(
+                    "auto_max_depth",
+                    ConfigValue::Int(8),
+                    "the deepest loop nest (counted from its innermost loop) auto_max_step unrolls",
+                ),
+                ConfigField::new(
+                    "auto_max_extent",
+                    ConfigValue::Int(0),
+                    "the longest loop auto_max_step unrolls (0: no limit besides auto_max_step)",
+                ),
+                ConfigField::new(
+                    "explicit_unroll",
+                    ConfigValue::Bool(true),
+                    "unroll in the TIR; false only marks the loops (`T.unroll`) and leaves them to the code generator",
+                ),
+            ],
+        );
         RwLock::new(m)
     })
+}
+
+/// Every registered key, sorted by name (what `kiln passes` lists).
+pub fn config_keys() -> Vec<ConfigKey> {
+    keys().read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+}
+
+fn key_spec(name: &str) -> Result<ConfigKey, ConfigError> {
+    let k = keys().read().unwrap_or_else(|e| e.into_inner());
+    k.get(name).cloned().ok_or_else(|| {
+        let valid: Vec<String> = k.values().map(|s| format!("{} ({}: {})", s.name, s.kind, s.doc)).collect();
+        ConfigError::UnknownKey { key: name.to_string(), valid: valid.join("; ") }
+    })
+}
+
+/// `value` checked against `key`'s registration; a map gets its defaults
+/// filled in and its unknown or mistyped fields refused.
+pub(crate) fn normalize_config(key: &str, value: ConfigValue) -> Result<ConfigValue, ConfigError> {
+    let spec = key_spec(key)?;
+    if value.kind() != spec.kind {
+        return Err(ConfigError::WrongKind { key: key.to_string(), expected: spec.kind, given: value.kind() });
+    }
+    let ConfigValue::Map(given) = value else { return Ok(value) };
+    let mut out = BTreeMap::new();
+    for (field, v) in given {
+        let Some(f) = spec.fields.iter().find(|f| f.name == field) else {
+            return Err(ConfigError::UnknownField { key: key.to_string(), field, valid: spec.fields_text() });
+        };
+        if v.kind() != f.kind {
+            return Err(ConfigError::WrongFieldKind { key: key.to_string(), field, expected: f.kind, given: v.kind() });
+        }
+        out.insert(field, v);
+    }
+    for f in &spec.fields {
+        out.entry(f.name.clone()).or_insert_with(|| f.default.clone());
+    }
+    Ok(ConfigValue::Map(out))
+}
+
+/// Parse command-line text for `key`: a scalar as its kind, a map as
+/// `{field: value, …}` or `field=value,…` (each value as its field's kind).
+pub fn parse_config(key: &str, text: &str) -> Result<ConfigValue, ConfigError> {
+    let spec = key_spec(key)?;
+    let unparsable =
+        |expected: String| ConfigError::Unparsable { key: key.to_string(), expected, text: text.to_string() };
+    if spec.kind != ConfigKind::Map {
+        return ConfigValue::parse(spec.kind, text).ok_or_else(|| unparsable(spec.kind.with_article()));
+    }
+    let inner = text.trim();
+    let inner = inner.strip_prefix('{').and_then(|t| t.strip_suffix('}')).unwrap_or(inner);
+    let mut map = BTreeMap::new();
+    for part in inner.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (field, v) = part
+            .split_once(['=', ':'])
+            .ok_or_else(|| unparsable(format!("fields `name=value` or `{{name: value}}` ({})", spec.fields_text())))?;
+        let field = field.trim().trim_matches('"');
+        let Some(f) = spec.fields.iter().find(|f| f.name == field) else {
+            return Err(ConfigError::UnknownField { key: key.into(), field: field.into(), valid: spec.fields_text() });
+        };
+        let value = ConfigValue::parse(f.kind, v.trim())
+            .ok_or_else(|| unparsable(format!("{} for `{field}` (given `{}`)", f.kind.with_article(), v.trim())))?;
+        map.insert(field.to_string(), value);
+    }
+    normalize_config(key, ConfigValue::Map(map))
 }
 
 /// Register a configuration key (idempotent for the same kind).
@@ -150,7 +348,22 @@ pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<()
             Err(ConfigError::AlreadyRegistered { key: name.to_string(), registered: spec.kind })
         }
         _ => {
-            k.insert(name.to_string(), KeySpec { kind, doc: doc.to_string() });
+            let spec = ConfigKey { name: name.to_string(), kind, doc: doc.to_string(), fields: vec![] };
+            k.insert(name.to_string(), spec);
+            Ok(())
+        }
+    }
+}
+
+/// Register a map-valued key with its fields (idempotent for the same fields).
+pub fn register_config_map(name: &str, doc: &str, fields: Vec<ConfigField>) -> Result<(), ConfigError> {
+    let mut k = keys().write().unwrap_or_else(|e| e.into_inner());
+    match k.get(name) {
+        Some(spec) if spec.kind != ConfigKind::Map || spec.fields != fields => {
+            Err(ConfigError::AlreadyRegistered { key: name.to_string(), registered: spec.kind })
+        }
+        _ => {
+            k.insert(name.to_string(), ConfigKey { name: name.into(), kind: ConfigKind::Map, doc: doc.into(), fields });
             Ok(())
         }
     }
@@ -158,12 +371,5 @@ pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<()
 
 /// The kind of a registered key, or an error listing the valid keys.
 pub fn config_kind(name: &str) -> Result<ConfigKind, ConfigError> {
-    let k = keys().read().unwrap_or_else(|e| e.into_inner());
-    match k.get(name) {
-        Some(spec) => Ok(spec.kind),
-        None => {
-            let valid: Vec<String> = k.iter().map(|(n, s)| format!("{n} ({}: {})", s.kind, s.doc)).collect();
-            Err(ConfigError::UnknownKey { key: name.to_string(), valid: valid.join("; ") })
-        }
-    }
+    key_spec(name).map(|k| k.kind)
 }

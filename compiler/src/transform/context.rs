@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use kiln_ir::relay::IRModule;
 
-use super::config::{config_kind, ConfigError, ConfigValue};
+use super::config::{normalize_config, ConfigValue};
 use super::instrument::PassInstrument;
 use super::pass::{BodyError, PassBodyError, PassError, PassInfo};
 
@@ -137,11 +137,10 @@ impl PassContext {
     }
 
     /// Set a configuration key; an unknown key or a value of the wrong kind is an error.
+    /// A map-valued key ([`ConfigKind::Map`](super::ConfigKind::Map)) is stored with its
+    /// defaults filled in; an unknown or mistyped field is an error.
     pub fn set_config(&mut self, key: &str, value: ConfigValue) -> Result<(), PassError> {
-        let kind = config_kind(key)?;
-        if value.kind() != kind {
-            return Err(ConfigError::WrongKind { key: key.to_string(), expected: kind, given: value.kind() }.into());
-        }
+        let value = normalize_config(key, value)?;
         self.config.insert(key.to_string(), value);
         Ok(())
     }
@@ -161,6 +160,14 @@ impl PassContext {
     pub fn config_int(&self, key: &str) -> Option<i64> {
         match self.config.get(key) {
             Some(ConfigValue::Int(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Field `field` of the map set for `key`; `None` when the key is unset.
+    pub fn config_field(&self, key: &str, field: &str) -> Option<&ConfigValue> {
+        match self.config.get(key) {
+            Some(ConfigValue::Map(m)) => m.get(field),
             _ => None,
         }
     }

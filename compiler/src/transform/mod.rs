@@ -22,7 +22,10 @@ pub mod registry;
 mod sequential;
 pub mod verify;
 
-pub use config::{config_kind, register_config_key, ConfigError, ConfigKind, ConfigValue};
+pub use config::{
+    config_keys, config_kind, parse_config, register_config_key, register_config_map, ConfigError, ConfigField,
+    ConfigKey, ConfigKind, ConfigValue,
+};
 pub use context::{ContextGuard, Diagnostic, PassContext, Severity};
 pub use instrument::PassInstrument;
 pub use pass::{

@@ -18,7 +18,7 @@ use clap::Parser;
 use kiln::relay::transform::default_pipeline;
 use kiln::relay::{infer_module, print_module, IRModule};
 use kiln::transform::instrument::{DumpIr, PassTimingInstrument, PrintIr, Selection, WellFormedChecker};
-use kiln::transform::{apply, registry, ConfigValue, Pass, PassContext, PassInstrument, Sequential};
+use kiln::transform::{apply, registry, Pass, PassContext, PassInstrument, Sequential};
 
 /// Write to stdout; a closed pipe (`kiln print f | head`) ends quietly instead of panicking.
 fn out(text: &str) {
@@ -62,8 +62,7 @@ fn selection(names: &[String]) -> Selection {
 /// `--config KEY=VALUE` options, each checked against the registered key's kind.
 fn set_config(ctx: &mut PassContext, config: &[(String, String)]) -> Result<(), String> {
     for (k, v) in config {
-        let kind = kiln::transform::config_kind(k).map_err(|e| e.to_string())?;
-        let value = ConfigValue::parse(kind, v).ok_or_else(|| format!("config key `{k}` takes a {kind}, not `{v}`"))?;
+        let value = kiln::transform::parse_config(k, v).map_err(|e| e.to_string())?;
         ctx.set_config(k, value).map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -676,6 +675,13 @@ fn run(command: Command) -> Result<(), String> {
                 if let Some(p) = registry::get_pass(&name) {
                     let i = p.info();
                     out(&format!("{name} (opt_level {}, requires [{}])\n", i.opt_level, i.required.join(", ")));
+                }
+            }
+            out("\nconfiguration keys (--config KEY=VALUE; a map as KEY={field: value, ...}):\n");
+            for key in kiln::transform::config_keys() {
+                out(&format!("{} ({}): {}\n", key.name, key.kind, key.doc));
+                for f in &key.fields {
+                    out(&format!("    {} ({}, default {}): {}\n", f.name, f.kind, f.default, f.doc));
                 }
             }
             Ok(())

@@ -17,5 +17,5 @@ pub use loop_partition::partition_loops;
 pub use lower_intrinsics::lower_intrinsics;
 pub use remove_noop::{remove_noop_stmt, remove_noops};
 pub use simplify::simplify_prim_func;
-pub use unroll::unroll_loops;
+pub use unroll::{unroll_loops, unroll_loops_with, UnrollConfig};
 pub use vectorize::{lane_of, vectorize_loops};
