@@ -45,6 +45,10 @@ pub struct TensorSlot {
     pub dtype: DataType,
     /// Where the bytes are.
     pub storage: Storage,
+    /// The tensor whose bytes these are, under another shape (the result of a
+    /// `relay.reshape_only` kernel, for which no kernel runs); its storage is
+    /// that tensor's.
+    pub alias_of: Option<usize>,
 }
 
 impl TensorSlot {
@@ -152,7 +156,13 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
         let ty = store.checked_type(param).ok_or_else(|| err("run InferType before planning".into()))?;
         let t = ty.as_tensor().ok_or_else(|| err(format!("input {i} is not a tensor")))?;
         let name = store.as_var(param).map(|v| v.name.clone()).unwrap_or_default();
-        p.tensors.push(TensorSlot { name, shape: t.shape.clone(), dtype: t.dtype, storage: Storage::Input(i) });
+        p.tensors.push(TensorSlot {
+            name,
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            storage: Storage::Input(i),
+            alias_of: None,
+        });
         p.inputs.push(p.tensors.len() - 1);
         vals.insert(param, Val::T(p.tensors.len() - 1));
     }
@@ -170,6 +180,7 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                     shape: data.shape().to_vec(),
                     dtype: data.dtype(),
                     storage: Storage::Constant(p.constants.len()),
+                    alias_of: None,
                 });
                 p.constants.push(data);
                 Val::T(p.tensors.len() - 1)
@@ -187,6 +198,10 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                         id,
                         "only calls of primitive (fused) functions can be compiled ahead of time".into(),
                     ));
+                }
+                if let Some(alias) = reshape_alias(&mut p, store, callee, id, &call.args, &vals) {
+                    vals.insert(id, Val::T(alias));
+                    continue;
                 }
                 let h = structural_hash(store, callee);
                 let existing =
@@ -219,6 +234,7 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
                         shape,
                         dtype,
                         storage: Storage::Arena { offset: 0 },
+                        alias_of: None,
                     });
                     outs.push(p.tensors.len() - 1);
                 }
@@ -250,16 +266,34 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
     let mut outs = Vec::new();
     flatten(result, &mut outs);
     for (i, &t) in outs.iter().enumerate() {
+        let root = p.tensors[t].alias_of;
         match p.tensors[t].storage {
-            Storage::Arena { .. } if !p.outputs.contains(&t) => {
+            Storage::Arena { .. } if !p.outputs.contains(&t) && root.is_none() => {
                 p.tensors[t].storage = Storage::Output(i);
+                p.outputs.push(t);
+            }
+            // A reshape-only result: the tensor it aliases is computed into
+            // the output buffer, unless that tensor is placed otherwise.
+            _ if root.is_some_and(|r| {
+                matches!(p.tensors[r].storage, Storage::Arena { .. })
+                    && !p.outputs.contains(&r)
+                    && !p.outputs.contains(&t)
+            }) =>
+            {
+                let r = root.unwrap_or(t);
+                p.tensors[r].storage = Storage::Output(i);
                 p.outputs.push(t);
             }
             // An input, a constant or a repeated output is copied into its own output buffer.
             _ => {
                 let src = p.tensors[t].clone();
                 let kernel = copy_kernel(&mut p, &src.shape, src.dtype).map_err(err)?;
-                p.tensors.push(TensorSlot { name: format!("output{i}"), storage: Storage::Output(i), ..src });
+                p.tensors.push(TensorSlot {
+                    name: format!("output{i}"),
+                    storage: Storage::Output(i),
+                    alias_of: None,
+                    ..src
+                });
                 let dst = p.tensors.len() - 1;
                 p.calls.push(KernelCall { kernel, args: vec![t, dst] });
                 p.outputs.push(dst);
@@ -267,7 +301,44 @@ pub fn plan_executor(m: &IRModule) -> Result<ExecutorPlan, AotError> {
         }
     }
     place_intermediates(&mut p);
+    for t in 0..p.tensors.len() {
+        if let Some(root) = p.tensors[t].alias_of {
+            p.tensors[t].storage = p.tensors[root].storage.clone();
+        }
+    }
     Ok(p)
+}
+
+/// For a call of a `relay.reshape_only` kernel with one tensor argument and
+/// one tensor result: a new tensor slot sharing the argument's bytes (no
+/// kernel call); `None` for any other call.
+fn reshape_alias(
+    p: &mut ExecutorPlan,
+    store: &kiln_ir::relay::Store,
+    callee: ExprId,
+    call: ExprId,
+    args: &[ExprId],
+    vals: &FxHashMap<ExprId, Val>,
+) -> Option<usize> {
+    if !store.as_function(callee)?.is_reshape_only() {
+        return None;
+    }
+    let [arg] = args else { return None };
+    let Some(Val::T(source)) = vals.get(arg) else { return None };
+    let out = store.checked_type(call)?.as_tensor()?;
+    let src = &p.tensors[*source];
+    if out.dtype != src.dtype || out.numel() != src.shape.iter().product::<usize>() {
+        return None;
+    }
+    let root = src.alias_of.unwrap_or(*source);
+    p.tensors.push(TensorSlot {
+        name: format!("t{}", p.tensors.len()),
+        shape: out.shape.clone(),
+        dtype: out.dtype,
+        storage: Storage::Arena { offset: 0 },
+        alias_of: Some(root),
+    });
+    Some(p.tensors.len() - 1)
 }
 
 /// The index of a kernel copying a tensor of `shape` and `dtype`, added once.
@@ -290,7 +361,8 @@ fn place_intermediates(p: &mut ExecutorPlan) {
     let mut first: FxHashMap<usize, usize> = FxHashMap::default();
     let mut last: FxHashMap<usize, usize> = FxHashMap::default();
     for (step, c) in p.calls.iter().enumerate() {
-        for &t in &c.args {
+        // A use of an alias is a use of the tensor it aliases.
+        for t in c.args.iter().map(|&t| p.tensors[t].alias_of.unwrap_or(t)) {
             if matches!(p.tensors[t].storage, Storage::Arena { .. }) {
                 first.entry(t).or_insert(step);
                 last.insert(t, step);

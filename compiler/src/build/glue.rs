@@ -416,6 +416,7 @@ mod tests {
                 shape: vec![2],
                 dtype: DataType::F32,
                 storage: Storage::Input(0),
+                alias_of: None,
             }],
             inputs: vec![0],
             ..ExecutorPlan::default()

@@ -8,8 +8,10 @@ use crate::target::TargetDescription;
 /// `<model>.json`: the memory plan and the kernels, deterministic (sorted keys).
 pub(super) fn report_json(name: &str, target: &TargetDescription, plan: &ExecutorPlan) -> String {
     use crate::backend::aot::{Storage, TensorSlot};
-    let bytes =
-        |f: &dyn Fn(&TensorSlot) -> bool| plan.tensors.iter().filter(|t| f(t)).map(|t| t.bytes()).sum::<usize>();
+    // Aliases (reshape-only results) share another tensor's bytes: not counted again.
+    let bytes = |f: &dyn Fn(&TensorSlot) -> bool| {
+        plan.tensors.iter().filter(|t| t.alias_of.is_none() && f(t)).map(|t| t.bytes()).sum::<usize>()
+    };
     let report = serde_json::json!({
         "model": name,
         "target": target.target,
@@ -55,6 +57,7 @@ mod tests {
                 shape: vec![2, 3],
                 dtype: DataType::F32,
                 storage: Storage::Input(0),
+                alias_of: None,
             }],
             inputs: vec![0],
             arena_bytes: 64,

@@ -33,6 +33,7 @@ pub fn graph_dot(g: &KernelGraph) -> String {
             NodeKind::Output => ("rounded,filled", "#fdebd3"),
             NodeKind::Kernel if n.anchor.is_some() => ("filled", "#e6eefb"),
             NodeKind::Kernel => ("filled", "#f4f4f4"),
+            NodeKind::Alias => ("dashed", "#ffffff"),
         };
         let _ = writeln!(
             o,

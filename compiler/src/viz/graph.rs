@@ -16,6 +16,9 @@ pub enum NodeKind {
     Input,
     /// A call: a fused kernel or one operator.
     Kernel,
+    /// A `relay.reshape_only` kernel: no code runs, its result shares its
+    /// argument's bytes.
+    Alias,
     /// A result of `@main`.
     Output,
 }
@@ -105,7 +108,9 @@ impl KernelGraph {
                                 inside.into_iter().filter_map(|n| store.op_name(n)).collect()
                             });
                             let title = crate::backend::lower_te::kernel_name(store, callee);
-                            (title, ops, func.is_some_and(|func| func.is_primitive()))
+                            // Reshape-only kernels are not calls of the plan.
+                            let runs = func.is_some_and(|func| func.is_primitive() && !func.is_reshape_only());
+                            (title, ops, runs)
                         }
                     };
                     // The plan's calls are the primitive calls in this same order.
@@ -132,7 +137,9 @@ impl KernelGraph {
                             g.edges.push(Edge { from, to: node, label });
                         }
                     }
-                    g.nodes.push(Node { kind: NodeKind::Kernel, title, ops, anchor, weights, ty: ty.clone(), micros });
+                    let reshape_only = matches!(call.callee, Callee::Expr(f) if store.as_function(f).is_some_and(|f| f.is_reshape_only()));
+                    let kind = if reshape_only { NodeKind::Alias } else { NodeKind::Kernel };
+                    g.nodes.push(Node { kind, title, ops, anchor, weights, ty: ty.clone(), micros });
                     let outs = match store.checked_type(id) {
                         Some(Type::Tuple(fields)) => fields.iter().map(|t| (node, type_label(Some(t)))).collect(),
                         _ => vec![(node, ty)],
@@ -178,6 +185,9 @@ impl KernelGraph {
     /// The lines a node shows: title, operators (anchor marked), weights, type, time.
     pub fn lines(&self, n: &Node) -> Vec<(String, LineStyle)> {
         let mut lines = vec![(n.title.clone(), LineStyle::Title)];
+        if n.kind == NodeKind::Alias {
+            lines.push(("no kernel: shares its input's bytes".into(), LineStyle::Note));
+        }
         if n.kind == NodeKind::Kernel && (n.ops.len() > 1 || n.ops.first().is_some_and(|o| *o != n.title)) {
             for (i, op) in n.ops.iter().enumerate() {
                 let style = if Some(i) == n.anchor { LineStyle::Anchor } else { LineStyle::Op };

@@ -23,7 +23,8 @@ pub struct Placement {
 pub fn placements(plan: &ExecutorPlan) -> Vec<Placement> {
     let mut out: Vec<Placement> = Vec::new();
     for (step, call) in plan.calls.iter().enumerate() {
-        for &t in &call.args {
+        // A reshape-only alias is drawn as the tensor whose bytes it shares.
+        for t in call.args.iter().map(|&t| plan.tensors[t].alias_of.unwrap_or(t)) {
             let slot = &plan.tensors[t];
             let Storage::Arena { offset } = slot.storage else { continue };
             match out.iter_mut().find(|p| p.tensor == t) {

@@ -68,6 +68,7 @@ pub fn graph_svg(g: &KernelGraph) -> String {
             NodeKind::Output => ("#fdebd3", "#b8620b", 14.0),
             NodeKind::Kernel if n.anchor.is_some() => ("#e6eefb", "#2b5cab", 4.0),
             NodeKind::Kernel => ("#f4f4f4", "#777", 4.0),
+            NodeKind::Alias => ("#ffffff", "#aaa", 4.0),
         };
         let tooltip: Vec<String> = lines[i].iter().map(|(t, _)| t.clone()).collect();
         let _ = writeln!(o, r#"<g class="{}"><title>{}</title>"#, kind_class(&n.kind), xml_escape(&tooltip.join("\n")));
@@ -97,6 +98,7 @@ fn kind_class(k: &NodeKind) -> &'static str {
     match k {
         NodeKind::Input => "input",
         NodeKind::Kernel => "kernel",
+        NodeKind::Alias => "alias",
         NodeKind::Output => "output",
     }
 }

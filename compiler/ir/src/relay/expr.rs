@@ -73,6 +73,10 @@ pub const ATTR_SKIP_OPTIMIZATION: &str = "SkipOptimization";
 pub const ATTR_COMPILER: &str = "Compiler";
 /// Function attribute marking an external function (TVM's `Extern`).
 pub const ATTR_EXTERN: &str = "Extern";
+/// Function attribute FuseOps sets on a kernel of reshape-like operators
+/// only (TVM's `relay.reshape_only`): the executor runs no kernel for it,
+/// its result shares its argument's bytes.
+pub const ATTR_RESHAPE_ONLY: &str = "relay.reshape_only";
 
 impl Function {
     fn flag(&self, name: &str) -> bool {
@@ -86,6 +90,11 @@ impl Function {
     /// Whether the function is a fused kernel (`Primitive=1`, set by FuseOps).
     pub fn is_primitive(&self) -> bool {
         self.flag(ATTR_PRIMITIVE)
+    }
+
+    /// Whether the kernel only reshapes (`relay.reshape_only=1`, set by FuseOps).
+    pub fn is_reshape_only(&self) -> bool {
+        self.flag(ATTR_RESHAPE_ONLY)
     }
 
     /// Whether function passes must leave the function alone (`SkipOptimization=1`).

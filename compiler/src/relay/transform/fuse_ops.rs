@@ -14,14 +14,16 @@
 //!    intermediate tuples;
 //! 4. each group becomes `fn (%p0, ..., Primitive=1) { ... }` called with the
 //!    group's inputs — except 0-d constants of int32/int64/float32/float64/bool,
-//!    which stay inside every kernel that uses them (TVM's rule).
+//!    which stay inside every kernel that uses them (TVM's rule). A kernel
+//!    of reshape-like operators only also gets `relay.reshape_only=1`: the
+//!    executor plan runs nothing for it (its result aliases its argument).
 //!
 //! Nothing here recurses on graph depth: every walk uses explicit stacks.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use kiln_ir::attrs::{AttrValue, Attrs};
-use kiln_ir::relay::expr::ATTR_PRIMITIVE;
+use kiln_ir::relay::expr::{ATTR_PRIMITIVE, ATTR_RESHAPE_ONLY};
 use kiln_ir::relay::{
     op_registry, visit::post_order_filtered, Call, Callee, ExprId, ExprKind, Function, OpPattern, Store, Type, Var,
 };
@@ -498,13 +500,12 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
             let info = infos.remove(&group).unwrap_or_default();
             let ret = store.checked_type(id).cloned();
             let ret_id = ret.clone().map(|t| store.intern_type(t));
+            let mut attrs = Attrs::from_pairs([(ATTR_PRIMITIVE, AttrValue::Int(1))]);
+            if reshape_only(store, body, &info.params) {
+                attrs.set(ATTR_RESHAPE_ONLY, AttrValue::Int(1));
+            }
             let func = store.add(
-                ExprKind::Function(Function {
-                    params: info.params.clone(),
-                    body,
-                    ret_ty: ret_id,
-                    attrs: Attrs::from_pairs([(ATTR_PRIMITIVE, AttrValue::Int(1))]),
-                }),
+                ExprKind::Function(Function { params: info.params.clone(), body, ret_ty: ret_id, attrs }),
                 span.clone(),
             );
             let call = store
@@ -528,6 +529,17 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
     );
     copy_type(store, func, new_func);
     Ok(new_func)
+}
+
+/// Whether a kernel body only reshapes its tensor parameters (TVM's
+/// `CheckReshapeOnly`): every call is of a reshape-like operator.
+fn reshape_only(store: &Store, body: ExprId, params: &[ExprId]) -> bool {
+    let calls_reshape_only = kiln_ir::relay::post_order(store, &[body]).into_iter().all(|id| match store.kind(id) {
+        ExprKind::Call(c) => matches!(c.callee, Callee::Op(op) if op_registry().get(op).reshape_like),
+        _ => true,
+    });
+    let tensor_params = params.iter().all(|&p| store.checked_type(p).is_some_and(|t| t.as_tensor().is_some()));
+    calls_reshape_only && tensor_params && matches!(store.kind(body), ExprKind::Call(_))
 }
 
 fn copy_type(store: &mut Store, from: ExprId, to: ExprId) {

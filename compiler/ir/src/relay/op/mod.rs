@@ -107,6 +107,9 @@ pub struct OpDef {
     pub stateful: bool,
     /// How untyped arguments take their types from the others, if the operator can tell.
     pub infer_inputs: Option<InferInputsFn>,
+    /// Only the shape changes, the bytes do not (TVM's `TReshapeOp`): a kernel
+    /// of such operators is `relay.reshape_only`.
+    pub reshape_like: bool,
     /// A one-line description (what it computes, layouts).
     pub doc: &'static str,
 }
@@ -141,6 +144,7 @@ impl OpDef {
             eval,
             stateful: false,
             infer_inputs: None,
+            reshape_like: false,
             doc,
         }
     }
@@ -155,6 +159,12 @@ impl OpDef {
     /// constant-folded nor merged with an equal call.
     pub fn stateful(mut self) -> Self {
         self.stateful = true;
+        self
+    }
+
+    /// Mark the operator reshape-like (see [`OpDef::reshape_like`]).
+    pub fn reshape_like(mut self) -> Self {
+        self.reshape_like = true;
         self
     }
 

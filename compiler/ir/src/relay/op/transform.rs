@@ -461,7 +461,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_reverse_reshape,
             "Reshape with `newshape` read from the right (`0` copies the input dim at the same place from the end).",
         )
-        .attr(AttrSpec::required("newshape", AttrKind::Ints)),
+        .attr(AttrSpec::required("newshape", AttrKind::Ints))
+        .reshape_like(),
     );
     defs.push(OpDef::new(
         "annotation.stop_fusion",
@@ -502,7 +503,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_reshape,
             "Reshape; `0` copies an input dim, `-1` is inferred.",
         )
-        .attr(AttrSpec::required("newshape", AttrKind::Ints)),
+        .attr(AttrSpec::required("newshape", AttrKind::Ints))
+        .reshape_like(),
     );
     defs.push(
         OpDef::new(
@@ -547,7 +549,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             eval_squeeze,
             "Remove size-1 axes (all of them when `axis` is None).",
         )
-        .attr(AttrSpec::opt_ints("axis")),
+        .attr(AttrSpec::opt_ints("axis"))
+        .reshape_like(),
     );
     defs.push(
         OpDef::new(
@@ -559,7 +562,8 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             "Insert `num_newaxis` size-1 axes at `axis`.",
         )
         .attr(AttrSpec::required("axis", AttrKind::Int))
-        .attr(AttrSpec::int("num_newaxis", 1)),
+        .attr(AttrSpec::int("num_newaxis", 1))
+        .reshape_like(),
     );
     defs.push(
         OpDef::new(
@@ -575,14 +579,17 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::opt_ints("strides"))
         .attr(AttrSpec::opt_ints("axes")),
     );
-    defs.push(OpDef::new(
-        "nn.batch_flatten",
-        &["data"],
-        Injective,
-        rel_batch_flatten,
-        eval_batch_flatten,
-        "Flatten all but the first axis.",
-    ));
+    defs.push(
+        OpDef::new(
+            "nn.batch_flatten",
+            &["data"],
+            Injective,
+            rel_batch_flatten,
+            eval_batch_flatten,
+            "Flatten all but the first axis.",
+        )
+        .reshape_like(),
+    );
     let creators: [(&'static str, super::EvalFn, &'static str); 2] =
         [("zeros", eval_zeros, "A tensor of zeros."), ("ones", eval_ones, "A tensor of ones.")];
     for (name, eval, doc) in creators {
