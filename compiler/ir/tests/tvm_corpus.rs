@@ -15,12 +15,7 @@ use libtest_mimic::Trial;
 mod corpus;
 
 /// Programs kiln refuses, with (part of) the error each gives, and why.
-const KNOWN_GAPS: [(&str, &str, &str); 4] = [
-    (
-        "test_ir_parser__test_op_string_attr",
-        "only NCHW data is supported",
-        "kiln's nn.conv2d takes NCHW data and OIHW weights only",
-    ),
+const KNOWN_GAPS: [(&str, &str, &str); 3] = [
     (
         "test_pass_defunctionalization__test_simple",
         "expected `(`, found `[`",

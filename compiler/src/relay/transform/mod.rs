@@ -12,6 +12,7 @@ use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, P
 
 pub mod alter_op_layout;
 pub mod common_subexpr;
+pub mod convert_layout;
 pub mod dead_code;
 pub mod fold_constant;
 pub mod fold_scale_axis;
@@ -59,6 +60,7 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
         function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
             simplify_inference::simplify_inference(&mut m.store, f)
         }),
+        function_pass("ConvertLayout", 0, &["InferType"], |m, f| convert_layout::convert_layout(&mut m.store, f)),
         FunctionPass::new(PassInfo::new("FoldConstant", 2, &[]), |m: &mut IRModule, f, ctx: &PassContext| {
             let max = ctx.config_int("relay.FoldConstant.max_bytes").map(|v| v.max(0) as usize);
             Ok(fold_constant::fold_constant_up_to(&mut m.store, f, max.unwrap_or(fold_constant::DEFAULT_MAX_BYTES)))
@@ -118,7 +120,8 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
 }
 
 /// The standard pipeline, in TVM's `relay.build` order as far as the passes
-/// exist: unused functions, inference simplification, CSE, constant folding,
+/// exist: unused functions, inference simplification, layouts kiln's kernels
+/// take (NHWC convolutions as NCHW), CSE, constant folding,
 /// scale folding (with its own FoldConstant), expression simplification,
 /// layout alteration and the folding of what it packed, dead code, fusion.
 /// Passes above the context's opt level are skipped.
@@ -128,6 +131,7 @@ pub fn default_pipeline() -> Result<Sequential, PassError> {
         &[
             "RemoveUnusedFunctions",
             "SimplifyInference",
+            "ConvertLayout",
             "EliminateCommonSubexpr",
             "FoldConstant",
             "FoldScaleAxis",

@@ -156,8 +156,45 @@ fn channel_vectors_infer_inputs(args: &[Option<Type>], attrs: &Attrs) -> Vec<Opt
     args.iter().enumerate().map(|(i, a)| if i > 0 && a.is_none() { vector() } else { None }).collect()
 }
 
+/// NHWC data → NCHW, HWIO weight → OIHW, and NCHW results back to NHWC.
+pub const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+pub const HWIO_TO_OIHW: [usize; 4] = [3, 2, 0, 1];
+pub const NCHW_TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+
+/// For an `nn.conv2d` over NHWC data and an HWIO weight (TensorFlow's
+/// layouts, which TVM's parser tests use), the same attributes for NCHW and
+/// OIHW; `None` when they already are. Other layouts are refused.
+pub fn conv2d_nchw_attrs(attrs: &Attrs) -> Result<Option<Attrs>, OpError> {
+    match (attrs.str("data_layout")?, attrs.str("kernel_layout")?) {
+        ("NCHW", _) => Ok(None),
+        ("NHWC", "HWIO") if matches!(attrs.str("out_layout")?, "" | "NHWC") => {
+            let mut a = attrs.clone();
+            a.set("data_layout", crate::attrs::AttrValue::Str("NCHW".into()));
+            a.set("kernel_layout", crate::attrs::AttrValue::Str("OIHW".into()));
+            a.set("out_layout", crate::attrs::AttrValue::Str(String::new()));
+            Ok(Some(a))
+        }
+        (d, k) => Err(format!(
+            "kiln's nn.conv2d takes NCHW data with an OIHW (or OIHW<k>o) weight, or NHWC data with an HWIO weight; \
+             found {d} data with a {k} weight"
+        )
+        .into()),
+    }
+}
+
+fn permuted_type(t: &TensorType, perm: &[usize]) -> Result<Type, OpError> {
+    if t.rank() != perm.len() {
+        return Err(format!("expected a {}-D tensor, found shape {}", perm.len(), shape_str(&t.shape)).into());
+    }
+    Ok(Type::tensor(perm.iter().map(|&p| t.shape[p]).collect::<Vec<_>>(), t.dtype))
+}
+
 fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
+    if let Some(nchw) = conv2d_nchw_attrs(attrs)? {
+        let out = rel_conv2d(&[permuted_type(x, &NHWC_TO_NCHW)?, permuted_type(w, &HWIO_TO_OIHW)?], &nchw)?;
+        return permuted_type(out.as_tensor().ok_or("not a tensor")?, &NCHW_TO_NHWC);
+    }
     let dtype = same_dtype(x.dtype, w.dtype)?;
     check_out_dtype(attrs, dtype)?;
     if attrs.str("data_layout")? != "NCHW" {
@@ -198,6 +235,11 @@ fn rel_conv2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
 
 fn eval_conv2d(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    if let Some(nchw) = conv2d_nchw_attrs(attrs)? {
+        let (x, w) = (super::transform::permuted(x, &NHWC_TO_NCHW), super::transform::permuted(w, &HWIO_TO_OIHW));
+        let out = eval_conv2d(&[Value::Tensor(x), Value::Tensor(w)], &nchw)?;
+        return out.tensor().map(|t| Value::Tensor(super::transform::permuted(t, &NCHW_TO_NHWC)));
+    }
     let ty =
         rel_conv2d(&[Type::tensor(x.shape().to_vec(), x.dtype()), Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
     let t = ty.as_tensor().ok_or("not a tensor")?;
@@ -576,6 +618,7 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::opt_ints("kernel_size"))
         .attr(AttrSpec::str("data_layout", "NCHW"))
         .attr(AttrSpec::str("kernel_layout", "OIHW"))
+        .attr(AttrSpec::str("out_layout", ""))
         .attr(AttrSpec::str("out_dtype", ""))
         .infer_inputs(conv2d_infer_inputs),
     );

@@ -168,18 +168,23 @@ fn rel_transpose(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     Ok(Type::tensor(perm.iter().map(|&p| t.shape[p]).collect::<Vec<_>>(), t.dtype))
 }
 
-fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
-    let x = tensor_val(args, 0)?;
-    let perm = permutation(attrs, x.shape().len())?;
+/// `x` with its axes permuted: output axis `k` is input axis `perm[k]`.
+pub(crate) fn permuted(x: &Tensor, perm: &[usize]) -> Tensor {
     let out_shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let in_strides = strides(x.shape());
     let data = x.to_f64_vec();
     let mut out = vec![0.0; data.len()];
     for_each_index(&out_shape, |idx, o| {
-        let i: usize = idx.iter().zip(&perm).map(|(&v, &p)| v * in_strides[p]).sum();
+        let i: usize = idx.iter().zip(perm).map(|(&v, &p)| v * in_strides[p]).sum();
         out[o] = data[i];
     });
-    Ok(Value::Tensor(Tensor::from_f64(x.dtype(), out_shape, &out)))
+    Tensor::from_f64(x.dtype(), out_shape, &out)
+}
+
+fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    let x = tensor_val(args, 0)?;
+    let perm = permutation(attrs, x.shape().len())?;
+    Ok(Value::Tensor(permuted(x, &perm)))
 }
 
 fn rel_concatenate(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
