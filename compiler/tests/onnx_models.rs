@@ -26,6 +26,12 @@ fn main() {
         &common::sweep::REFERENCE_MODELS,
         model_matches_onnx_runtime,
     );
+    for name in ["resnet18", "mobilenetv2"] {
+        trials.push(libtest_mimic::Trial::test(
+            format!("qdq_model_matches_onnx_runtime_within_one_step::{name}"),
+            move || qdq_model_matches_onnx_runtime_within_one_step(name),
+        ));
+    }
     trials.extend(trials![
         tiny_model_imports_and_unsupported_ops_name_the_node,
         five_thousand_corrupted_models_never_panic,
@@ -52,6 +58,52 @@ fn model_matches_onnx_runtime(name: &str, m: IRModule, input: Tensor, want: Tens
     );
     if err > 1e-4 * scale {
         return Err(format!("{name}: max abs error {err} > {}", 1e-4 * scale).into());
+    }
+    Ok(())
+}
+
+/// A model quantized by ONNX Runtime's `quantize_static` (QDQ, int8, per-channel
+/// weights; `scripts/quantize_models.py` writes it to `../shared/models/quantized`):
+/// its output within one step of the output's quantization of ONNX Runtime's
+/// int8 output, with the same top-1 class.
+fn qdq_model_matches_onnx_runtime_within_one_step(name: &str) -> Result<(), Failed> {
+    let dir = common::models_dir().join("quantized");
+    let model = dir.join(format!("{name}.qdq.onnx"));
+    if !model.is_file() {
+        println!("{name}: skipped, {} is missing (python3 scripts/quantize_models.py makes it)", model.display());
+        return Ok(());
+    }
+    let read = |p: std::path::PathBuf| std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()));
+    let bytes = read(model)?;
+    // The output's quantization step: the scale of the DequantizeLinear that produces it.
+    let proto = <onnx::proto::ModelProto as prost::Message>::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+    let graph = proto.graph.ok_or("no graph")?;
+    let out = graph.output.first().and_then(|o| o.name.clone()).unwrap_or_default();
+    let producer =
+        graph.node.iter().find(|n| n.output.first() == Some(&out) && n.op_type.as_deref() == Some("DequantizeLinear"));
+    let scale_name = producer.and_then(|n| n.input.get(1)).ok_or("the output is not dequantized")?;
+    let scale =
+        graph.initializer.iter().find(|t| t.name.as_deref() == Some(scale_name.as_str())).ok_or("no output scale")?;
+    let raw = scale.raw_data.as_deref().and_then(|b| b.get(..4)).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let step = scale.float_data.first().copied().or(raw).unwrap_or(0.0) as f64;
+    let mut m = kiln::frontend::onnx::import(&bytes, &[])?;
+    kiln::relay::infer_module(&mut m)?;
+    let input = kiln::npy::read_npy(&read(common::models_dir().join(format!("{name}.input.npy")))?)?;
+    let want = kiln::npy::read_npy(&read(dir.join(format!("{name}.qdq.output.npy")))?)?;
+    let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
+    let jit = Jit::new(name, &plan.kernels)?;
+    let got = host::run(&plan, &jit, &[input], 2)?;
+    let (g, w) = (got[0].to_f64_vec(), want.to_f64_vec());
+    let err = g.iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    let argmax = |v: &[f64]| v.iter().enumerate().fold((0, f64::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
+    println!("{name} (QDQ int8): max abs error {err:e}, output step {step:e}, top-1 {} vs {}", argmax(&g), argmax(&w));
+    if step.is_nan() || step <= 0.0 || err > step * 1.001 || argmax(&g) != argmax(&w) {
+        return Err(format!(
+            "{name}: max abs error {err} against one step {step}; top-1 {} vs {}",
+            argmax(&g),
+            argmax(&w)
+        )
+        .into());
     }
     Ok(())
 }

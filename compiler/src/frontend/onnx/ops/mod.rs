@@ -14,6 +14,7 @@ mod conv_transpose;
 mod loss;
 mod math;
 mod nn;
+mod quantize;
 mod reduce;
 mod resize;
 mod scatter;
@@ -48,6 +49,7 @@ pub(crate) fn table() -> &'static HashMap<&'static str, Converter> {
         conv_transpose::register(&mut t);
         loss::register(&mut t);
         math::register(&mut t);
+        quantize::register(&mut t);
         nn::register(&mut t);
         reduce::register(&mut t);
         resize::register(&mut t);

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Quantized versions of the shared reference models, for kiln's int8 path.
+
+Usage: scripts/quantize_models.py [MODELS_DIR [OUT_DIR]]
+  MODELS_DIR  the reference models (default ../shared/models)
+  OUT_DIR     where to write (default MODELS_DIR/quantized)
+
+For resnet18 and mobilenetv2 writes `<model>.qdq.onnx` made by ONNX Runtime's
+`quantize_static` in the QDQ format (QuantizeLinear/DequantizeLinear around
+each convolution and matmul; int8 activations and per-channel int8 weights),
+calibrated on 8 seeded random inputs of the model's input shape (MinMax), and
+`<model>.qdq.output.npy`: ONNX Runtime's output on the model's stored input
+(`<model>.input.npy`), the reference kiln's output is compared with.
+Needs: pip install onnx onnxruntime numpy.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+
+MODELS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
+OUT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(MODELS, "quantized")
+
+
+class RandomInputs(CalibrationDataReader):
+    def __init__(self, name, shape, n=8):
+        rng = np.random.default_rng(0)
+        self.batches = iter([{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(n)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for name in ["resnet18", "mobilenetv2"]:
+        src = os.path.join(MODELS, f"{name}.onnx")
+        if not os.path.exists(src):
+            print(f"skipped {name}: {src} is missing")
+            continue
+        model = onnx.load(src)
+        inp = model.graph.input[0]
+        shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+        pre = os.path.join(OUT, f"{name}.pre.onnx")
+        quant_pre_process(src, pre)
+        dst = os.path.join(OUT, f"{name}.qdq.onnx")
+        quantize_static(
+            pre,
+            dst,
+            RandomInputs(inp.name, shape),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+        )
+        os.remove(pre)
+        x = np.load(os.path.join(MODELS, f"{name}.input.npy"))
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
+        y = sess.run(None, {inp.name: x})[0]
+        np.save(os.path.join(OUT, f"{name}.qdq.output.npy"), y)
+        print(f"wrote {dst} and its ONNX Runtime output {y.shape}")
+
+
+if __name__ == "__main__":
+    main()
