@@ -5,12 +5,15 @@ Usage: scripts/quantize_models.py [MODELS_DIR [OUT_DIR]]
   MODELS_DIR  the reference models (default ../shared/models)
   OUT_DIR     where to write (default MODELS_DIR/quantized)
 
-For resnet18 and mobilenetv2 writes `<model>.qdq.onnx` made by ONNX Runtime's
-`quantize_static` in the QDQ format (QuantizeLinear/DequantizeLinear around
-each convolution and matmul; int8 activations and per-channel int8 weights),
-calibrated on 8 seeded random inputs of the model's input shape (MinMax), and
-`<model>.qdq.output.npy`: ONNX Runtime's output on the model's stored input
-(`<model>.input.npy`), the reference kiln's output is compared with.
+For resnet18 and mobilenetv2 writes, made by ONNX Runtime's `quantize_static`
+calibrated on 8 seeded random inputs of the model's input shape (MinMax):
+  `<model>.qdq.onnx`  QDQ format (QuantizeLinear/DequantizeLinear around each
+                      convolution and matmul; int8 activations, per-channel int8 weights);
+  `<model>.qop.onnx`  QOperator format (QLinearConv, and ONNX Runtime's
+                      com.microsoft QLinearAdd, QLinearGlobalAveragePool, QGemm;
+                      uint8 activations, per-channel int8 weights);
+and for each `<model>.<format>.output.npy`: ONNX Runtime's output on the
+model's stored input (`<model>.input.npy`), the reference kiln's is compared with.
 Needs: pip install onnx onnxruntime numpy.
 """
 import os
@@ -47,24 +50,28 @@ def main():
         shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
         pre = os.path.join(OUT, f"{name}.pre.onnx")
         quant_pre_process(src, pre)
-        dst = os.path.join(OUT, f"{name}.qdq.onnx")
-        quantize_static(
-            pre,
-            dst,
-            RandomInputs(inp.name, shape),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-        )
-        os.remove(pre)
         x = np.load(os.path.join(MODELS, f"{name}.input.npy"))
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        sess = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
-        y = sess.run(None, {inp.name: x})[0]
-        np.save(os.path.join(OUT, f"{name}.qdq.output.npy"), y)
-        print(f"wrote {dst} and its ONNX Runtime output {y.shape}")
+        for fmt, qformat, activations in [
+            ("qdq", QuantFormat.QDQ, QuantType.QInt8),
+            ("qop", QuantFormat.QOperator, QuantType.QUInt8),
+        ]:
+            dst = os.path.join(OUT, f"{name}.{fmt}.onnx")
+            quantize_static(
+                pre,
+                dst,
+                RandomInputs(inp.name, shape),
+                quant_format=qformat,
+                per_channel=True,
+                activation_type=activations,
+                weight_type=QuantType.QInt8,
+            )
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 1
+            sess = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
+            y = sess.run(None, {inp.name: x})[0]
+            np.save(os.path.join(OUT, f"{name}.{fmt}.output.npy"), y)
+            print(f"wrote {dst} and its ONNX Runtime output {y.shape}")
+        os.remove(pre)
 
 
 if __name__ == "__main__":

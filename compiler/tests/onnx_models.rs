@@ -27,10 +27,12 @@ fn main() {
         model_matches_onnx_runtime,
     );
     for name in ["resnet18", "mobilenetv2"] {
-        trials.push(libtest_mimic::Trial::test(
-            format!("qdq_model_matches_onnx_runtime_within_one_step::{name}"),
-            move || qdq_model_matches_onnx_runtime_within_one_step(name),
-        ));
+        for format in ["qdq", "qop"] {
+            let test = format!("quantized_model_matches_onnx_runtime_within_one_step::{name}_{format}");
+            trials.push(libtest_mimic::Trial::test(test, move || {
+                quantized_model_matches_onnx_runtime_within_one_step(name, format)
+            }));
+        }
     }
     trials.extend(trials![
         tiny_model_imports_and_unsupported_ops_name_the_node,
@@ -62,13 +64,15 @@ fn model_matches_onnx_runtime(name: &str, m: IRModule, input: Tensor, want: Tens
     Ok(())
 }
 
-/// A model quantized by ONNX Runtime's `quantize_static` (QDQ, int8, per-channel
-/// weights; `scripts/quantize_models.py` writes it to `../shared/models/quantized`):
-/// its output within one step of the output's quantization of ONNX Runtime's
-/// int8 output, with the same top-1 class.
-fn qdq_model_matches_onnx_runtime_within_one_step(name: &str) -> Result<(), Failed> {
+/// A model quantized by ONNX Runtime's `quantize_static` (`qdq`: the QDQ format,
+/// int8; `qop`: the QOperator format with QLinearConv and com.microsoft's QLinearAdd,
+/// QLinearGlobalAveragePool and QGemm, uint8 activations; per-channel weights;
+/// `scripts/quantize_models.py` writes them to `../shared/models/quantized`): its
+/// output within one step of the output's quantization of ONNX Runtime's int8
+/// output, with the same top-1 class.
+fn quantized_model_matches_onnx_runtime_within_one_step(name: &str, format: &str) -> Result<(), Failed> {
     let dir = common::models_dir().join("quantized");
-    let model = dir.join(format!("{name}.qdq.onnx"));
+    let model = dir.join(format!("{name}.{format}.onnx"));
     if !model.is_file() {
         println!("{name}: skipped, {} is missing (python3 scripts/quantize_models.py makes it)", model.display());
         return Ok(());
@@ -89,14 +93,14 @@ fn qdq_model_matches_onnx_runtime_within_one_step(name: &str) -> Result<(), Fail
     let mut m = kiln::frontend::onnx::import(&bytes, &[])?;
     kiln::relay::infer_module(&mut m)?;
     let input = kiln::npy::read_npy(&read(common::models_dir().join(format!("{name}.input.npy")))?)?;
-    let want = kiln::npy::read_npy(&read(dir.join(format!("{name}.qdq.output.npy")))?)?;
+    let want = kiln::npy::read_npy(&read(dir.join(format!("{name}.{format}.output.npy")))?)?;
     let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
     let jit = Jit::new(name, &plan.kernels)?;
     let got = host::run(&plan, &jit, &[input], 2)?;
     let (g, w) = (got[0].to_f64_vec(), want.to_f64_vec());
     let err = g.iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
     let argmax = |v: &[f64]| v.iter().enumerate().fold((0, f64::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
-    println!("{name} (QDQ int8): max abs error {err:e}, output step {step:e}, top-1 {} vs {}", argmax(&g), argmax(&w));
+    println!("{name} ({format}): max abs error {err:e}, output step {step:e}, top-1 {} vs {}", argmax(&g), argmax(&w));
     if step.is_nan() || step <= 0.0 || err > step * 1.001 || argmax(&g) != argmax(&w) {
         return Err(format!(
             "{name}: max abs error {err} against one step {step}; top-1 {} vs {}",

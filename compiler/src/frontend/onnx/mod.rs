@@ -130,10 +130,16 @@ pub fn import_with(
     for (index, n) in graph.node.iter().enumerate() {
         let label = if n.name().is_empty() { format!("#{index}") } else { n.name().to_string() };
         let node = Node { n, label };
-        if !n.domain().is_empty() && n.domain() != "ai.onnx" {
-            return Err(node.err(format!("operators of domain `{}` are not supported", n.domain())));
-        }
-        let conv = table.get(n.op_type()).ok_or_else(|| node.err("this operator is not supported"))?;
+        // Other domains' operators are registered as `domain.Op` (ONNX Runtime's
+        // `com.microsoft.QLinearAdd`).
+        let key = match n.domain() {
+            "" | "ai.onnx" => n.op_type().to_string(),
+            domain => format!("{domain}.{}", n.op_type()),
+        };
+        let conv = table.get(key.as_str()).ok_or_else(|| match n.domain() {
+            "" | "ai.onnx" => node.err("this operator is not supported"),
+            domain => node.err(format!("operator `{}` of domain `{domain}` is not supported", n.op_type())),
+        })?;
         if let Some(a) = n.attribute.iter().find(|a| !conv.attrs.contains(&a.name())) {
             return Err(node.err(format!("attribute `{}` is not supported", a.name())));
         }

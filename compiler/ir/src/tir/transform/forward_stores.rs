@@ -8,8 +8,14 @@
 //! that LLVM forwards lane by lane, and the epilogue then runs on scalars —
 //! three scalar operations per element for a bias and a clip. Forwarded, the
 //! epilogue runs on the accumulator's vector and only the final store scatters.
+//!
+//! The same across buffers when the first is kernel-local: `L[i] = v;
+//! B[i] = f(L[i])` (an epilogue that changes the element type — a quantizing
+//! `cast` — writes another buffer than the convolution's result) becomes
+//! `B[i] = f(v)`; a local buffer then never read loses its stores, and
+//! RemoveNoOp its allocation (a whole feature map did not fit a kernel's stack).
 
-use crate::tir::{Expr, PrimFunc, Stmt};
+use crate::tir::{Expr, PrimFunc, Scope, Stmt};
 
 /// How many times `e` reads `buffer` at exactly `indices`, or `None` when it
 /// reads `buffer` anywhere else (which the removed store might have written).
@@ -52,35 +58,82 @@ fn forward_in_seq(stmts: Vec<Stmt>) -> Vec<Stmt> {
             (
                 Some(Stmt::Store { buffer: b1, indices: i1, value: v1 }),
                 Stmt::Store { buffer: b2, indices: i2, value: v2 },
-            ) if b1.id() == b2.id() && i1 == i2 && !i2.iter().any(|i| reads_of(i, b1.id(), i1) != Some(0)) => {
+            ) if (b1.id() == b2.id() || b1.0.scope == Scope::Local)
+                && (b1.id() != b2.id() || i1 == i2)
+                && !i2.iter().any(|i| reads_of(i, b1.id(), i1) != Some(0)) =>
+            {
                 // A value read more than once is copied only when cheap
                 // (the codegen does not share repeated subexpressions).
                 match reads_of(v2, b1.id(), i1) {
-                    Some(n) if n <= 1 || trivial(v1) => Some(Stmt::Store {
+                    // Into the same buffer the first store is overwritten.
+                    Some(n) if b1.id() == b2.id() && (n <= 1 || trivial(v1)) => Some(vec![Stmt::Store {
                         buffer: b2.clone(),
                         indices: i2.clone(),
                         value: replace_reads(v2, b1.id(), v1),
-                    }),
+                    }]),
+                    // Into another one the local store stays (other statements
+                    // may read it); it goes if nothing does (dead_local_stores).
+                    Some(n) if n >= 1 && (n == 1 || trivial(v1)) => Some(vec![
+                        out.last().cloned().expect("matched a last statement"),
+                        Stmt::Store { buffer: b2.clone(), indices: i2.clone(), value: replace_reads(v2, b1.id(), v1) },
+                    ]),
                     _ => None,
                 }
             }
             _ => None,
         };
         match merged {
-            Some(m) => *out.last_mut().expect("matched a last statement") = m,
+            Some(m) => {
+                out.pop();
+                out.extend(m);
+            }
             None => out.push(s),
         }
     }
     out
 }
 
+/// The ids of the buffers `s` loads from.
+fn loaded_buffers(s: &Stmt) -> std::collections::HashSet<u32> {
+    let mut read = std::collections::HashSet::new();
+    fn walk(e: &Expr, read: &mut std::collections::HashSet<u32>) {
+        if let Expr::Load(b, _) = e {
+            read.insert(b.id());
+        }
+        e.for_each_child(|c| walk(c, read));
+    }
+    s.visit(&mut |s| match s {
+        Stmt::Store { indices, value, .. } => {
+            indices.iter().for_each(|i| walk(i, &mut read));
+            walk(value, &mut read);
+        }
+        Stmt::If { cond: e, .. } | Stmt::Let { value: e, .. } | Stmt::Evaluate(e) => walk(e, &mut read),
+        Stmt::For(l) => {
+            walk(&l.min, &mut read);
+            walk(&l.extent, &mut read);
+        }
+        _ => {}
+    });
+    read
+}
+
+/// Drop the stores to kernel-local buffers that nothing reads.
+fn dead_local_stores(body: Stmt) -> Stmt {
+    let read = loaded_buffers(&body);
+    body.map_post(&mut |s| match s {
+        Stmt::Store { buffer, .. } if buffer.0.scope == Scope::Local && !read.contains(&buffer.id()) => Stmt::nop(),
+        s => s,
+    })
+}
+
 /// Forward stores through the read-backs that follow them, everywhere in `f`.
 pub fn forward_stores(mut f: PrimFunc) -> PrimFunc {
     let body = std::mem::replace(&mut f.body, Stmt::nop());
-    f.body = body.map_post(&mut |s| match s {
+    let forwarded = body.map_post(&mut |s| match s {
         Stmt::Seq(v) => Stmt::seq(forward_in_seq(v)),
         s => s,
     });
+    f.body = dead_local_stores(forwarded);
     f
 }
 
@@ -114,6 +167,34 @@ mod tests {
              \x20       b[i] = b[i] + b[(i + 1)]\n";
         let out = forward(src);
         assert_eq!(out.matches("b[i] =").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn a_local_result_read_by_a_type_changing_epilogue_is_forwarded_and_goes() {
+        let out = forward(
+            "def k(a: T.Buffer([4], \"float32\"), b: T.Buffer([4], \"uint8\")):\n\
+             \x20   c = T.alloc_buffer([4], \"float32\", scope=\"local\")\n\
+             \x20   for i in T.serial(4):\n\
+             \x20       c[i] = a[i] * T.float32(2.0)\n\
+             \x20       b[i] = T.Cast(\"uint8\", T.round(c[i]))\n",
+        );
+        assert!(out.contains("b[i] = T.Cast(\"uint8\", T.round((a[i] * T.float32(2.0))))"), "{out}");
+        assert!(!out.contains("c[i] ="), "{out}");
+    }
+
+    #[test]
+    fn a_local_buffer_read_elsewhere_keeps_its_stores() {
+        let out = forward(
+            "def k(a: T.Buffer([4], \"float32\"), b: T.Buffer([4], \"float32\"), d: T.Buffer([4], \"float32\")):\n\
+             \x20   c = T.alloc_buffer([4], \"float32\", scope=\"local\")\n\
+             \x20   for i in T.serial(4):\n\
+             \x20       c[i] = a[i] * T.float32(2.0)\n\
+             \x20       b[i] = c[i] + T.float32(1.0)\n\
+             \x20   for i in T.serial(4):\n\
+             \x20       d[i] = c[i]\n",
+        );
+        assert!(out.contains("c[i] = (a[i] * T.float32(2.0))"), "{out}");
+        assert!(out.contains("d[i] = c[i]"), "{out}");
     }
 
     #[test]

@@ -104,8 +104,22 @@ pub(super) fn matmul_of(im: &mut Importer, node: &Node, mut a: ExprId, mut b: Ex
 
 fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let c = im.optional_input(node, 2)?;
+    one(gemm_of(im, node, a, b, c, node.float("beta", 1.0)? as f64)?)
+}
+
+/// `alpha · op(a) · op(b) + beta · c` with Gemm's attributes (`transA`,
+/// `transB`, `alpha`) read from `node` (Gemm, com.microsoft's QGemm).
+pub(super) fn gemm_of(
+    im: &mut Importer,
+    node: &Node,
+    a: ExprId,
+    b: ExprId,
+    c: Option<ExprId>,
+    beta: f64,
+) -> Result<ExprId, OnnxError> {
     let (ta, tb) = (node.int("transA", 0)? != 0, node.int("transB", 0)? != 0);
-    let (alpha, beta) = (node.float("alpha", 1.0)? as f64, node.float("beta", 1.0)? as f64);
+    let alpha = node.float("alpha", 1.0)? as f64;
     if im.rank_of(node, a)? != 2 || im.rank_of(node, b)? != 2 {
         return Err(node.err("Gemm needs 2-D operands"));
     }
@@ -120,7 +134,7 @@ fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         let s = im.scalar(dt, alpha);
         y = im.op(node, "multiply", vec![y, s])?;
     }
-    if let Some(c) = im.optional_input(node, 2)? {
+    if let Some(c) = c {
         let c = if beta != 1.0 {
             let s = im.scalar(dt, beta);
             im.op(node, "multiply", vec![c, s])?
@@ -129,7 +143,7 @@ fn gemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         };
         y = im.op(node, "add", vec![y, c])?;
     }
-    one(y)
+    Ok(y)
 }
 
 /// The spatial attributes of a convolution or pooling window of `dims` dimensions.
@@ -227,6 +241,19 @@ pub(super) fn spatial_rank(im: &mut Importer, node: &Node, x: ExprId) -> Result<
 
 fn conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (x, w) = (im.input(node, 0)?, im.input(node, 1)?);
+    let b = im.optional_input(node, 2)?;
+    one(conv_of(im, node, x, w, b)?)
+}
+
+/// The convolution of `x` by `w` (plus the bias `b`) with Conv's attributes
+/// read from `node` (Conv, QLinearConv).
+pub(super) fn conv_of(
+    im: &mut Importer,
+    node: &Node,
+    x: ExprId,
+    w: ExprId,
+    b: Option<ExprId>,
+) -> Result<ExprId, OnnxError> {
     let (rank, spatial) = spatial_rank(im, node, x)?;
     let ws = im.shape_of(node, w)?;
     if ws.len() != rank {
@@ -250,10 +277,10 @@ fn conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     ]);
     let (x4, w4) = (lift(im, node, x)?, lift(im, node, w)?);
     let mut y = im.call(node, "nn.conv2d", vec![x4, w4], a)?;
-    if let Some(b) = im.optional_input(node, 2)? {
+    if let Some(b) = b {
         y = im.op(node, "nn.bias_add", vec![y, b])?;
     }
-    one(lower(im, node, y, rank)?)
+    lower(im, node, y, rank)
 }
 
 fn pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -341,17 +368,22 @@ fn lp_pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
 
 fn global_pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let x = im.input(node, 0)?;
+    one(global_pool_of(im, node, x, node.op() == "GlobalMaxPool")?)
+}
+
+/// The mean (or max) of `x` over its spatial axes, kept as size 1.
+pub(super) fn global_pool_of(im: &mut Importer, node: &Node, x: ExprId, max: bool) -> Result<ExprId, OnnxError> {
     let rank = im.rank_of(node, x)?;
     if rank < 3 {
         return Err(node.err(format!("needs an input of rank 3 or more, found {rank}")));
     }
-    if node.op() == "GlobalAveragePool" && rank == 4 {
-        return one(im.op(node, "nn.global_avg_pool2d", vec![x])?);
+    if !max && rank == 4 {
+        return im.op(node, "nn.global_avg_pool2d", vec![x]);
     }
     let axes: Vec<i64> = (2..rank as i64).collect();
-    let op = if node.op() == "GlobalMaxPool" { "max" } else { "mean" };
+    let op = if max { "max" } else { "mean" };
     let a = attrs(&[("axis", AttrValue::Ints(axes)), ("keepdims", AttrValue::Bool(true))]);
-    one(im.call(node, op, vec![x], a)?)
+    im.call(node, op, vec![x], a)
 }
 
 fn batch_norm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {

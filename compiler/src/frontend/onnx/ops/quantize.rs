@@ -1,14 +1,25 @@
-//! QuantizeLinear and DequantizeLinear (per tensor and per axis; int8,
-//! uint8, int16, uint16 and, for dequantization, int32) as float arithmetic:
-//! `q = saturate(round_half_to_even(x / scale) + zero_point)` and
-//! `x = (q − zero_point) · scale`. A QDQ model (ONNX Runtime's
-//! `quantize_static`) then runs with each quantization step made explicit,
-//! so its values are those of the integer kernels up to float rounding.
+//! The quantization operators, as float arithmetic with each quantization
+//! step explicit: `q = saturate(round_half_to_even(x / scale) + zero_point)`
+//! and `x = (q − zero_point) · scale`.
+//!
+//! - QDQ (ONNX Runtime's `quantize_static` default): QuantizeLinear and
+//!   DequantizeLinear, per tensor and per axis (int8, uint8, int16, uint16;
+//!   int32 dequantized).
+//! - MatMulInteger and ConvInteger: `(q − zero_point)` in int32, then the
+//!   int32 product (exact).
+//! - QOperator: QLinearConv, QLinearMatMul, DynamicQuantizeLinear, and
+//!   ONNX Runtime's `com.microsoft` QLinearAdd, QLinearMul,
+//!   QLinearGlobalAveragePool and QGemm: their inputs dequantized, the float
+//!   operator, the result quantized.
+//!
+//! The values are those of integer kernels up to float rounding (one
+//! quantization step at most where a product sum rounds differently).
 
 use kiln_ir::attrs::AttrValue;
 use kiln_ir::relay::ExprId;
 use kiln_ir::DataType;
 
+use super::nn::{conv_of, gemm_of, global_pool_of, matmul_of};
 use super::{one, Table};
 use crate::frontend::onnx::importer::{attrs, Importer, Node};
 use crate::frontend::onnx::OnnxError;
@@ -16,6 +27,14 @@ use crate::frontend::onnx::OnnxError;
 pub(super) fn register(t: &mut Table) {
     t.add(&["QuantizeLinear"], quantize_linear, &["axis", "saturate", "block_size", "output_dtype"]);
     t.add(&["DequantizeLinear"], dequantize_linear, &["axis", "block_size"]);
+    t.add(&["QLinearConv"], qlinear_conv, &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]);
+    t.add(&["QLinearMatMul"], qlinear_matmul, &[]);
+    t.add(&["DynamicQuantizeLinear"], dynamic_quantize_linear, &[]);
+    t.add(&["MatMulInteger"], matmul_integer, &[]);
+    t.add(&["ConvInteger"], conv_integer, &["auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"]);
+    t.add(&["com.microsoft.QLinearAdd", "com.microsoft.QLinearMul"], qlinear_binary, &[]);
+    t.add(&["com.microsoft.QLinearGlobalAveragePool"], qlinear_global_average_pool, &["channels_last"]);
+    t.add(&["com.microsoft.QGemm"], qgemm, &["alpha", "transA", "transB"]);
 }
 
 /// The integer types kiln quantizes to.
@@ -23,12 +42,20 @@ fn quantized(dt: DataType) -> bool {
     matches!(dt, DataType::I8 | DataType::U8 | DataType::I16 | DataType::U16)
 }
 
-/// `scale` (or a zero point) shaped to broadcast against `x`: a scalar (or
-/// one-element vector) as it is, a vector along `axis` as `[C, 1, …, 1]`.
-fn along_axis(im: &mut Importer, node: &Node, v: ExprId, x: ExprId, what: &str) -> Result<ExprId, OnnxError> {
-    if node.int("block_size", 0)? != 0 {
-        return Err(node.err("blocked quantization (block_size) is not supported"));
-    }
+fn cast(im: &mut Importer, node: &Node, x: ExprId, dt: DataType) -> Result<ExprId, OnnxError> {
+    im.call(node, "cast", vec![x], attrs(&[("dtype", AttrValue::DType(dt))]))
+}
+
+/// `v` (a scale or zero point) shaped to broadcast against `x`: a scalar or
+/// one-element vector as it is, a vector along `axis` as `[C, 1, …, 1]`.
+fn along_axis(
+    im: &mut Importer,
+    node: &Node,
+    v: ExprId,
+    x: ExprId,
+    axis: i64,
+    what: &str,
+) -> Result<ExprId, OnnxError> {
     let shape = im.shape_of(node, v)?;
     let numel: usize = shape.iter().product();
     if shape.is_empty() || (shape.len() == 1 && numel == 1) {
@@ -36,78 +63,287 @@ fn along_axis(im: &mut Importer, node: &Node, v: ExprId, x: ExprId, what: &str) 
     }
     let xs = im.shape_of(node, x)?;
     let rank = xs.len() as i64;
-    let axis = node.int("axis", 1)?;
-    let axis = if axis < 0 { axis + rank } else { axis };
-    if shape.len() != 1 || axis < 0 || axis >= rank || xs[axis as usize] != numel {
-        return Err(node.err(format!(
-            "{what} of shape {shape:?} is neither a scalar nor a vector along axis {} of the input {xs:?}",
-            node.int("axis", 1)?
-        )));
+    let a = if axis < 0 { axis + rank } else { axis };
+    if shape.len() != 1 || a < 0 || a >= rank || xs[a as usize] != numel {
+        return Err(
+            node.err(format!("{what} of shape {shape:?} is neither a scalar nor a vector along axis {axis} of {xs:?}"))
+        );
     }
-    let trailing = rank as usize - axis as usize - 1;
+    let trailing = rank as usize - a as usize - 1;
     if trailing == 0 {
         return Ok(v);
     }
-    let a = attrs(&[("axis", AttrValue::Int(1)), ("num_newaxis", AttrValue::Int(trailing as i64))]);
-    im.call(node, "expand_dims", vec![v], a)
+    let attrs = attrs(&[("axis", AttrValue::Int(1)), ("num_newaxis", AttrValue::Int(trailing as i64))]);
+    im.call(node, "expand_dims", vec![v], attrs)
 }
 
-fn float_scale(im: &mut Importer, node: &Node, scale: ExprId) -> Result<DataType, OnnxError> {
-    let dt = im.dtype_of(node, scale)?;
-    if !dt.is_float() {
-        return Err(node.err(format!("the scale must be a float tensor, found {dt}")));
+/// The type the quantization arithmetic runs in for `scale` — float32 for a
+/// float16 scale, as ONNX's reference computes — and the scale in it.
+fn float_scale(im: &mut Importer, node: &Node, scale: ExprId) -> Result<(DataType, ExprId), OnnxError> {
+    match im.dtype_of(node, scale)? {
+        DataType::F16 => Ok((DataType::F32, cast(im, node, scale, DataType::F32)?)),
+        dt if dt.is_float() => Ok((dt, scale)),
+        dt => Err(node.err(format!("a scale must be a float tensor, found {dt}"))),
     }
-    Ok(dt)
 }
 
-fn quantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (x, scale) = (im.input(node, 0)?, im.input(node, 1)?);
-    let zero_point = im.optional_input(node, 2)?;
-    let dt = float_scale(im, node, scale)?;
+/// `(q − zero_point) · scale`, the scale and zero point along `axis` when vectors.
+fn dequantize(
+    im: &mut Importer,
+    node: &Node,
+    q: ExprId,
+    scale: ExprId,
+    zero_point: Option<ExprId>,
+    axis: i64,
+) -> Result<ExprId, OnnxError> {
+    let (dt, scale) = float_scale(im, node, scale)?;
+    let qdt = im.dtype_of(node, q)?;
+    if !quantized(qdt) && qdt != DataType::I32 {
+        return Err(node.err(format!("dequantization of {qdt} is not supported (int8, uint8, int16, uint16, int32)")));
+    }
+    let mut x = cast(im, node, q, dt)?;
+    if let Some(z) = zero_point {
+        let z = along_axis(im, node, z, q, axis, "a zero point")?;
+        let z = cast(im, node, z, dt)?;
+        x = im.op(node, "subtract", vec![x, z])?;
+    }
+    let scale = along_axis(im, node, scale, q, axis, "a scale")?;
+    im.op(node, "multiply", vec![x, scale])
+}
+
+/// `saturate(round_half_to_even(x / scale) + zero_point)` as `out`.
+fn quantize(
+    im: &mut Importer,
+    node: &Node,
+    x: ExprId,
+    scale: ExprId,
+    zero_point: Option<ExprId>,
+    out: DataType,
+    axis: i64,
+) -> Result<ExprId, OnnxError> {
+    let (dt, scale) = float_scale(im, node, scale)?;
     let xdt = im.dtype_of(node, x)?;
     if !xdt.is_float() {
         return Err(node.err(format!("quantizes a float tensor, found {xdt}")));
     }
-    let out = match zero_point {
-        Some(z) => im.dtype_of(node, z)?,
-        None => match node.opt_int("output_dtype")? {
-            Some(code) if code != 0 => crate::frontend::onnx::proto::dtype(code as i32)
-                .ok_or_else(|| node.err(format!("output_dtype {code} is not supported")))?,
-            _ => DataType::U8,
-        },
-    };
     if !quantized(out) {
         return Err(node.err(format!("quantization to {out} is not supported (int8, uint8, int16, uint16)")));
     }
-    let x = if xdt == dt { x } else { im.call(node, "cast", vec![x], attrs(&[("dtype", AttrValue::DType(dt))]))? };
-    let scale = along_axis(im, node, scale, x, "the scale")?;
+    let x = if xdt == dt { x } else { cast(im, node, x, dt)? };
+    let scale = along_axis(im, node, scale, x, axis, "a scale")?;
     let scaled = im.op(node, "divide", vec![x, scale])?;
     let mut q = im.op(node, "round", vec![scaled])?;
     if let Some(z) = zero_point {
-        let z = along_axis(im, node, z, x, "the zero point")?;
-        let z = im.call(node, "cast", vec![z], attrs(&[("dtype", AttrValue::DType(dt))]))?;
+        let z = along_axis(im, node, z, x, axis, "a zero point")?;
+        let z = cast(im, node, z, dt)?;
         q = im.op(node, "add", vec![q, z])?;
     }
     let (lo, hi) = DataType::value_range(out);
     let q =
         im.call(node, "clip", vec![q], attrs(&[("a_min", AttrValue::Float(lo)), ("a_max", AttrValue::Float(hi))]))?;
-    one(im.call(node, "cast", vec![q], attrs(&[("dtype", AttrValue::DType(out))]))?)
+    cast(im, node, q, out)
+}
+
+/// The type a quantized result takes: its zero point's, else uint8.
+fn quantized_type(im: &mut Importer, node: &Node, zero_point: Option<ExprId>) -> Result<DataType, OnnxError> {
+    zero_point.map_or(Ok(DataType::U8), |z| im.dtype_of(node, z))
+}
+
+fn no_blocks(node: &Node) -> Result<(), OnnxError> {
+    if node.int("block_size", 0)? != 0 {
+        return Err(node.err("blocked quantization (block_size) is not supported"));
+    }
+    Ok(())
+}
+
+fn quantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    no_blocks(node)?;
+    let (x, scale) = (im.input(node, 0)?, im.input(node, 1)?);
+    let zero_point = im.optional_input(node, 2)?;
+    let out = match (zero_point, node.opt_int("output_dtype")?) {
+        (None, Some(code)) if code != 0 => crate::frontend::onnx::proto::dtype(code as i32)
+            .ok_or_else(|| node.err(format!("output_dtype {code} is not supported")))?,
+        _ => quantized_type(im, node, zero_point)?,
+    };
+    one(quantize(im, node, x, scale, zero_point, out, node.int("axis", 1)?)?)
 }
 
 fn dequantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    no_blocks(node)?;
     let (q, scale) = (im.input(node, 0)?, im.input(node, 1)?);
     let zero_point = im.optional_input(node, 2)?;
-    let dt = float_scale(im, node, scale)?;
+    let x = dequantize(im, node, q, scale, zero_point, node.int("axis", 1)?)?;
+    // The result has the scale's type.
+    let dt = im.dtype_of(node, scale)?;
+    one(if im.dtype_of(node, x)? == dt { x } else { cast(im, node, x, dt)? })
+}
+
+/// `(x, x_scale, x_zero_point)` starting at input `first`.
+fn quantized_input(im: &Importer, node: &Node, first: usize) -> Result<(ExprId, ExprId, Option<ExprId>), OnnxError> {
+    Ok((im.input(node, first)?, im.input(node, first + 1)?, im.optional_input(node, first + 2)?))
+}
+
+/// QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp (per output channel), y_scale, y_zp, bias (int32,
+/// scaled by x_scale · w_scale).
+fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, xs, xz) = quantized_input(im, node, 0)?;
+    let (w, ws, wz) = quantized_input(im, node, 3)?;
+    let (ys, yz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
+    let xf = dequantize(im, node, x, xs, xz, 1)?;
+    let wf = dequantize(im, node, w, ws, wz, 0)?;
+    let bias = match im.optional_input(node, 8)? {
+        Some(b) => {
+            // int32 with scale x_scale · w_scale (a vector when the weight is per channel).
+            let scale = im.op(node, "multiply", vec![xs, ws])?;
+            let (dt, scale) = float_scale(im, node, scale)?;
+            let bf = cast(im, node, b, dt)?;
+            Some(im.op(node, "multiply", vec![bf, scale])?)
+        }
+        None => None,
+    };
+    let yf = conv_of(im, node, xf, wf, bias)?;
+    let out = quantized_type(im, node, yz)?;
+    one(quantize(im, node, yf, ys, yz, out, 1)?)
+}
+
+/// QLinearMatMul: a, a_scale, a_zp (per row), b, b_scale, b_zp (per column), y_scale, y_zp.
+fn qlinear_matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
+    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
+    let (ys, yz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
+    let af = dequantize(im, node, a, a_s, a_z, -2)?;
+    let bf = dequantize(im, node, b, b_s, b_z, -1)?;
+    let yf = matmul_of(im, node, af, bf)?;
+    let out = quantized_type(im, node, yz)?;
+    one(quantize(im, node, yf, ys, yz, out, -1)?)
+}
+
+/// DynamicQuantizeLinear: uint8 with the scale and zero point that map
+/// `[min(0, min x), max(0, max x)]` onto `[0, 255]`; returns (y, scale, zero point).
+fn dynamic_quantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let x = im.input(node, 0)?;
+    let dt = im.dtype_of(node, x)?;
+    if dt != DataType::F32 {
+        return Err(node.err(format!("quantizes a float32 tensor, found {dt}")));
+    }
+    let all = attrs(&[("axis", AttrValue::None), ("keepdims", AttrValue::Bool(false))]);
+    let zero = im.scalar(dt, 0.0);
+    let hi = im.call(node, "max", vec![x], all.clone())?;
+    let hi = im.op(node, "maximum", vec![hi, zero])?;
+    let lo = im.call(node, "min", vec![x], all)?;
+    let lo = im.op(node, "minimum", vec![lo, zero])?;
+    let range = im.op(node, "subtract", vec![hi, lo])?;
+    let qmax = im.scalar(dt, 255.0);
+    let scale = im.op(node, "divide", vec![range, qmax])?;
+    // An all-zero input has no range: scale 0 would divide by zero; ONNX's
+    // reference then gives zero point 0 and y = 0, as a scale of 1 does.
+    let is_zero = im.op(node, "equal", vec![scale, zero])?;
+    let one_ = im.scalar(dt, 1.0);
+    let safe = im.op(node, "where", vec![is_zero, one_, scale])?;
+    let neg_lo = im.op(node, "negative", vec![lo])?;
+    let zp = im.op(node, "divide", vec![neg_lo, safe])?;
+    let zp = im.op(node, "round", vec![zp])?;
+    let zp = im.call(
+        node,
+        "clip",
+        vec![zp],
+        attrs(&[("a_min", AttrValue::Float(0.0)), ("a_max", AttrValue::Float(255.0))]),
+    )?;
+    let zp = cast(im, node, zp, DataType::U8)?;
+    let y = quantize(im, node, x, safe, Some(zp), DataType::U8, 1)?;
+    Ok(vec![y, scale, zp])
+}
+
+/// com.microsoft QLinearAdd / QLinearMul: a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp.
+fn qlinear_binary(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
+    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
+    let (cs, cz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
+    let af = dequantize(im, node, a, a_s, a_z, 1)?;
+    let bf = dequantize(im, node, b, b_s, b_z, 1)?;
+    let op = if node.op() == "QLinearAdd" { "add" } else { "multiply" };
+    let cf = im.op(node, op, vec![af, bf])?;
+    let out = quantized_type(im, node, cz)?;
+    one(quantize(im, node, cf, cs, cz, out, 1)?)
+}
+
+/// com.microsoft QLinearGlobalAveragePool (NCHW): x, x_scale, x_zp, y_scale, y_zp.
+fn qlinear_global_average_pool(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    if node.int("channels_last", 0)? != 0 {
+        return Err(node.err("channels_last=1 is not supported"));
+    }
+    let (x, xs, xz) = quantized_input(im, node, 0)?;
+    let (ys, yz) = (im.input(node, 3)?, im.optional_input(node, 4)?);
+    let xf = dequantize(im, node, x, xs, xz, 1)?;
+    let yf = global_pool_of(im, node, xf, false)?;
+    let out = quantized_type(im, node, yz)?;
+    one(quantize(im, node, yf, ys, yz, out, 1)?)
+}
+
+/// com.microsoft QGemm: a, a_scale, a_zp, b, b_scale, b_zp (per column of
+/// the result), c (int32, scale a_scale · b_scale), y_scale, y_zp; without
+/// y_scale the result stays float.
+fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
+    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
+    let b_axis = if node.int("transB", 0)? != 0 { 0 } else { 1 };
+    let af = dequantize(im, node, a, a_s, a_z, 0)?;
+    let bf = dequantize(im, node, b, b_s, b_z, b_axis)?;
+    let c = match im.optional_input(node, 6)? {
+        Some(c) => {
+            let scale = im.op(node, "multiply", vec![a_s, b_s])?;
+            let (dt, scale) = float_scale(im, node, scale)?;
+            let cf = cast(im, node, c, dt)?;
+            Some(im.op(node, "multiply", vec![cf, scale])?)
+        }
+        None => None,
+    };
+    let yf = gemm_of(im, node, af, bf, c, 1.0)?;
+    match im.optional_input(node, 7)? {
+        Some(ys) => {
+            let yz = im.optional_input(node, 8)?;
+            let out = quantized_type(im, node, yz)?;
+            one(quantize(im, node, yf, ys, yz, out, 1)?)
+        }
+        None => one(yf),
+    }
+}
+
+/// `q − zero_point` as int32, the zero point along `axis` when a vector.
+fn centered(
+    im: &mut Importer,
+    node: &Node,
+    q: ExprId,
+    zero_point: Option<ExprId>,
+    axis: i64,
+) -> Result<ExprId, OnnxError> {
     let qdt = im.dtype_of(node, q)?;
-    if !quantized(qdt) && qdt != DataType::I32 {
-        return Err(node.err(format!("dequantization of {qdt} is not supported (int8, uint8, int16, uint16, int32)")));
+    if !matches!(qdt, DataType::I8 | DataType::U8) {
+        return Err(node.err(format!("needs int8 or uint8 operands, found {qdt}")));
     }
-    let mut x = im.call(node, "cast", vec![q], attrs(&[("dtype", AttrValue::DType(dt))]))?;
-    if let Some(z) = zero_point {
-        let z = along_axis(im, node, z, q, "the zero point")?;
-        let z = im.call(node, "cast", vec![z], attrs(&[("dtype", AttrValue::DType(dt))]))?;
-        x = im.op(node, "subtract", vec![x, z])?;
+    let x = cast(im, node, q, DataType::I32)?;
+    match zero_point {
+        Some(z) => {
+            let z = along_axis(im, node, z, q, axis, "a zero point")?;
+            let z = cast(im, node, z, DataType::I32)?;
+            im.op(node, "subtract", vec![x, z])
+        }
+        None => Ok(x),
     }
-    let scale = along_axis(im, node, scale, q, "the scale")?;
-    one(im.op(node, "multiply", vec![x, scale])?)
+}
+
+/// MatMulInteger: a, b, a_zero_point (per row), b_zero_point (per column); int32.
+fn matmul_integer(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
+    let a = centered(im, node, a, im.optional_input(node, 2)?, -2)?;
+    let b = centered(im, node, b, im.optional_input(node, 3)?, -1)?;
+    one(matmul_of(im, node, a, b)?)
+}
+
+/// ConvInteger: x, w, x_zero_point, w_zero_point (per output channel); int32.
+fn conv_integer(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    let (x, w) = (im.input(node, 0)?, im.input(node, 1)?);
+    let x = centered(im, node, x, im.optional_input(node, 2)?, 1)?;
+    let w = centered(im, node, w, im.optional_input(node, 3)?, 0)?;
+    one(conv_of(im, node, x, w, None)?)
 }
