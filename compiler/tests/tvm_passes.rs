@@ -10,46 +10,12 @@
 //! (EliminateCommonSubexpr takes no skip callback) and `test_pass_link_params`
 //! (no executor attributes).
 
-use std::sync::Arc;
+#[path = "common/tvm_port.rs"]
+mod tvm_port;
+use tvm_port::*;
 
-use kiln::relay::{infer_module, parse_module, print_module, IRModule};
-use kiln::transform::{apply, PassContext, Sequential};
+use kiln::relay::IRModule;
 use kiln::{DataType, Tensor};
-
-/// A module from Relay text (`#[version]` added) and its metadata constants, typed.
-fn module(text: &str, constants: &[Tensor]) -> IRModule {
-    let mut source = format!("#[version = \"0.0.5\"]\n{text}\n");
-    if !constants.is_empty() {
-        source.push_str("\n#[metadata]\n");
-        for (i, c) in constants.iter().enumerate() {
-            let hex: String = c.bytes().iter().map(|b| format!("{b:02x}")).collect();
-            let shape: Vec<String> = c.shape().iter().map(|d| d.to_string()).collect();
-            let shape = if shape.len() == 1 { format!("({},)", shape[0]) } else { format!("({})", shape.join(", ")) };
-            source.push_str(&format!("relay.Constant[{i}]: Tensor[{shape}, {}] = \"{hex}\"\n", c.dtype()));
-        }
-    }
-    let mut m = parse_module(&source).unwrap_or_else(|e| panic!("{e}\n{source}"));
-    infer_module(&mut m).expect("infer");
-    m
-}
-
-/// `passes` (then InferType) at opt level 3, printed.
-fn after(m: IRModule, passes: &[&str]) -> String {
-    let mut names = passes.to_vec();
-    names.push("InferType");
-    let seq = Sequential::from_names("Test", &names).expect("pipeline");
-    let ctx = Arc::new(PassContext::new().with_opt_level(3));
-    print_module(&ctx.scope(|ctx| apply(&seq, m, ctx)).expect("passes"))
-}
-
-/// TVM's `assert_structural_equal(after, run_infer_type(expected))`.
-fn assert_becomes(before: IRModule, passes: &[&str], expected: IRModule) {
-    assert_eq!(after(before, passes), after(expected, &[]));
-}
-
-fn f32s(shape: &[usize], values: &[f32]) -> Tensor {
-    Tensor::from_f32(shape.to_vec(), values)
-}
 
 // ---- test_pass_fold_constant.py ------------------------------------------------
 
