@@ -114,11 +114,11 @@ impl LayoutTransform {
         }
         let mut extents = Vec::new();
         for letter in src.primal_letters() {
-            let at = |f: Option<usize>| {
-                src.axes.iter().position(|a| a.letter == letter && a.factor.is_some() == f.is_some())
-            };
-            let outer = shape[at(None).ok_or("no primal axis")?];
-            let whole = match at(Some(0)) {
+            // The position of the letter's primal axis (`blocked` false) or of its block.
+            let position =
+                |blocked: bool| src.axes.iter().position(|a| a.letter == letter && a.factor.is_some() == blocked);
+            let outer = shape[position(false).ok_or("no primal axis")?];
+            let whole = match position(true) {
                 Some(i) if shape[i] != src.block(letter) => {
                     return Err(format!(
                         "axis {i} of {} is a block of {} but has {} positions",
