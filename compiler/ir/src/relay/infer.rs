@@ -9,8 +9,10 @@
 //! can tell its type from the call's other arguments and attributes
 //! (`OpDef::infer_inputs`: a convolution's or dense layer's weight, a bias,
 //! batch-norm vectors) takes that type — the cases TVM's unification through
-//! type relations solves in its tests; any other needs an annotation. The walk uses an explicit stack (a `let` variable may have
-//! a smaller handle than its value, so plain handle order is not enough), so
+//! type relations solves in its tests; any other needs an annotation.
+//!
+//! The walk uses an explicit stack (a `let` variable may have a smaller
+//! handle than its value, so plain handle order is not enough), so
 //! a 10 000-deep chain costs no native stack. Errors name the operator, the
 //! argument types and the location.
 
