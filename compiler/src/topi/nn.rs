@@ -246,15 +246,17 @@ fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
     let include_pad = c.attrs.bool("count_include_pad")?;
     let (ph, pw) = (pool[0], pool[1]);
     one(compute("avg_pool2d", &shape, |i| {
-        // The number of window positions inside the input (or inside the padding too).
+        // The number of window positions `start + k·dil` (k < p) inside the
+        // input (or inside the padding too): k from ⌈(clo − start)/dil⌉ to
+        // ⌊(chi − 1 − start)/dil⌋, clamped to the window.
         let count = |o: &Expr, stride: i64, dil: i64, p: i64, lo: i64, hi: i64, extent: i64| {
             let start = o.clone() * Expr::int(stride) - Expr::int(lo);
-            let end = start.clone() + Expr::int((p - 1) * dil + 1);
             let (clo, chi) = if include_pad { (-lo, extent + hi) } else { (0, extent) };
-            let s = Expr::bin(BinOp::Max, start, Expr::int(clo));
-            let e = Expr::bin(BinOp::Min, end, Expr::int(chi));
-            // Windows with dilation 1 (the common case) count exactly; dilated ones approximately per step.
-            Expr::bin(BinOp::FloorDiv, e - s + Expr::int(dil - 1), Expr::int(dil))
+            let first = Expr::int(0) - Expr::bin(BinOp::FloorDiv, start.clone() - Expr::int(clo), Expr::int(dil));
+            let first = Expr::bin(BinOp::Max, first, Expr::int(0));
+            let last = Expr::bin(BinOp::FloorDiv, Expr::int(chi - 1) - start, Expr::int(dil));
+            let last = Expr::bin(BinOp::Min, last, Expr::int(p - 1));
+            Expr::bin(BinOp::Max, last - first + Expr::int(1), Expr::int(0))
         };
         let ch = count(&i[2], strides[0], dilation[0], ph, pads[0], pads[2], h);
         let cw = count(&i[3], strides[1], dilation[1], pw, pads[1], pads[3], w);
