@@ -340,33 +340,29 @@ pub fn parse_config(key: &str, text: &str) -> Result<ConfigValue, ConfigError> {
     normalize_config(key, ConfigValue::Map(map))
 }
 
-/// Register a configuration key (idempotent for the same kind).
-pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<(), ConfigError> {
+/// Register `key`; registering the same key again is fine when nothing differs
+/// but the text, an error when its kind or fields do.
+fn register(key: ConfigKey) -> Result<(), ConfigError> {
     let mut k = keys().write().unwrap_or_else(|e| e.into_inner());
-    match k.get(name) {
-        Some(spec) if spec.kind != kind => {
-            Err(ConfigError::AlreadyRegistered { key: name.to_string(), registered: spec.kind })
+    match k.get(&key.name) {
+        Some(spec) if spec.kind != key.kind || spec.fields != key.fields => {
+            Err(ConfigError::AlreadyRegistered { key: key.name.clone(), registered: spec.kind })
         }
         _ => {
-            let spec = ConfigKey { name: name.to_string(), kind, doc: doc.to_string(), fields: vec![] };
-            k.insert(name.to_string(), spec);
+            k.insert(key.name.clone(), key);
             Ok(())
         }
     }
 }
 
+/// Register a configuration key (idempotent for the same kind).
+pub fn register_config_key(name: &str, kind: ConfigKind, doc: &str) -> Result<(), ConfigError> {
+    register(ConfigKey { name: name.into(), kind, doc: doc.into(), fields: vec![] })
+}
+
 /// Register a map-valued key with its fields (idempotent for the same fields).
 pub fn register_config_map(name: &str, doc: &str, fields: Vec<ConfigField>) -> Result<(), ConfigError> {
-    let mut k = keys().write().unwrap_or_else(|e| e.into_inner());
-    match k.get(name) {
-        Some(spec) if spec.kind != ConfigKind::Map || spec.fields != fields => {
-            Err(ConfigError::AlreadyRegistered { key: name.to_string(), registered: spec.kind })
-        }
-        _ => {
-            k.insert(name.to_string(), ConfigKey { name: name.into(), kind: ConfigKind::Map, doc: doc.into(), fields });
-            Ok(())
-        }
-    }
+    register(ConfigKey { name: name.into(), kind: ConfigKind::Map, doc: doc.into(), fields })
 }
 
 /// The kind of a registered key, or an error listing the valid keys.

@@ -131,14 +131,11 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
         }
         // What this node needs typed first.
         let kind = store.kind(id).clone();
+        // A `let`-bound function with a declared type is typed by it, so that
+        // its body may call it (recursion).
+        let declared = let_value.get(&id).and_then(|&f| declared_type(store, f));
         let deps: Vec<ExprId> = match &kind {
-            // A `let`-bound function with a declared type is typed by it, so
-            // that its body may call it (recursion).
-            ExprKind::Var(v)
-                if v.ty.is_none() && let_value.get(&id).is_some_and(|&f| declared_type(store, f).is_some()) =>
-            {
-                vec![]
-            }
+            ExprKind::Var(v) if v.ty.is_none() && declared.is_some() => vec![],
             ExprKind::Var(v) if v.ty.is_none() && op_use.contains_key(&id) => {
                 let call = op_use[&id].0;
                 store.kind(call).children().into_iter().filter(|&a| !solved_by(call, a)).collect()
@@ -166,9 +163,7 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
         let ty = match &kind {
             ExprKind::Var(v) => match (v.ty, let_value.get(&id).or(param_arg.get(&id))) {
                 (Some(t), _) => store.ty(t).clone(),
-                (None, Some(&f)) if declared_type(store, f).is_some() => {
-                    declared_type(store, f).unwrap_or(Type::Tuple(vec![]))
-                }
+                (None, _) if declared.is_some() => declared.unwrap_or(Type::Tuple(vec![])),
                 (None, None) if op_use.contains_key(&id) => {
                     let (call, index) = op_use[&id];
                     let ExprKind::Call(c) = store.kind(call) else { unreachable!("op_use records calls") };

@@ -179,34 +179,42 @@ pub fn resize_plan(op: &str, shape: &[usize], attrs: &Attrs) -> Result<(ResizePl
     Ok((plan, vec![shape[0], shape[1], out_h, out_w]))
 }
 
-fn rel_resize(op: &'static str) -> impl Fn(&[Type], &Attrs) -> Result<Type, OpError> {
-    move |args, attrs| {
-        let x = tensor_arg(args, 0, "data")?;
-        let (plan, shape) = resize_plan(op, &x.shape, attrs)?;
-        if plan.method == ResizeMethod::Linear {
-            float_dtype(x, "data")?;
-        }
-        let dtype = match attrs.get("out_dtype") {
-            Some(_) if !attrs.str("out_dtype")?.is_empty() => attrs.dtype("out_dtype")?,
-            _ => x.dtype,
-        };
-        Ok(Type::tensor(shape, dtype))
+/// The plan, output shape and output dtype of a resize of `x` (the dtype
+/// checked: linear interpolation needs a float input).
+fn resize_type(
+    op: &str,
+    x: &crate::relay::ty::TensorType,
+    attrs: &Attrs,
+) -> Result<(ResizePlan, Vec<usize>, crate::dtype::DataType), OpError> {
+    let (plan, shape) = resize_plan(op, &x.shape, attrs)?;
+    if plan.method == ResizeMethod::Linear {
+        float_dtype(x, "data")?;
     }
+    // `image.resize2d`'s `out_dtype` ("" keeps the input's); `nn.upsampling` has none.
+    let dtype = match attrs.get("out_dtype") {
+        Some(_) if !attrs.str("out_dtype")?.is_empty() => attrs.dtype("out_dtype")?,
+        _ => x.dtype,
+    };
+    Ok((plan, shape, dtype))
+}
+
+fn rel_resize(op: &str, args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let (_, shape, dtype) = resize_type(op, tensor_arg(args, 0, "data")?, attrs)?;
+    Ok(Type::tensor(shape, dtype))
 }
 
 fn rel_resize2d(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
-    rel_resize("image.resize2d")(args, attrs)
+    rel_resize("image.resize2d", args, attrs)
 }
 
 fn rel_upsampling(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
-    rel_resize("nn.upsampling")(args, attrs)
+    rel_resize("nn.upsampling", args, attrs)
 }
 
-fn eval_resize(op: &'static str, args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+fn eval_resize(op: &str, args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
-    let out_ty = rel_resize(op)(&[Type::tensor(x.shape().to_vec(), x.dtype())], attrs)?;
-    let out_dtype = out_ty.as_tensor().ok_or("not a tensor")?.dtype;
-    let (plan, shape) = resize_plan(op, x.shape(), attrs)?;
+    let ty = crate::relay::ty::TensorType { shape: x.shape().to_vec(), dtype: x.dtype() };
+    let (plan, shape, out_dtype) = resize_type(op, &ty, attrs)?;
     let [n, c, h, w] = [shape[0], shape[1], shape[2], shape[3]];
     let (ih, iw) = (x.shape()[2], x.shape()[3]);
     let xv = x.to_f64_vec();

@@ -183,6 +183,21 @@ fn quantized_input(im: &Importer, node: &Node, first: usize) -> Result<(ExprId, 
     Ok((im.input(node, first)?, im.input(node, first + 1)?, im.optional_input(node, first + 2)?))
 }
 
+/// A product's int32 bias as float: its scale is the operands' scales
+/// multiplied (a vector when the weight's is per channel).
+fn product_bias(
+    im: &mut Importer,
+    node: &Node,
+    b: ExprId,
+    a_scale: ExprId,
+    w_scale: ExprId,
+) -> Result<ExprId, OnnxError> {
+    let scale = im.op(node, "multiply", vec![a_scale, w_scale])?;
+    let (dt, scale) = float_scale(im, node, scale)?;
+    let bf = cast(im, node, b, dt)?;
+    im.op(node, "multiply", vec![bf, scale])
+}
+
 /// QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp (per output channel), y_scale, y_zp, bias (int32,
 /// scaled by x_scale · w_scale).
 fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
@@ -191,16 +206,7 @@ fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError
     let (ys, yz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
     let xf = dequantize(im, node, x, xs, xz, 1)?;
     let wf = dequantize(im, node, w, ws, wz, 0)?;
-    let bias = match im.optional_input(node, 8)? {
-        Some(b) => {
-            // int32 with scale x_scale · w_scale (a vector when the weight is per channel).
-            let scale = im.op(node, "multiply", vec![xs, ws])?;
-            let (dt, scale) = float_scale(im, node, scale)?;
-            let bf = cast(im, node, b, dt)?;
-            Some(im.op(node, "multiply", vec![bf, scale])?)
-        }
-        None => None,
-    };
+    let bias = im.optional_input(node, 8)?.map(|b| product_bias(im, node, b, xs, ws)).transpose()?;
     let yf = conv_of(im, node, xf, wf, bias)?;
     let out = quantized_type(im, node, yz)?;
     one(quantize(im, node, yf, ys, yz, out, 1)?)
@@ -289,15 +295,7 @@ fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let b_axis = if node.int("transB", 0)? != 0 { 0 } else { 1 };
     let af = dequantize(im, node, a, a_s, a_z, 0)?;
     let bf = dequantize(im, node, b, b_s, b_z, b_axis)?;
-    let c = match im.optional_input(node, 6)? {
-        Some(c) => {
-            let scale = im.op(node, "multiply", vec![a_s, b_s])?;
-            let (dt, scale) = float_scale(im, node, scale)?;
-            let cf = cast(im, node, c, dt)?;
-            Some(im.op(node, "multiply", vec![cf, scale])?)
-        }
-        None => None,
-    };
+    let c = im.optional_input(node, 6)?.map(|c| product_bias(im, node, c, a_s, b_s)).transpose()?;
     let yf = gemm_of(im, node, af, bf, c, 1.0)?;
     match im.optional_input(node, 7)? {
         Some(ys) => {
