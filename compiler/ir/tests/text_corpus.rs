@@ -90,7 +90,7 @@ fn input_for(ty: &Type, seed: &mut u64) -> Value {
             Value::Tensor(Tensor::from_f64(t.dtype, t.shape.clone(), &vals))
         }
         Type::Tuple(f) => Value::Tuple(f.iter().map(|t| input_for(t, seed)).collect()),
-        Type::Func(_) => Value::Tuple(vec![]),
+        Type::Func(_) | Type::Var(_) => Value::Tuple(vec![]),
     }
 }
 

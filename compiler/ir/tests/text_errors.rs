@@ -197,3 +197,37 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     let e = parse_module(&src).unwrap_err().to_string();
     assert!(e.contains("nesting deeper than"), "{e}");
 }
+
+#[test]
+fn type_parameter_errors() {
+    // A name that is not a type parameter in scope is not a type.
+    check(
+        &format!("{HEAD}def @main[A](%x: B) {{ %x }}"),
+        expect!["2:18: parse error: expected a type (`Tensor[(…), dtype]`, a dtype, a tuple type or `fn (…) -> …`), found `B`"],
+    );
+    check(
+        &format!("{HEAD}def @main[A, A](%x: A) {{ %x }}"),
+        expect!["2:14: parse error: type parameter `A` is declared twice"],
+    );
+    // Inside its function a type parameter is opaque: no operator takes it.
+    check(
+        &format!("{HEAD}def @twice[A](%x: A) -> A {{ add(%x, %x) }}"),
+        expect!["2:29: type error: add: lhs must be a tensor, found A; argument types: (A, A)"],
+    );
+    // At a call, the argument types must agree on every type parameter.
+    check(
+        &format!(
+            "{HEAD}def @pair[A](%x: A, %y: A) -> (A, A) {{ (%x, %y) }}\n\
+             def @main(%a: float32, %b: int32) {{ @pair(%a, %b) }}"
+        ),
+        expect!["3:42: type error: argument 1 has type int32, the function expects A (float32 at this call)"],
+    );
+    // A result type the arguments do not determine.
+    check(
+        &format!(
+            "{HEAD}def @make[A](%x: float32) -> fn (A) -> A {{ fn (%y: A) -> A {{ %y }} }}\n\
+             def @main() {{ @make(1f) }}"
+        ),
+        expect!["3:20: type error: the arguments do not determine the function's type parameter `A` in its result fn (A) -> A"],
+    );
+}

@@ -2,9 +2,9 @@
 //! parser and pass tests; provenance and exclusions in the README there):
 //! each parses, type-checks, prints to its blessed snapshot
 //! (`<name>.expected`, bless with UPDATE_EXPECT=1), and print → parse →
-//! print is a fixed point. The programs kiln does not accept yet are listed
-//! in [`KNOWN_GAPS`] with the error they give, so that closing a gap shows
-//! up here. One test per program, named after its file.
+//! print is a fixed point. A program kiln does not accept would be listed
+//! in [`KNOWN_GAPS`] with the error it gives (none is today), so that
+//! closing a gap shows up here. One test per program, named after its file.
 
 use std::path::Path;
 
@@ -15,23 +15,7 @@ use libtest_mimic::Trial;
 mod corpus;
 
 /// Programs kiln refuses, with (part of) the error each gives, and why.
-const KNOWN_GAPS: [(&str, &str, &str); 3] = [
-    (
-        "test_pass_defunctionalization__test_simple",
-        "expected `(`, found `[`",
-        "type parameters (`def @simple[A, B]`, `fn[A]`): kiln's functions are monomorphic",
-    ),
-    (
-        "test_pass_dead_code_elimination__test_live_recursion",
-        "log: data must be a floating-point tensor, found int32",
-        "`log` of an int32: TVM's type relation accepts it, kiln's asks for a float (the test_live_recursion port uses float32)",
-    ),
-    (
-        "test_pass_dead_code_elimination__test_dead_recursion",
-        "log: data must be a floating-point tensor, found int32",
-        "as test_live_recursion",
-    ),
-];
+const KNOWN_GAPS: [(&str, &str, &str); 0] = [];
 
 /// Programs whose `let` in an argument position kiln prints floated out to
 /// the enclosing scope (`(let %a = 1; 3) + 2` prints as `let %a = 1; 3 + 2`):

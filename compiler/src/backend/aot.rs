@@ -135,6 +135,11 @@ fn leaf_types(ty: &Type, out: &mut Vec<(Vec<usize>, DataType)>) -> Result<(), Ao
         Type::Tensor(t) => out.push((t.shape.clone(), t.dtype)),
         Type::Tuple(f) => f.iter().try_for_each(|x| leaf_types(x, out))?,
         Type::Func(_) => return Err(AotError("a function value cannot be a model output".into())),
+        Type::Var(v) => {
+            return Err(AotError(format!(
+                "a model output of type parameter `{v}`: a polymorphic function is not compiled (call it with concrete types)"
+            )))
+        }
     }
     Ok(())
 }

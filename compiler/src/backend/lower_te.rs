@@ -61,6 +61,9 @@ fn placeholders(ty: &Type, name: &str, inputs: &mut Vec<Tensor>) -> Result<TeVal
                 .collect::<Result<_, _>>()?,
         )),
         Type::Func(_) => Err(format!("parameter `{name}` is a function")),
+        Type::Var(v) => {
+            Err(format!("parameter `{name}` has the type parameter `{v}` (a polymorphic function is not compiled)"))
+        }
     }
 }
 

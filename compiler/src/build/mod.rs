@@ -442,7 +442,13 @@ impl Build {
         let body = kiln_ir::relay::mutate(&mut m.store, f.body, &mut BindWeights { constants: &constants });
         let params: Vec<ExprId> = f.params.iter().copied().filter(|p| !constants.contains_key(p)).collect();
         let new = m.store.add(
-            ExprKind::Function(kiln_ir::relay::Function { params, body, ret_ty: f.ret_ty, attrs: f.attrs.clone() }),
+            ExprKind::Function(kiln_ir::relay::Function {
+                type_params: f.type_params.clone(),
+                params,
+                body,
+                ret_ty: f.ret_ty,
+                attrs: f.attrs.clone(),
+            }),
             m.store.span(main).clone(),
         );
         m.update_function("main", new).map_err(|e| self.model_err(e.to_string()))?;

@@ -26,6 +26,18 @@ fn intrinsic1(f: Intrinsic) -> ComputeFn {
     map1(move |x, dt, _| Ok(Expr::call(f, vec![x], TirType::scalar(dt))))
 }
 
+/// A math function that is one intrinsic call on floating-point values. Its
+/// type relation accepts an integer tensor (as TVM's); compiling one is
+/// refused here, as TVM fails to compile it, instead of reaching the backend.
+fn float_intrinsic1(f: Intrinsic) -> ComputeFn {
+    map1(move |x, dt, _| {
+        if !dt.is_float() {
+            return Err(format!("computed on floating-point tensors only, found {dt}").into());
+        }
+        Ok(Expr::call(f, vec![x], TirType::scalar(dt)))
+    })
+}
+
 /// The compute of a binary operator with NumPy broadcasting: `f(a, b, dtype)`.
 fn map2(f: impl Fn(Expr, Expr, DataType) -> Expr + Send + Sync + 'static) -> ComputeFn {
     Arc::new(move |c: &ComputeCall| {
@@ -43,7 +55,7 @@ fn intrinsic2(f: Intrinsic) -> ComputeFn {
 /// Attach this module's computes to their operators.
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     use Intrinsic as I;
-    let intrinsics = [
+    let float_intrinsics = [
         ("exp", I::Exp),
         ("log", I::Log),
         ("sqrt", I::Sqrt),
@@ -65,11 +77,11 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
         ("asinh", I::Asinh),
         ("acosh", I::Acosh),
         ("atanh", I::Atanh),
-        ("bitwise_not", I::BitNot),
     ];
-    for (op, f) in intrinsics {
-        m.set(op, intrinsic1(f));
+    for (op, f) in float_intrinsics {
+        m.set(op, float_intrinsic1(f));
     }
+    m.set("bitwise_not", intrinsic1(I::BitNot));
     m.set("negative", map1(|x, dt, _| Ok(Expr::bin(BinOp::Sub, zero(dt), x))));
     m.set("nn.relu", map1(|x, dt, _| Ok(Expr::bin(BinOp::Max, x, zero(dt)))));
     m.set(

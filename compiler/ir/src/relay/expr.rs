@@ -54,6 +54,9 @@ pub struct Call {
 /// kept in `attrs` (see [`Function::is_primitive`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Function {
+    /// The names of its type parameters (`fn [A](%x: A) -> A`), in scope in
+    /// its parameter and return annotations; empty unless polymorphic.
+    pub type_params: Vec<String>,
     /// `Var` nodes.
     pub params: Vec<ExprId>,
     /// The body, in which the parameters are bound.
@@ -208,6 +211,7 @@ impl ExprKind {
                 ExprKind::If { cond: f(*cond), then_branch: f(*then_branch), else_branch: f(*else_branch) }
             }
             ExprKind::Function(func) => ExprKind::Function(Function {
+                type_params: func.type_params.clone(),
                 params: func.params.iter().map(|&p| f(p)).collect(),
                 body: f(func.body),
                 ret_ty: func.ret_ty,
@@ -426,7 +430,7 @@ impl Store {
     /// A function literal over the `Var` nodes `params`.
     pub fn function(&mut self, params: Vec<ExprId>, body: ExprId, ret_ty: Option<Type>, attrs: Attrs) -> ExprId {
         let ret_ty = ret_ty.map(|t| self.intern_type(t));
-        self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), Span::Unknown)
+        self.add(ExprKind::Function(Function { type_params: vec![], params, body, ret_ty, attrs }), Span::Unknown)
     }
 
     // ---- accessors ------------------------------------------------------------

@@ -38,7 +38,139 @@ fn declared_type(store: &Store, func: ExprId) -> Option<Type> {
     let params =
         f.params.iter().map(|&p| store.as_var(p)?.ty.map(|t| store.ty(t).clone())).collect::<Option<Vec<_>>>()?;
     let ret = store.ty(f.ret_ty?).clone();
-    Some(Type::Func(FuncType { params, ret: Box::new(ret) }))
+    Some(Type::Func(FuncType { type_params: f.type_params.clone(), params, ret: Box::new(ret) }))
+}
+
+/// Type parameters being solved at one call: each bound, or not yet.
+type Solution = FxHashMap<String, Option<Type>>;
+
+/// `t` with its solved type parameters replaced by their solutions.
+fn substitute(t: &Type, solved: &Solution) -> Type {
+    match t {
+        Type::Var(n) => match solved.get(n) {
+            Some(Some(s)) => substitute(s, solved),
+            _ => t.clone(),
+        },
+        Type::Tensor(_) => t.clone(),
+        Type::Tuple(fields) => Type::Tuple(fields.iter().map(|f| substitute(f, solved)).collect()),
+        Type::Func(f) => Type::Func(FuncType {
+            type_params: f.type_params.clone(),
+            params: f.params.iter().map(|p| substitute(p, solved)).collect(),
+            ret: Box::new(substitute(&f.ret, solved)),
+        }),
+    }
+}
+
+/// The monomorphic body of function type `f`, its type parameters renamed to
+/// fresh names (`A'3`, which no program can write) that `solved` may bind.
+fn instantiate(f: &FuncType, solved: &mut Solution) -> (Vec<Type>, Type) {
+    let renamed: Solution = f
+        .type_params
+        .iter()
+        .map(|n| {
+            let fresh = format!("{n}'{}", solved.len());
+            solved.insert(fresh.clone(), None);
+            (n.clone(), Some(Type::Var(fresh)))
+        })
+        .collect();
+    (f.params.iter().map(|p| substitute(p, &renamed)).collect(), substitute(&f.ret, &renamed))
+}
+
+/// Whether type parameter `name` occurs in `t` (binding it there would make an infinite type).
+fn occurs(name: &str, t: &Type, solved: &Solution) -> bool {
+    match substitute(t, solved) {
+        Type::Var(n) => n == name,
+        Type::Tensor(_) => false,
+        Type::Tuple(fields) => fields.iter().any(|f| occurs(name, f, solved)),
+        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(|p| occurs(name, p, solved)),
+    }
+}
+
+/// Unify `a` and `b`, binding the unsolved type parameters of `solved` (a
+/// polymorphic function's, at a call): TVM's unification of a call's
+/// argument types with the callee's instantiated parameter types. Any other
+/// type parameter (one of an enclosing function) is equal only to itself.
+fn unify(a: &Type, b: &Type, solved: &mut Solution) -> bool {
+    let (a, b) = (substitute(a, solved), substitute(b, solved));
+    match (&a, &b) {
+        (Type::Var(x), Type::Var(y)) if x == y => true,
+        (Type::Var(x), t) | (t, Type::Var(x)) if matches!(solved.get(x), Some(None)) => {
+            if occurs(x, t, solved) {
+                return false;
+            }
+            solved.insert(x.clone(), Some(t.clone()));
+            true
+        }
+        (Type::Tuple(x), Type::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| unify(x, y, solved)),
+        (Type::Func(x), Type::Func(y)) => {
+            let ((xp, xr), (yp, yr)) = (instantiate(x, solved), instantiate(y, solved));
+            xp.len() == yp.len() && xp.iter().zip(&yp).all(|(x, y)| unify(x, y, solved)) && unify(&xr, &yr, solved)
+        }
+        _ => a == b,
+    }
+}
+
+/// The result type of a call of a function of type `ft` with arguments of
+/// types `args`, the callee's type parameters solved from the arguments.
+fn call_result(ft: &FuncType, args: &[Type]) -> std::result::Result<Type, String> {
+    if ft.params.len() != args.len() {
+        return Err(format!("the function takes {} argument(s), {} given", ft.params.len(), args.len()));
+    }
+    let mut solved = Solution::default();
+    let (params, ret) = instantiate(ft, &mut solved);
+    for (k, (p, a)) in params.iter().zip(args).enumerate() {
+        if !unify(p, a, &mut solved) {
+            let here = substitute(p, &solved);
+            let solved_here = if here != ft.params[k] && !occurs_fresh_any(&here) {
+                format!(" ({here} at this call)")
+            } else {
+                String::new()
+            };
+            return Err(format!("argument {k} has type {a}, the function expects {}{solved_here}", ft.params[k]));
+        }
+    }
+    let ret = substitute(&ret, &solved);
+    match ft.type_params.iter().find(|n| occurs_fresh(n, &ret)) {
+        Some(n) => Err(format!(
+            "the arguments do not determine the function's type parameter `{n}` in its result {}",
+            without_instances(&ret)
+        )),
+        None => Ok(ret),
+    }
+}
+
+/// `t` with each unsolved instance `A'k` written as its parameter `A` again (for messages).
+fn without_instances(t: &Type) -> Type {
+    match t {
+        Type::Var(n) => Type::Var(n.split('\'').next().unwrap_or(n).to_string()),
+        Type::Tensor(_) => t.clone(),
+        Type::Tuple(fields) => Type::Tuple(fields.iter().map(without_instances).collect()),
+        Type::Func(f) => Type::Func(FuncType {
+            type_params: f.type_params.clone(),
+            params: f.params.iter().map(without_instances).collect(),
+            ret: Box::new(without_instances(&f.ret)),
+        }),
+    }
+}
+
+/// Whether `t` still holds an unsolved instance (`A'k`) of any type parameter.
+fn occurs_fresh_any(t: &Type) -> bool {
+    match t {
+        Type::Var(n) => n.contains('\''),
+        Type::Tensor(_) => false,
+        Type::Tuple(fields) => fields.iter().any(occurs_fresh_any),
+        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(occurs_fresh_any),
+    }
+}
+
+/// Whether `t` still holds an unsolved instance (`A'k`) of type parameter `name`.
+fn occurs_fresh(name: &str, t: &Type) -> bool {
+    match t {
+        Type::Var(n) => n.split_once('\'').is_some_and(|(base, _)| base == name),
+        Type::Tensor(_) => false,
+        Type::Tuple(fields) => fields.iter().any(|f| occurs_fresh(name, f)),
+        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(|p| occurs_fresh(name, p)),
+    }
 }
 
 /// The function node a callee evaluates to, where the body says so: a
@@ -234,23 +366,7 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
                         })?
                     }
                     Callee::Expr(f) => match ty_of(f, &done) {
-                        Type::Func(ft) => {
-                            if ft.params.len() != args.len() {
-                                return Err(Error::ty(
-                                    span,
-                                    format!("the function takes {} argument(s), {} given", ft.params.len(), args.len()),
-                                ));
-                            }
-                            for (k, (p, a)) in ft.params.iter().zip(&args).enumerate() {
-                                if p != a {
-                                    return Err(Error::ty(
-                                        span,
-                                        format!("argument {k} has type {a}, the function expects {p}"),
-                                    ));
-                                }
-                            }
-                            *ft.ret
-                        }
+                        Type::Func(ft) => call_result(&ft, &args).map_err(|m| Error::ty(span.clone(), m))?,
                         other => {
                             return Err(Error::ty(
                                 span,
@@ -304,7 +420,7 @@ fn infer_root(store: &mut Store, root: ExprId, globals: &mut Globals) -> Result<
                         ));
                     }
                 }
-                Type::Func(FuncType { params, ret: Box::new(ret) })
+                Type::Func(FuncType { type_params: f.type_params.clone(), params, ret: Box::new(ret) })
             }
         };
         crate::relay::ty::check_size(&ty).map_err(|m| Error::ty(span, m))?;

@@ -159,6 +159,7 @@ impl Store {
                 }
                 ExprKind::Constant(c) => ExprKind::Constant(self.intern_const(other.constant_data(*c).clone())),
                 ExprKind::Function(f) => ExprKind::Function(Function {
+                    type_params: f.type_params.clone(),
                     params: f.params.iter().map(|&p| m(p)).collect(),
                     body: m(f.body),
                     ret_ty: f.ret_ty.map(|t| self.intern_type(other.ty(t).clone())),

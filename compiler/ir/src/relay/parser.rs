@@ -43,6 +43,8 @@ struct Parser {
     pos: usize,
     store: Store,
     scopes: Vec<FxHashMap<String, ExprId>>,
+    /// The type parameters of the enclosing functions, innermost last.
+    type_scopes: Vec<Vec<String>>,
     meta: Vec<Tensor>,
     depth: usize,
 }
@@ -204,11 +206,19 @@ impl Parser {
             }
             Tok::Ident(n) if n == "fn" => {
                 self.next();
-                self.expect_punct("(")?;
-                let params = self.separated(")", Self::ty)?;
-                self.expect_punct("->")?;
-                let ret = self.ty()?;
-                Ok(Type::Func(FuncType { params, ret: Box::new(ret) }))
+                let type_params = self.type_params()?;
+                self.type_scopes.push(type_params.clone());
+                let sig = self.expect_punct("(").and_then(|_| self.separated(")", Self::ty)).and_then(|params| {
+                    self.expect_punct("->")?;
+                    Ok((params, self.ty()?))
+                });
+                self.type_scopes.pop();
+                let (params, ret) = sig?;
+                Ok(Type::Func(FuncType { type_params, params, ret: Box::new(ret) }))
+            }
+            Tok::Ident(n) if self.type_scopes.iter().any(|s| s.contains(&n)) => {
+                self.next();
+                Ok(Type::Var(n))
             }
             Tok::Ident(n) if dtype_of(&n).is_some() => {
                 self.next();
@@ -220,6 +230,44 @@ impl Parser {
             }
             _ => self.error("a type (`Tensor[(…), dtype]`, a dtype, a tuple type or `fn (…) -> …`)"),
         }
+    }
+
+    /// `[A, B]`: the type parameters of a polymorphic function, if any.
+    fn type_params(&mut self) -> Result<Vec<String>> {
+        if !self.is_punct("[") {
+            return Ok(vec![]);
+        }
+        self.next();
+        let mut names: Vec<String> = Vec::new();
+        self.separated("]", |p| match p.peek().clone() {
+            Tok::Ident(n) if names.contains(&n) => {
+                Err(Error::parse(p.span(), format!("type parameter `{n}` is declared twice")))
+            }
+            Tok::Ident(n) if dtype_of(&n).is_none() && !matches!(n.as_str(), "Tensor" | "fn") => {
+                p.next();
+                names.push(n);
+                Ok(())
+            }
+            _ => p.error("a type parameter name (`A`)"),
+        })?;
+        Ok(names)
+    }
+
+    /// A function's type parameters, `(params)`, `-> ret` and `{ body }`,
+    /// after `fn` or `def @name`.
+    fn function_rest(&mut self, span: Span) -> Result<ExprId> {
+        let type_params = self.type_params()?;
+        self.scopes.push(FxHashMap::default());
+        self.type_scopes.push(type_params.clone());
+        let parts = self.params().and_then(|(params, attrs)| {
+            let ret = self.ret_type()?;
+            Ok((params, attrs, ret, self.block()?))
+        });
+        self.type_scopes.pop();
+        self.scopes.pop();
+        let (params, attrs, ret, body) = parts?;
+        let ret_ty = ret.map(|t| self.store.intern_type(t));
+        Ok(self.add(ExprKind::Function(Function { type_params, params, body, ret_ty, attrs }), span))
     }
 
     fn shape(&mut self) -> Result<Vec<usize>> {
@@ -659,13 +707,7 @@ impl Parser {
             }
             Tok::Ident(n) if n == "fn" => {
                 self.next();
-                self.scopes.push(FxHashMap::default());
-                let (params, attrs) = self.params()?;
-                let ret = self.ret_type()?;
-                let body = self.block()?;
-                self.scopes.pop();
-                let ret_ty = ret.map(|t| self.store.intern_type(t));
-                Ok(self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), span))
+                self.function_rest(span)
             }
             Tok::Ident(n) if n == "if" => {
                 self.next();
@@ -741,13 +783,7 @@ impl Parser {
             if defs.iter().any(|(n, _, _)| *n == name) {
                 return Err(Error::parse(span, format!("`@{name}` is defined twice")));
             }
-            self.scopes.push(FxHashMap::default());
-            let (params, attrs) = self.params()?;
-            let ret = self.ret_type()?;
-            let body = self.block()?;
-            self.scopes.pop();
-            let ret_ty = ret.map(|t| self.store.intern_type(t));
-            let f = self.add(ExprKind::Function(Function { params, body, ret_ty, attrs }), span.clone());
+            let f = self.function_rest(span.clone())?;
             defs.push((name, f, span));
         }
         let mut m = IRModule::new();
@@ -761,8 +797,15 @@ impl Parser {
 
 /// Parse the `#[metadata]` section (`relay.Constant[k]: Tensor[…] = "hex"` lines).
 fn metadata(toks: &[Token]) -> Result<Vec<Tensor>> {
-    let mut p =
-        Parser { toks: toks.to_vec(), pos: 0, store: Store::new(), scopes: Vec::new(), meta: Vec::new(), depth: 0 };
+    let mut p = Parser {
+        toks: toks.to_vec(),
+        pos: 0,
+        store: Store::new(),
+        scopes: Vec::new(),
+        type_scopes: Vec::new(),
+        meta: Vec::new(),
+        depth: 0,
+    };
     let mut out = Vec::new();
     while !matches!(p.peek(), Tok::Eof) {
         let span = p.span();
@@ -839,6 +882,7 @@ fn parse(text: &str, require_version: bool) -> Result<IRModule> {
         let eof = rest.last().cloned().unwrap_or(Token { tok: Tok::Eof, line: 1, column: 1 });
         toks.push(Token { tok: Tok::Eof, line: eof.line, column: eof.column });
     }
-    let mut p = Parser { toks, pos: 0, store: Store::new(), scopes: Vec::new(), meta, depth: 0 };
+    let mut p =
+        Parser { toks, pos: 0, store: Store::new(), scopes: Vec::new(), type_scopes: Vec::new(), meta, depth: 0 };
     p.module(require_version)
 }

@@ -402,7 +402,7 @@ impl<'a> Printer<'a> {
                 let ret = f.ret_ty.map(|t| format!(" -> {}", store.ty(t))).unwrap_or_default();
                 let pad = "  ".repeat(depth);
                 let body = self.scope(layout, layout.opens[&(id, 0)], f.body, depth + 1);
-                format!("fn ({}){ret} {{\n{body}{pad}}}", params.join(", "))
+                format!("fn {}({}){ret} {{\n{body}{pad}}}", type_params_text(&f.type_params), params.join(", "))
             }
             ExprKind::Let { .. } | ExprKind::Var(_) | ExprKind::GlobalVar(_) | ExprKind::Constant(_) => {
                 self.atom(id, layout, depth)
@@ -488,7 +488,7 @@ impl<'a> Printer<'a> {
         let mut params: Vec<String> = f.params.iter().map(|&p| self.param(p)).collect();
         params.extend(Self::attrs_text(f.attrs.iter().map(|(k, v)| (k.to_string(), v.to_string()))));
         let ret = f.ret_ty.map(|t| format!(" -> {}", store.ty(t))).unwrap_or_default();
-        let _ = writeln!(self.out, "def @{name}({}){ret} {{", params.join(", "));
+        let _ = writeln!(self.out, "def @{name}{}({}){ret} {{", type_params_text(&f.type_params), params.join(", "));
         for v in self.free_vars(func) {
             let p = self.param(v);
             let _ = writeln!(self.out, "  free_var {p};");
@@ -531,6 +531,15 @@ pub fn print_module(m: &IRModule) -> String {
     }
     p.metadata();
     p.out
+}
+
+/// `[A, B]` after `def @name` or `fn ` (TVM's printer), or nothing.
+fn type_params_text(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("[{}]", names.join(", "))
+    }
 }
 
 /// One expression, as the body of an anonymous `def @main()`-less block (for messages and tests).

@@ -109,6 +109,7 @@ pub fn structural_eq(a: &Store, a_root: ExprId, b: &Store, b_root: ExprId) -> bo
             }
             (ExprKind::Function(f), ExprKind::Function(g)) => {
                 f.params.len() == g.params.len()
+                    && f.type_params == g.type_params
                     && f.attrs == g.attrs
                     && st.types_eq(f.ret_ty, g.ret_ty)
                     && f.params.iter().zip(&g.params).all(|(&p, &q)| st.bind(p, q, false))
@@ -148,6 +149,7 @@ pub fn structural_hash(store: &Store, root: ExprId) -> u64 {
             }
             ExprKind::TupleGetItem { index, .. } => index.hash(&mut s),
             ExprKind::Function(f) => {
+                f.type_params.hash(&mut s);
                 f.attrs.hash(&mut s);
                 ty(f.ret_ty, &mut s);
             }

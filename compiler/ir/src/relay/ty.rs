@@ -83,12 +83,16 @@ pub fn check_size(ty: &Type) -> Result<(), OpError> {
         }
         Type::Tuple(fields) => fields.iter().try_for_each(check_size),
         Type::Func(f) => f.params.iter().chain([&*f.ret]).try_for_each(check_size),
+        Type::Var(_) => Ok(()),
     }
 }
 
-/// A function type: parameter types and result type.
+/// A function type: type parameters, parameter types and result type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FuncType {
+    /// The names of the type parameters of a polymorphic function
+    /// (`fn [A](A) -> A`); empty for a monomorphic one.
+    pub type_params: Vec<String>,
     /// Parameter types, in order.
     pub params: Vec<Type>,
     /// The result type.
@@ -104,6 +108,10 @@ pub enum Type {
     Tuple(Vec<Type>),
     /// A function.
     Func(FuncType),
+    /// A type parameter of an enclosing polymorphic function (`A` in
+    /// `def @id[A](%x: A) -> A`): inside that function an opaque type equal
+    /// only to itself; at a call, solved from the argument types.
+    Var(String),
 }
 
 impl Type {
@@ -171,7 +179,12 @@ impl fmt::Display for Type {
                 f.write_str(")")
             }
             Type::Func(ft) => {
-                f.write_str("fn (")?;
+                // TVM's printer: `fn [A, B](A) -> B`.
+                f.write_str("fn ")?;
+                if !ft.type_params.is_empty() {
+                    write!(f, "[{}]", ft.type_params.join(", "))?;
+                }
+                f.write_str("(")?;
                 for (i, t) in ft.params.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
@@ -180,6 +193,7 @@ impl fmt::Display for Type {
                 }
                 write!(f, ") -> {}", ft.ret)
             }
+            Type::Var(name) => f.write_str(name),
         }
     }
 }
@@ -195,7 +209,7 @@ mod tests {
         assert_eq!(Type::tensor([], DataType::Bool).to_string(), "bool");
         let t = Type::Tuple(vec![Type::tensor([2], DataType::F32)]);
         assert_eq!(t.to_string(), "(Tensor[(2), float32],)");
-        let f = Type::Func(FuncType { params: vec![t.clone()], ret: Box::new(t) });
+        let f = Type::Func(FuncType { type_params: vec![], params: vec![t.clone()], ret: Box::new(t) });
         assert_eq!(f.to_string(), "fn ((Tensor[(2), float32],)) -> (Tensor[(2), float32],)");
     }
 }

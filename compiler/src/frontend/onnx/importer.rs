@@ -301,7 +301,7 @@ impl Importer {
         let fits = |t: &Type| match t {
             Type::Tensor(t) => small(&t.shape),
             Type::Tuple(f) => f.iter().all(|t| t.as_tensor().is_some_and(|t| small(&t.shape))),
-            Type::Func(_) => false,
+            Type::Func(_) | Type::Var(_) => false,
         };
         if !self.store.checked_type(e).is_some_and(fits) {
             return e;

@@ -83,7 +83,7 @@ fn type_bytes(ty: &Type) -> usize {
     match ty {
         Type::Tensor(t) => t.numel().saturating_mul(t.dtype.size_bytes() + 16),
         Type::Tuple(fields) => fields.iter().fold(0, |a, f| a.saturating_add(type_bytes(f))),
-        Type::Func(_) => 0,
+        Type::Func(_) | Type::Var(_) => 0,
     }
 }
 

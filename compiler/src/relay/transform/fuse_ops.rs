@@ -505,7 +505,13 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
                 attrs.set(ATTR_RESHAPE_ONLY, AttrValue::Int(1));
             }
             let func = store.add(
-                ExprKind::Function(Function { params: info.params.clone(), body, ret_ty: ret_id, attrs }),
+                ExprKind::Function(Function {
+                    type_params: vec![],
+                    params: info.params.clone(),
+                    body,
+                    ret_ty: ret_id,
+                    attrs,
+                }),
                 span.clone(),
             );
             let call = store
@@ -524,7 +530,13 @@ pub(crate) fn fuse_function(store: &mut Store, func: ExprId, max_depth: usize) -
         return Ok(func);
     }
     let new_func = store.add(
-        ExprKind::Function(Function { params: f.params.clone(), body: new_body, ret_ty: f.ret_ty, attrs: f.attrs }),
+        ExprKind::Function(Function {
+            type_params: f.type_params,
+            params: f.params.clone(),
+            body: new_body,
+            ret_ty: f.ret_ty,
+            attrs: f.attrs,
+        }),
         store.span(func).clone(),
     );
     copy_type(store, func, new_func);

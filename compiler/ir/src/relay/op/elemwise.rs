@@ -26,11 +26,12 @@ fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
     Ok(Type::Tensor(t.clone()))
 }
 
-/// Unary math functions, defined on floating-point tensors only.
-fn rel_unary_float(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
-    let t = tensor_arg(args, 0, "data")?;
-    float_dtype(t, "data")?;
-    Ok(Type::Tensor(t.clone()))
+/// Unary math functions (`log`, `sin`, …): TVM's `IdentityRel`, so any
+/// numeric tensor type-checks (TVM's tests type-check `log` of an int32);
+/// only floating-point ones are computed (the interpreter and the TE computes
+/// refuse an integer one, as TVM fails to compile it).
+fn rel_unary_float(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    rel_unary(args, attrs)
 }
 
 fn rel_clip(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
@@ -61,6 +62,17 @@ fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let out: Vec<f64> = x.to_f64_vec().into_iter().map(f).collect();
     Ok(Value::Tensor(Tensor::from_f64(x.dtype(), x.shape().to_vec(), &out)))
+}
+
+/// A math function of floating-point values (`log`, `sin`, …). Its type
+/// relation accepts an integer tensor, as TVM's does; computing it is refused,
+/// as TVM refuses to compile it, rather than rounding an answer.
+fn float_unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {
+    let x = tensor_val(args, 0)?;
+    if !x.dtype().is_float() {
+        return Err(format!("computed on floating-point tensors only, found {}", x.dtype()).into());
+    }
+    unary(args, f)
 }
 
 /// Whether integer semantics apply (truncating division, exact integer powers).
@@ -110,25 +122,25 @@ fn eval_negative(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| -x)
 }
 fn eval_exp(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, f64::exp)
+    float_unary(args, f64::exp)
 }
 fn eval_log(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, f64::ln)
+    float_unary(args, f64::ln)
 }
 fn eval_sqrt(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, f64::sqrt)
+    float_unary(args, f64::sqrt)
 }
 fn eval_rsqrt(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, |x| 1.0 / x.sqrt())
+    float_unary(args, |x| 1.0 / x.sqrt())
 }
 fn eval_tanh(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, f64::tanh)
+    float_unary(args, f64::tanh)
 }
 fn eval_sigmoid(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, |x| 1.0 / (1.0 + (-x).exp()))
+    float_unary(args, |x| 1.0 / (1.0 + (-x).exp()))
 }
 fn eval_erf(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    unary(args, libm::erf)
+    float_unary(args, libm::erf)
 }
 fn eval_relu(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     unary(args, |x| if x.is_nan() { x } else { x.max(0.0) })
@@ -169,6 +181,17 @@ macro_rules! unary_evals {
 unary_evals! {
     eval_abs => f64::abs;
     eval_sign => |x: f64| if x.is_nan() || x == 0.0 { x } else { x.signum() };
+}
+
+macro_rules! float_unary_evals {
+    ($($name:ident => $f:expr;)*) => {
+        $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
+            float_unary(args, $f)
+        })*
+    };
+}
+
+float_unary_evals! {
     eval_floor => f64::floor;
     eval_ceil => f64::ceil;
     eval_round => f64::round_ties_even;
@@ -335,7 +358,9 @@ mod tests {
     #[test]
     fn unary_type_relations() {
         assert_eq!(rel("exp", &[t(&[3], F16)], &[]).unwrap(), t(&[3], F16));
-        assert!(rel("exp", &[t(&[3], I32)], &[]).unwrap_err().to_string().contains("floating-point"));
+        // TVM's IdentityRel: an integer tensor type-checks; it is not computed.
+        assert_eq!(rel("exp", &[t(&[3], I32)], &[]).unwrap(), t(&[3], I32));
+        assert!(rel("log", &[t(&[3], Bool)], &[]).is_err());
         assert_eq!(rel("nn.relu", &[t(&[3], I8)], &[]).unwrap(), t(&[3], I8));
         assert!(rel("negative", &[t(&[3], Bool)], &[]).is_err());
         assert_eq!(rel("cast", &[t(&[2], F32)], &[("dtype", AttrValue::Str("int64".into()))]).unwrap(), t(&[2], I64));
@@ -396,6 +421,11 @@ mod tests {
         assert!(close(eval("sqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 2.0, 0.5]));
         assert!(close(eval("rsqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 0.5, 2.0]));
         assert!(close(eval("log", &[p], &[]).unwrap().to_f64_vec(), &[0.0, 1.386_294_4, -1.386_294_4]));
+        let ints = Tensor::from_f64(I32, vec![2], &[1.0, 4.0]);
+        for op in ["log", "exp", "sin", "floor"] {
+            let e = eval(op, &[ints.clone()], &[]).unwrap_err().to_string();
+            assert!(e.contains("floating-point tensors only, found int32"), "{op}: {e}");
+        }
         let clip = [("a_min", AttrValue::Float(-0.5)), ("a_max", AttrValue::Float(1.0))];
         assert_eq!(eval("clip", &[x.clone()], &clip).unwrap().to_f64_vec(), vec![-0.5, 0.0, 0.5, 1.0]);
         let c = eval("cast", &[x], &[("dtype", AttrValue::Str("int32".into()))]).unwrap();
