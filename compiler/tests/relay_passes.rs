@@ -198,16 +198,18 @@ fn fold_scale_axis_moves_scales_into_weights() {
     check(
         "def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(3, 2, 3, 3), float32], %s: Tensor[(3, 1, 1), float32], %t: Tensor[(2, 1, 1), float32]) {\n  %0 = multiply(%x, %t);\n  %1 = nn.conv2d(%0, %w, padding=[1, 1, 1, 1]);\n  multiply(%1, %s)\n}",
         &["FoldScaleAxis"],
-        expect![[r#"
+        expect![[r##"
             #[version = "0.0.5"]
             def @main(%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(3, 2, 3, 3), float32], %s: Tensor[(3, 1, 1), float32], %t: Tensor[(2, 1, 1), float32]) {
-              %0 = reshape(%s, newshape=[3, 1, 1, 1]) /* ty=Tensor[(3, 1, 1, 1), float32] */;
-              %1 = multiply(%w, %0) /* ty=Tensor[(3, 2, 3, 3), float32] */;
-              %2 = reshape(%t, newshape=[1, 2, 1, 1]) /* ty=Tensor[(1, 2, 1, 1), float32] */;
-              %3 = multiply(%1, %2) /* ty=Tensor[(3, 2, 3, 3), float32] */;
-              nn.conv2d(%x, %3, padding=[1, 1, 1, 1]) /* ty=Tensor[(1, 3, 4, 4), float32] */
+              %0 = squeeze(%s, axis=[1, 2]) /* ty=Tensor[(3), float32] */;
+              %1 = expand_dims(%0, axis=1, num_newaxis=3) /* ty=Tensor[(3, 1, 1, 1), float32] */;
+              %2 = multiply(%w, %1) /* ty=Tensor[(3, 2, 3, 3), float32] */;
+              %3 = squeeze(%t, axis=[1, 2]) /* ty=Tensor[(2), float32] */;
+              %4 = expand_dims(%3, axis=1, num_newaxis=2) /* ty=Tensor[(2, 1, 1), float32] */;
+              %5 = multiply(%2, %4) /* ty=Tensor[(3, 2, 3, 3), float32] */;
+              nn.conv2d(%x, %5, padding=[1, 1, 1, 1]) /* ty=Tensor[(1, 3, 4, 4), float32] */
             }
-        "#]],
+        "##]],
     );
 }
 

@@ -143,7 +143,6 @@ mod fold_scale_axis {
     // ---- forward ------------------------------------------------------------
 
     #[test]
-    #[ignore = "kiln differs: ForwardFoldScaleAxis folds only a multiply feeding nn.conv2d directly, not one through nn.relu and add"]
     fn test_fold_fwd_simple() {
         let s = scale(&[4, 1, 1], false);
         let params = "%x: Tensor[(2, 4, 10, 10), float32], %weight: Tensor[(2, 4, 3, 3), float32], %in_bias: Tensor[(4, 1, 1), float32]";
@@ -175,7 +174,6 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: ForwardFoldScaleAxis folds only into a groups=1 NCHW nn.conv2d the multiply feeds directly, not a depthwise NHWC one through nn.relu and subtract"]
     fn test_fold_fwd_dual_path() {
         let s = scale(&[3], false);
         let params = "%x: Tensor[(2, 4, 10, 3), float32], %weight: Tensor[(3, 3, 1, 3), float32], %in_bias: Tensor[(3), float32]";
@@ -285,14 +283,12 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: scales the OIHW weight by reshape(s, newshape=[1, 4, 1, 1]), TVM by expand_dims(squeeze(s, axis=[1, 2]), axis=1, num_newaxis=2)"]
     fn test_fold_fwd_negative_scale() {
         let (before, expected) = fwd_negative_scale();
         assert_folds(before, FORWARD, expected);
     }
 
     #[test]
-    #[ignore = "kiln differs: ForwardFoldScaleAxis folds only a multiply feeding nn.dense directly, not one through nn.relu and add"]
     fn test_fold_fwd_dense() {
         for (n, units, k) in [(2, 3, 4), (3, 4, 5)] {
             let s = scale(&[k], false);
@@ -331,7 +327,6 @@ mod fold_scale_axis {
     const CONV4: &str = "padding=[1, 1], channels=4, kernel_size=[3, 3]";
 
     #[test]
-    #[ignore = "kiln differs: BackwardFoldScaleAxis folds a multiply only after nn.conv2d (+ bias), not through nn.relu"]
     fn test_fold_bwd_simple() {
         let s = scale(&[8, 1, 1], false);
         let params = "%x: Tensor[(2, 4, 10, 10), float32], %weight: Tensor[(8, 4, 3, 3), float32], %out_bias: Tensor[(8), float32]";
@@ -363,7 +358,6 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: BackwardFoldScaleAxis does not fold a multiply through add and nn.relu into both nn.conv2d"]
     fn test_fold_bwd_dual_path() {
         let s = scale(&[8, 1, 1], false);
         let params = "%x: Tensor[(2, 4, 10, 10), float32], %weight: Tensor[(8, 4, 3, 3), float32], %out_bias: Tensor[(8), float32]";
@@ -393,7 +387,6 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: FoldScaleAxis keeps multiply(nn.relu(add(nn.conv2d, b)), 2f): no fold through nn.relu, nor of a scalar scale"]
     fn test_fold_bwd_simple_constant() {
         // `create_workload` with every parameter zero, bound as constants;
         // InferType, then FoldScaleAxis at opt level 3: the `* 2f` goes.
@@ -441,7 +434,6 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: scales the OIHW weight by reshape(s, newshape=[4, 1, 1, 1]), TVM by expand_dims(squeeze(s, axis=[1, 2]), axis=1, num_newaxis=3)"]
     fn test_fold_bwd_dual_consumer() {
         let (before, expected) = bwd_dual_consumer();
         assert_folds(before, BACKWARD, expected);
@@ -507,14 +499,12 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: scales the OIHW weight by reshape(s, newshape=[8, 1, 1, 1]), TVM by expand_dims(squeeze(s, axis=[1, 2]), axis=1, num_newaxis=3)"]
     fn test_fold_bwd_negative_scale() {
         let (before, expected) = bwd_negative_scale();
         assert_folds(before, BACKWARD, expected);
     }
 
     #[test]
-    #[ignore = "kiln differs: BackwardFoldScaleAxis folds a multiply only after nn.dense (+ bias), not through nn.relu"]
     fn test_fold_bwd_dense() {
         for (n, units, k) in [(2, 3, 4), (3, 4, 5)] {
             let s = scale(&[units], false);
@@ -549,7 +539,6 @@ mod fold_scale_axis {
     }
 
     #[test]
-    #[ignore = "kiln differs: BackwardFoldScaleAxis folds a multiply only after nn.conv2d (+ nn.bias_add), not through nn.relu"]
     fn test_fold_bwd_bias_add() {
         let s = scale(&[4, 1, 1], false);
         let params = "%x: Tensor[(2, 4, 10, 10), float32], %weight: Tensor[(4, 4, 3, 3), float32], %out_bias: Tensor[(4), float32]";
@@ -579,16 +568,60 @@ mod fold_scale_axis {
         assert_folds(before, BACKWARD, expected);
     }
 
-    /// Not a TVM test: where kiln does fold (its scale reshaped otherwise
-    /// than TVM's, see the ignored tests), the function's values are kept.
+    // ---- kiln's own rules (not TVM tests) ------------------------------------
+
+    /// A scale known only at run time stays a multiply when the weight is a
+    /// constant (a squeeze-and-excitation gate), before or after the
+    /// convolution; TVM folds it.
     #[test]
-    fn fold_scale_axis_keeps_values_where_kiln_folds() {
-        for (before, passes) in
-            [(fwd_negative_scale().0, FORWARD), (bwd_dual_consumer().0, BACKWARD), (bwd_negative_scale().0, BACKWARD)]
-        {
-            let printed = after(before.clone(), passes);
-            assert!(printed.contains("multiply(%weight"), "nothing folded:\n{printed}");
-            assert_values_kept(&before, passes);
-        }
+    fn run_time_scale_stays_out_of_a_constant_weight() {
+        let w = scale(&[4, 4, 3, 3], false);
+        let x = "%x: Tensor[(1, 4, 10, 10), float32], %gate: Tensor[(1, 4, 1, 1), float32]";
+        let backward =
+            format!("def @main({x}) {{\n  multiply(nn.conv2d(%x, meta[relay.Constant][0], {CONV4}), %gate)\n}}");
+        assert_unchanged(module(&backward, std::slice::from_ref(&w)), BACKWARD);
+        let forward =
+            format!("def @main({x}) {{\n  nn.conv2d(multiply(%x, %gate), meta[relay.Constant][0], {CONV4})\n}}");
+        assert_unchanged(module(&forward, &[w]), FORWARD);
+    }
+
+    /// A constant scale with a zero cannot divide a bias: the forward pass
+    /// applies it before the bias instead (TVM divides by zero).
+    #[test]
+    fn zero_scale_is_not_moved_past_a_bias() {
+        let s = f32s(&[4, 1, 1], &[0.5, 0.0, 1.0, 2.0]);
+        let before = module(
+            "def @main(%x: Tensor[(2, 4, 10, 10), float32], %weight: Tensor[(2, 4, 3, 3), float32], %in_bias: Tensor[(4, 1, 1), float32]) {
+  %0 = multiply(%x, meta[relay.Constant][0]);
+  %1 = nn.relu(%0);
+  %2 = add(%1, %in_bias);
+  nn.conv2d(%2, %weight, padding=[1, 1], channels=2, kernel_size=[3, 3])
+}",
+            &[s],
+        );
+        let printed = after(before.clone(), FORWARD);
+        assert!(!printed.contains("divide"), "{printed}");
+        assert_values_kept(&before, FORWARD);
+    }
+
+    /// Two scaled paths meet at an add where one broadcasts onto the other:
+    /// the broadcast one (behind a relu) is scaled as a bias, so a negative
+    /// scale still folds into the other path's weight and never passes the
+    /// relu (TVM scales both paths whenever both could take a scale).
+    #[test]
+    fn negative_scale_does_not_pass_the_relu_of_a_broadcast_path() {
+        let before = module(
+            &format!(
+                "def @main(%x: Tensor[(1, 4, 10, 10), float32], %weight: Tensor[(4, 4, 3, 3), float32], %y: Tensor[(1, 4, 3, 3), float32]) {{
+  %0 = nn.conv2d(%x, %weight, {CONV4});
+  %1 = nn.relu(nn.conv2d(%y, %weight, channels=4, kernel_size=[3, 3]));
+  multiply(add(%0, %1), meta[relay.Constant][0])
+}}"
+            ),
+            &[scale(&[4, 1, 1], true)],
+        );
+        let printed = after(before.clone(), BACKWARD);
+        assert!(printed.contains("multiply(%weight"), "nothing folded:\n{printed}");
+        assert_values_kept(&before, BACKWARD);
     }
 }

@@ -38,6 +38,19 @@ fn float_intrinsic1(f: Intrinsic) -> ComputeFn {
     })
 }
 
+/// `compute` for integer tensors only: the bitwise operators, whose type
+/// relations accept any dtype (TVM's `BroadcastRel`, `IdentityRel`) but
+/// which are refused here for a float or bool one, as TVM fails to compile it.
+fn integers_only(compute: ComputeFn) -> ComputeFn {
+    Arc::new(move |c: &ComputeCall| {
+        let (_, dt) = c.out_tensor()?;
+        if !dt.is_int() {
+            return Err(format!("computed on integer tensors only, found {dt}").into());
+        }
+        compute(c)
+    })
+}
+
 /// The compute of a binary operator with NumPy broadcasting: `f(a, b, dtype)`.
 fn map2(f: impl Fn(Expr, Expr, DataType) -> Expr + Send + Sync + 'static) -> ComputeFn {
     Arc::new(move |c: &ComputeCall| {
@@ -81,7 +94,7 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     for (op, f) in float_intrinsics {
         m.set(op, float_intrinsic1(f));
     }
-    m.set("bitwise_not", intrinsic1(I::BitNot));
+    m.set("bitwise_not", integers_only(intrinsic1(I::BitNot)));
     m.set("negative", map1(|x, dt, _| Ok(Expr::bin(BinOp::Sub, zero(dt), x))));
     m.set("nn.relu", map1(|x, dt, _| Ok(Expr::bin(BinOp::Max, x, zero(dt)))));
     m.set(
@@ -120,11 +133,11 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("maximum", map2(|a, b, _| Expr::bin(BinOp::Max, a, b)));
     m.set("minimum", map2(|a, b, _| Expr::bin(BinOp::Min, a, b)));
     m.set("power", intrinsic2(I::Pow));
-    m.set("bitwise_and", intrinsic2(I::BitAnd));
-    m.set("bitwise_or", intrinsic2(I::BitOr));
-    m.set("bitwise_xor", intrinsic2(I::BitXor));
-    m.set("left_shift", map2(|a, b, dt| shift(true, a, b, dt)));
-    m.set("right_shift", map2(|a, b, dt| shift(false, a, b, dt)));
+    m.set("bitwise_and", integers_only(intrinsic2(I::BitAnd)));
+    m.set("bitwise_or", integers_only(intrinsic2(I::BitOr)));
+    m.set("bitwise_xor", integers_only(intrinsic2(I::BitXor)));
+    m.set("left_shift", integers_only(map2(|a, b, dt| shift(true, a, b, dt))));
+    m.set("right_shift", integers_only(map2(|a, b, dt| shift(false, a, b, dt))));
 
     let comparisons = [
         ("equal", CmpOp::Eq),

@@ -421,6 +421,12 @@ mod tests {
         assert!(close(eval("sqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 2.0, 0.5]));
         assert!(close(eval("rsqrt", &[p.clone()], &[]).unwrap().to_f64_vec(), &[1.0, 0.5, 2.0]));
         assert!(close(eval("log", &[p], &[]).unwrap().to_f64_vec(), &[0.0, 1.386_294_4, -1.386_294_4]));
+        // Bitwise operators likewise (TVM's BroadcastRel): float32 type-checks, is not computed.
+        assert_eq!(rel("left_shift", &[t(&[2], F32), t(&[2], F32)], &[]).unwrap(), t(&[2], F32));
+        assert_eq!(rel("bitwise_not", &[t(&[2], F32)], &[]).unwrap(), t(&[2], F32));
+        let floats = Tensor::from_f64(F32, vec![2], &[1.0, 4.0]);
+        let e = eval("left_shift", &[floats.clone(), floats], &[]).unwrap_err().to_string();
+        assert!(e.contains("needs integer operands, found float32"), "{e}");
         let ints = Tensor::from_f64(I32, vec![2], &[1.0, 4.0]);
         for op in ["log", "exp", "sin", "floor"] {
             let e = eval(op, &[ints.clone()], &[]).unwrap_err().to_string();
