@@ -582,7 +582,18 @@ mod fold_scale_axis {
         assert_unchanged(module(&backward, std::slice::from_ref(&w)), BACKWARD);
         let forward =
             format!("def @main({x}) {{\n  nn.conv2d(multiply(%x, %gate), meta[relay.Constant][0], {CONV4})\n}}");
-        assert_unchanged(module(&forward, &[w]), FORWARD);
+        assert_unchanged(module(&forward, std::slice::from_ref(&w)), FORWARD);
+        // Also when the backward half has just folded a batch norm's scale
+        // into that weight (`multiply(W, s)`, computed by FoldConstant only
+        // after the forward half): PP-LCNet's gated 512 × 512 convolutions.
+        let bn = scale(&[4, 1, 1], false);
+        let both = format!(
+            "def @main({x}) {{\n  multiply(nn.conv2d(multiply(%x, %gate), meta[relay.Constant][0], {CONV4}), meta[relay.Constant][1])\n}}"
+        );
+        let folded = run(module(&both, &[w, bn]), &["FoldScaleAxis"]);
+        let text = kiln::relay::print_module(&folded);
+        assert!(text.contains("multiply(%x, %gate)"), "the gate must stay a multiply:\n{text}");
+        assert!(!text.contains("%gate) /* ty=Tensor[(4, 4, 3, 3)"), "{text}");
     }
 
     /// A constant scale with a zero cannot divide a bias: the forward pass

@@ -164,7 +164,14 @@ pub fn lex(src: &str) -> Result<Vec<Token>> {
             let name: String = chars[i..j].iter().collect();
             let n = j - i;
             advance(&mut i, &mut line, &mut col, n);
-            Tok::Ident(name)
+            // `inff` is a float32 literal, as in TVM's tokenizer: the printer
+            // writes an infinite float attribute (`clip`'s `a_min=-inff`) so,
+            // and a NaN one as `nanf`; both must read back.
+            match name.as_str() {
+                "inff" => Tok::Float(f64::INFINITY, "f".into()),
+                "nanf" => Tok::Float(f64::NAN, "f".into()),
+                _ => Tok::Ident(name),
+            }
         } else if c.is_ascii_digit() {
             let mut j = i;
             while j < chars.len() && chars[j].is_ascii_digit() {

@@ -616,7 +616,15 @@ impl Parser {
                     DataType::F32 => f32::MAX as f64,
                     _ => f64::MAX,
                 };
-                if v.is_nan() || v.abs() > max {
+                // Infinity and NaN (`inff`, `nanf`) are taken as they are, as in TVM.
+                // A float32 is printed as the shortest text that reads back as
+                // itself, and for f32::MAX that is `3.4028235e38`, a hair above
+                // it as f64: what rounds to a finite float32 fits.
+                let too_large = match dtype {
+                    DataType::F32 => (v as f32).is_infinite(),
+                    _ => v.abs() > max,
+                };
+                if v.is_finite() && too_large {
                     return Err(Error::parse(span, format!("the literal {v:e} does not fit in {dtype}")));
                 }
                 Tensor::scalar(dtype, sign * v)

@@ -4,7 +4,7 @@
 //!   constant is all zeros/ones and the result has `x`'s type (so no broadcast is lost);
 //! - `power(x, 2)` → `x * x`, `power(x, 3)` → `x * x * x` (float `x`);
 //! - `negative(negative(x))` → `x`; `cast(x, dtype of x)` → `x`;
-//! - `reshape(reshape(x))` → one `reshape`; a reshape to the same shape → `x`;
+//! - `reshape(reshape(x))` (either may be `contrib_reverse_reshape`) → one `reshape`; a reshape to the same shape → `x`;
 //! - `transpose(transpose(x))` → one `transpose`, or `x` when the permutations cancel.
 //!
 //! Types come from the original (pre-rewrite) nodes, which inference has seen.
@@ -102,12 +102,14 @@ impl ExprMutator for Simplify {
                     post
                 }
             }
-            "reshape" => {
+            // TVM's SimplifyReshape: a reshape-like op (`reshape`,
+            // `contrib_reverse_reshape`) of a reshape-like op is one reshape.
+            "reshape" | "contrib_reverse_reshape" => {
                 if same_type(store, pre, pre_args[0]) {
                     return post_args[0];
                 }
                 let inner = post_args[0];
-                if store.op_name(inner) != Some("reshape") {
+                if !matches!(store.op_name(inner), Some("reshape" | "contrib_reverse_reshape")) {
                     return post;
                 }
                 let source = args(store, inner)[0];

@@ -58,7 +58,7 @@ use rustc_hash::FxHashMap;
 
 use kiln_ir::attrs::{AttrValue, Attrs};
 use kiln_ir::relay::ty::TensorType;
-use kiln_ir::relay::{post_order, ExprId, ExprKind, Store, Type};
+use kiln_ir::relay::{post_order, Callee, ExprId, ExprKind, Store, Type};
 
 pub use backward::backward_fold_scale_axis;
 pub use forward::forward_fold_scale_axis;
@@ -254,9 +254,29 @@ fn scale_allowed(store: &Store, m: &Message, scale: ExprId) -> bool {
     (!m.positive || is_non_negative_constant(store, scale)) && (!m.into_constant || is_constant_scale(store, scale))
 }
 
-/// The weight's constness, for `Message::into_constant`.
+/// The weight's constness, for `Message::into_constant`: a constant, or an
+/// operator over constants only — the backward half leaves a folded weight as
+/// `multiply(W, s)` for FoldConstant to compute after the forward half, and a
+/// squeeze-and-excitation gate after a batch-normalized convolution must
+/// still stay out of that weight (PP-LCNet's 512 × 512 convolutions were
+/// scaled per inference and left unpacked). Bounded depth: a deeper chain
+/// counts as not constant, which only folds less.
 fn is_constant(store: &Store, id: ExprId) -> bool {
-    matches!(store.kind(id), ExprKind::Constant(_))
+    fn walk(store: &Store, id: ExprId, fuel: &mut u32) -> bool {
+        if *fuel == 0 {
+            return false;
+        }
+        *fuel -= 1;
+        match store.kind(id) {
+            ExprKind::Constant(_) => true,
+            ExprKind::Call(c) if matches!(c.callee, Callee::Op(_)) => {
+                let args = c.args.clone();
+                args.into_iter().all(|a| walk(store, a, fuel))
+            }
+            _ => false,
+        }
+    }
+    walk(store, id, &mut 32)
 }
 
 /// What a foldable `nn.conv2d` looks like: its channel axis (of the data for
