@@ -336,3 +336,47 @@ fn cuda_target_emits_ptx_and_explains_what_it_cannot_do() {
     assert_eq!(code, 1);
     assert!(err.contains("--emit ptx needs a CUDA target"), "{err}");
 }
+
+/// `print` and `opt` take `--input-shape` as `build` does: an ONNX input with
+/// a symbolic dimension is refused with a message naming the option, and
+/// reads once the option fixes it.
+#[test]
+fn print_and_opt_fix_symbolic_onnx_dimensions() {
+    use kiln::frontend::onnx::proto::tensor_shape_proto::{dimension, Dimension};
+    use kiln::frontend::onnx::proto::{
+        type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    use prost::Message;
+    let value = |name: &str, dims: Vec<dimension::Value>| {
+        let dim = dims.into_iter().map(|v| Dimension { value: Some(v), ..Default::default() }).collect();
+        let tt = type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) };
+        let ty = TypeProto { value: Some(type_proto::Value::TensorType(tt)), ..Default::default() };
+        ValueInfoProto { name: Some(name.into()), r#type: Some(ty), ..Default::default() }
+    };
+    let x = value("x", vec![dimension::Value::DimParam("batch".into()), dimension::Value::DimValue(4)]);
+    let relu = NodeProto {
+        op_type: Some("Relu".into()),
+        input: vec!["x".into()],
+        output: vec!["y".into()],
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        name: Some("g".into()),
+        input: vec![x],
+        node: vec![relu],
+        output: vec![value("y", vec![])],
+        ..Default::default()
+    };
+    let opset = OperatorSetIdProto { version: Some(17), ..Default::default() };
+    let model = ModelProto { ir_version: Some(8), opset_import: vec![opset], graph: Some(graph), ..Default::default() };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write(&dir, "dynamic.onnx", &model.encode_to_vec());
+    for cmd in ["print", "opt"] {
+        let (code, _, err) = kiln(&[cmd, &path]);
+        assert_eq!(code, 1, "{cmd}: {err}");
+        assert!(err.contains("dimension 0 is symbolic (`batch`)") && err.contains("--input-shape x="), "{cmd}: {err}");
+        let (code, out, err) = kiln(&[cmd, &path, "--input-shape", "x=2x4"]);
+        assert_eq!(code, 0, "{cmd}: {err}");
+        assert!(out.contains("%x: Tensor[(2, 4), float32]"), "{cmd}: {out}");
+    }
+}

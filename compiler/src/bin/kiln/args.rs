@@ -28,6 +28,9 @@ pub enum Command {
     Print {
         /// A Relay text file, or an ONNX model (`.onnx`)
         file: String,
+        /// (ONNX) fix the symbolic dimensions of an input (repeatable)
+        #[arg(long, value_name = "NAME=1x3x224x224", value_parser = input_shape)]
+        input_shape: Vec<(String, Vec<usize>)>,
     },
     /// Optimize a model and print it
     Opt(OptOptions),
@@ -100,6 +103,9 @@ pub struct OptOptions {
     /// Check that the module is well-formed and well-typed after every pass
     #[arg(long)]
     pub verify: bool,
+    /// (ONNX) fix the symbolic dimensions of an input (repeatable)
+    #[arg(long, value_name = "NAME=1x3x224x224", value_parser = input_shape)]
+    pub input_shape: Vec<(String, Vec<usize>)>,
 }
 
 /// What every compiling command takes.

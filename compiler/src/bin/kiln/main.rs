@@ -30,10 +30,6 @@ fn out(text: &str) {
     }
 }
 
-fn read_module(path: &str) -> Result<IRModule, String> {
-    read_module_with_shapes(path, &[], &[])
-}
-
 /// Relay text, or an ONNX file (`.onnx`; dynamic input dimensions fixed by
 /// `shapes`, inputs in `bound` made constants), type-checked.
 fn read_module_with_shapes(
@@ -70,7 +66,7 @@ fn set_config(ctx: &mut PassContext, config: &[(String, String)]) -> Result<(), 
 
 fn opt(o: &OptOptions) -> Result<(), String> {
     let file = o.file.clone();
-    let module = read_module(&file)?;
+    let module = read_module_with_shapes(&file, &o.input_shape, &[])?;
     // Every pass name given must exist.
     for name in o.disable.iter().chain(&o.require).chain(o.before.iter().chain(&o.after).filter(|n| *n != "all")) {
         registry::lookup(name).map_err(|e| e.to_string())?;
@@ -663,8 +659,8 @@ fn run(command: Command) -> Result<(), String> {
         Command::Build(b) => build(&CompileArgs::build(b)),
         Command::Run(r) => run_model(&CompileArgs::run(r), false),
         Command::Bench(b) => run_model(&CompileArgs::bench(b), true),
-        Command::Print { file } => {
-            let m = read_module(&file)?;
+        Command::Print { file, input_shape } => {
+            let m = read_module_with_shapes(&file, &input_shape, &[])?;
             out(&print_module(&m));
             Ok(())
         }

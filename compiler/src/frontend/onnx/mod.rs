@@ -216,14 +216,16 @@ fn input_type(input: &ValueInfoProto, given: Option<&[usize]>) -> Result<Type, O
         (_, Some(g)) => {
             if let Some(dims) = declared {
                 if dims.len() != g.len() {
-                    return Err(err(format!("the model declares rank {}, the given shape {g:?} has rank {}", dims.len(), g.len())));
+                    return Err(err(format!(
+                        "the model declares rank {}, the given shape {g:?} has rank {}",
+                        dims.len(),
+                        g.len()
+                    )));
                 }
                 for (k, (d, &s)) in dims.iter().zip(g).enumerate() {
                     if let Some(Dim::DimValue(v)) = &d.value {
                         if *v > 0 && *v as usize != s {
-                            return Err(err(format!(
-                                "dimension {k} is declared {v}, the given shape {g:?} has {s}"
-                            )));
+                            return Err(err(format!("dimension {k} is declared {v}, the given shape {g:?} has {s}")));
                         }
                     }
                 }
@@ -237,11 +239,13 @@ fn input_type(input: &ValueInfoProto, given: Option<&[usize]>) -> Result<Type, O
             .map(|(k, d)| match &d.value {
                 Some(Dim::DimValue(v)) if *v >= 0 => Ok(*v as usize),
                 Some(Dim::DimParam(p)) if !p.is_empty() => Err(err(format!(
-                    "dimension {k} is symbolic (`{p}`); fix it with Build::input_shape(\"{}\", shape) or an input of that shape",
+                    "dimension {k} is symbolic (`{p}`); fix it with Build::input_shape(\"{0}\", shape) (`kiln … \
+                     --input-shape {0}=1x3x224x224`) or an input of that shape",
                     input.name()
                 ))),
                 _ => Err(err(format!(
-                    "dimension {k} is unknown; fix it with Build::input_shape(\"{}\", shape) or an input of that shape",
+                    "dimension {k} is unknown; fix it with Build::input_shape(\"{0}\", shape) (`kiln … \
+                     --input-shape {0}=1x3x224x224`) or an input of that shape",
                     input.name()
                 ))),
             })
