@@ -459,3 +459,34 @@ fn whole_tiles_read_a_global_buffer_past_the_tail_only_in_bounds() {
         s.vectorize(&tile.update_loops[0]).expect("a whole vector");
     });
 }
+
+/// A column sum `c[j] = Σ_k a[k, j]` lowered as `for j { c[j] = 0; for k { … } }`:
+/// `hoist_reduction` moves `k` outside `j` (rows of `a` read contiguously),
+/// and `split_with_tail` vectorizes `j` over whole vectors with a scalar
+/// tail; the values stay the lowered kernel's.
+#[test]
+fn hoisted_reductions_and_tail_splits_keep_values() {
+    let (k, n) = (5, 37);
+    let a = placeholder("a", &[k, n], DataType::F32);
+    let kk = reduce_axis(k, "k");
+    let kv = Expr::var(&kk.0);
+    let c = compute("c", &[n], |i| sum(a.at(&[kv.clone(), i[0].clone()]), &[kk.clone()]));
+    let f = lower("colsum", &[a], &[c]).expect("lower");
+    let scheduled = check(f, &[data(k * n, 4)], |s| {
+        let j = s.get_loop("ax0").expect("j");
+        s.hoist_reduction(&j).expect("hoist");
+        let (_, inner, tail) = s.split_with_tail(&j, 16).expect("split with tail");
+        assert!(tail.is_some(), "37 = 2 × 16 + 5 leaves a tail");
+        s.vectorize(&inner).expect("whole vectors, no guard");
+    });
+    // The update is a 16-lane vector inside the reduction loop `k`.
+    let text = kiln::tir::print_prim_func(&scheduled);
+    assert!(text.contains("for k in"), "{text}");
+    assert!(text.contains("T.Ramp") && text.contains(", 1, 16)"), "{text}");
+    // A nest that is not `init; reduction` is an error naming the kernel.
+    let (f, _) = matmul("mm_err", 2, 3, 4);
+    let mut s = Schedule::new(f);
+    let i = s.get_loop("ax0").expect("i");
+    let e = s.hoist_reduction(&i).expect_err("ax0's body is a loop, not an initialization");
+    assert!(e.to_string().contains("mm_err"), "{e}");
+}

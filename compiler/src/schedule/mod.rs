@@ -24,7 +24,9 @@
 //! - the Winograd input and output transforms (`winograd.rs`): per channel,
 //!   a vector of tiles at a time, the tile positions unrolled.
 //! - other reductions: the reduction loops moved outside the last output
-//!   axis, so that consecutive iterations write consecutive outputs —
+//!   axis (in every nest: a softmax's sum as well as its maximum), so that
+//!   consecutive iterations write consecutive outputs, vectorized in whole
+//!   vectors with a scalar tail —
 //!   unless they reduce a row of contiguous elements (softmax, layer norm,
 //!   a row's sum or maximum, a dense product over a run-time weight): such a
 //!   row stays innermost and accumulates per vector lane
@@ -736,6 +738,15 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
                 return Ok(s.into_func());
             }
             let tile = s.decompose_reduction(at, false)?;
+            // Later reduction nests of the same kind (a softmax's sum after
+            // its maximum, along a non-last axis), whose outer loops
+            // FuseSiblingLoops merged with the first's: their reduction
+            // loops go outside their last axis too.
+            if !pooling {
+                for x in single_loop_reductions(s.func(), unit.f32_lanes as i64) {
+                    s.hoist_reduction(&x)?;
+                }
+            }
             let steps =
                 tile.reduce_loops.iter().map(|v| extent(&s, v).unwrap_or(i64::MAX)).try_fold(1i64, i64::checked_mul);
             if pooling && steps.is_some_and(|n| n <= MAX_UNROLLED_WINDOW) {
@@ -749,6 +760,32 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
         }
     }
     Ok(s.into_func())
+}
+
+/// The loops `x` of nests `for x { A[…x…] = init; R… { A[…x…] = f(…) } }`
+/// (at least a vector long) whose update reads contiguously along `x`: for
+/// [`Schedule::hoist_reduction`].
+fn single_loop_reductions(f: &PrimFunc, lanes: i64) -> Vec<Var> {
+    let mut found = Vec::new();
+    f.body.visit(&mut |st| {
+        let Stmt::For(l) = st else { return };
+        let Stmt::Seq(parts) = &l.body else { return };
+        let [Stmt::Store { buffer, .. }, reduce @ Stmt::For(_)] = &parts[..] else { return };
+        let mut inner = reduce;
+        while let Stmt::For(r) = inner {
+            inner = &r.body;
+        }
+        if let Stmt::Store { buffer: b, indices, value } = inner {
+            if b == buffer
+                && l.extent.as_int().is_some_and(|n| n >= lanes)
+                && contiguous(indices, &l.var)
+                && reads_contiguously(value, &l.var)
+            {
+                found.push(l.var.clone());
+            }
+        }
+    });
+    found
 }
 
 /// The innermost loops of a reduction kernel on whole vectors: a reduction
@@ -783,6 +820,11 @@ fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     for (v, n) in stores {
         if n % lanes as i64 == 0 {
             vectorize_by(&mut s, &v, n, lanes as i64);
+        } else if let Ok((_, inner, _)) = s.split_with_tail(&v, lanes) {
+            // Whole vectors, then the rest one element at a time (YOLOv8's
+            // softmax over 16 × 4 × 2100 had run on scalars, an `exp` call each).
+            let done = s.vectorize(&inner);
+            debug_assert!(done.is_ok(), "{done:?}");
         }
     }
     s.into_func()

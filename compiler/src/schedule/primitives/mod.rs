@@ -296,6 +296,80 @@ impl Schedule {
         Ok((outer, inner))
     }
 
+    /// `for x { A[…x…] = init; R… { A[…x…] = f(A[…x…], …) } }` → `for x' {
+    /// init }; R… { for x { update } }`: the reduction loops hoisted outside
+    /// the one spatial loop `x` of a nest, for a reduction nest that has no
+    /// tile loops of its own to decompose (a softmax's sum over a non-last
+    /// axis, after FuseSiblingLoops merged its outer loops with the maximum's).
+    /// Legal because each `x` updates only its own element.
+    pub fn hoist_reduction(&mut self, x: &Var) -> Result<()> {
+        let kernel = self.func.name.clone();
+        self.rewrite_loop(x, |l| {
+            let err = |m: &str| ScheduleError { kernel: kernel.clone(), message: format!("hoist_reduction: {m}") };
+            let Stmt::Seq(parts) = &l.body else { return Err(err("no initialization and reduction")) };
+            let [init @ Stmt::Store { buffer: acc, indices: acc_idx, .. }, reduce @ Stmt::For(_)] = &parts[..] else {
+                return Err(err("no initialization and reduction"));
+            };
+            let (headers, update) = peel_chain(reduce.clone(), &|_| false);
+            let Stmt::Store { buffer: ub, indices: ui, .. } = &update else {
+                return Err(err("the reduction nest does not end in one update"));
+            };
+            if ub != acc || ui != acc_idx || headers.iter().any(|(v, ..)| acc_idx.iter().any(|i| i.uses_var(v))) {
+                return Err(err("the reduction does not update the initialized element"));
+            }
+            let x_init = Var::index(&format!("{}_init", l.var.name));
+            let mut map = HashMap::new();
+            map.insert(l.var.id, Expr::var(&x_init));
+            let init_loop = loop_stmt(x_init, l.min.clone(), l.extent.clone(), l.kind, subst_stmt(init.clone(), &map));
+            let inner = loop_stmt(l.var.clone(), l.min.clone(), l.extent.clone(), l.kind, update);
+            Ok(Stmt::seq(vec![init_loop, rebuild_chain(headers, inner)]))
+        })
+    }
+
+    /// `split` without a guard: the whole blocks of `factor` iterations as
+    /// `outer × inner` loops, then the `extent % factor` remaining iterations
+    /// as a loop of their own (returned when there are any), so that `inner`
+    /// can be vectorized whatever the extent.
+    pub fn split_with_tail(&mut self, v: &Var, factor: usize) -> Result<(Var, Var, Option<Var>)> {
+        if factor == 0 {
+            return Err(self.err(format!("split of `{}` by 0", v.name)));
+        }
+        let outer = Var::index(&format!("{}_o", v.name));
+        let inner = Var::index(&format!("{}_i", v.name));
+        let tail = Var::index(&format!("{}_t", v.name));
+        let (o, i, t) = (outer.clone(), inner.clone(), tail.clone());
+        let kernel = self.func.name.clone();
+        let mut has_tail = false;
+        self.rewrite_loop(v, |l| {
+            let n = const_extent(&l).ok_or_else(|| ScheduleError {
+                kernel,
+                message: format!("split of `{}`: extent not constant", v.name),
+            })?;
+            let f = factor as i64;
+            let (blocks, rest) = (n / f, n % f);
+            let at = |e: Expr| {
+                let mut map = HashMap::new();
+                map.insert(l.var.id, simplify(&(l.min.clone() + e), &Bounds::new()));
+                subst_stmt(l.body.clone(), &map)
+            };
+            let main_body = at(Expr::var(&o) * Expr::int(f) + Expr::var(&i));
+            let main = loop_stmt(
+                o.clone(),
+                Expr::int(0),
+                Expr::int(blocks),
+                ForKind::Serial,
+                loop_stmt(i, Expr::int(0), Expr::int(f), ForKind::Serial, main_body),
+            );
+            if rest == 0 {
+                return Ok(main);
+            }
+            has_tail = true;
+            let tail_body = at(Expr::int(blocks * f) + Expr::var(&t));
+            Ok(Stmt::seq(vec![main, loop_stmt(t, Expr::int(0), Expr::int(rest), ForKind::Serial, tail_body)]))
+        })?;
+        Ok((outer, inner, has_tail.then_some(tail)))
+    }
+
     /// Two directly nested loops become one over the product of their extents.
     pub fn fuse(&mut self, outer: &Var, inner: &Var) -> Result<Var> {
         let fused = Var::index(&format!("{}_{}_f", outer.name, inner.name));
