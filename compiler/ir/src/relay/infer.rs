@@ -44,7 +44,9 @@ fn declared_type(store: &Store, func: ExprId) -> Option<Type> {
 /// Type parameters being solved at one call: each bound, or not yet.
 type Solution = FxHashMap<String, Option<Type>>;
 
-/// `t` with its solved type parameters replaced by their solutions.
+/// `t` with its solved type parameters replaced by their solutions. A
+/// polymorphic function type inside `t` binds its own parameters: a name it
+/// declares is not replaced in it.
 fn substitute(t: &Type, solved: &Solution) -> Type {
     match t {
         Type::Var(n) => match solved.get(n) {
@@ -53,11 +55,34 @@ fn substitute(t: &Type, solved: &Solution) -> Type {
         },
         Type::Tensor(_) => t.clone(),
         Type::Tuple(fields) => Type::Tuple(fields.iter().map(|f| substitute(f, solved)).collect()),
-        Type::Func(f) => Type::Func(FuncType {
-            type_params: f.type_params.clone(),
-            params: f.params.iter().map(|p| substitute(p, solved)).collect(),
-            ret: Box::new(substitute(&f.ret, solved)),
-        }),
+        Type::Func(f) => {
+            let shadowed;
+            let inner = if f.type_params.iter().any(|n| solved.contains_key(n)) {
+                shadowed = solved
+                    .iter()
+                    .filter(|(n, _)| !f.type_params.contains(n))
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect();
+                &shadowed
+            } else {
+                solved
+            };
+            Type::Func(FuncType {
+                type_params: f.type_params.clone(),
+                params: f.params.iter().map(|p| substitute(p, inner)).collect(),
+                ret: Box::new(substitute(&f.ret, inner)),
+            })
+        }
+    }
+}
+
+/// Whether a type parameter named so that `pred` holds occurs in `t`.
+fn any_var(t: &Type, pred: &dyn Fn(&str) -> bool) -> bool {
+    match t {
+        Type::Var(n) => pred(n),
+        Type::Tensor(_) => false,
+        Type::Tuple(fields) => fields.iter().any(|f| any_var(f, pred)),
+        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(|p| any_var(p, pred)),
     }
 }
 
@@ -78,12 +103,7 @@ fn instantiate(f: &FuncType, solved: &mut Solution) -> (Vec<Type>, Type) {
 
 /// Whether type parameter `name` occurs in `t` (binding it there would make an infinite type).
 fn occurs(name: &str, t: &Type, solved: &Solution) -> bool {
-    match substitute(t, solved) {
-        Type::Var(n) => n == name,
-        Type::Tensor(_) => false,
-        Type::Tuple(fields) => fields.iter().any(|f| occurs(name, f, solved)),
-        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(|p| occurs(name, p, solved)),
-    }
+    any_var(&substitute(t, solved), &|n| n == name)
 }
 
 /// Unify `a` and `b`, binding the unsolved type parameters of `solved` (a
@@ -121,7 +141,7 @@ fn call_result(ft: &FuncType, args: &[Type]) -> std::result::Result<Type, String
     for (k, (p, a)) in params.iter().zip(args).enumerate() {
         if !unify(p, a, &mut solved) {
             let here = substitute(p, &solved);
-            let solved_here = if here != ft.params[k] && !occurs_fresh_any(&here) {
+            let solved_here = if here != ft.params[k] && !has_instance(&here) {
                 format!(" ({here} at this call)")
             } else {
                 String::new()
@@ -130,7 +150,7 @@ fn call_result(ft: &FuncType, args: &[Type]) -> std::result::Result<Type, String
         }
     }
     let ret = substitute(&ret, &solved);
-    match ft.type_params.iter().find(|n| occurs_fresh(n, &ret)) {
+    match ft.type_params.iter().find(|n| has_instance_of(n, &ret)) {
         Some(n) => Err(format!(
             "the arguments do not determine the function's type parameter `{n}` in its result {}",
             without_instances(&ret)
@@ -153,24 +173,14 @@ fn without_instances(t: &Type) -> Type {
     }
 }
 
-/// Whether `t` still holds an unsolved instance (`A'k`) of any type parameter.
-fn occurs_fresh_any(t: &Type) -> bool {
-    match t {
-        Type::Var(n) => n.contains('\''),
-        Type::Tensor(_) => false,
-        Type::Tuple(fields) => fields.iter().any(occurs_fresh_any),
-        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(occurs_fresh_any),
-    }
+/// Whether `t` still holds an unsolved instance (`A'k`) of a type parameter.
+fn has_instance(t: &Type) -> bool {
+    any_var(t, &|n| n.contains('\''))
 }
 
 /// Whether `t` still holds an unsolved instance (`A'k`) of type parameter `name`.
-fn occurs_fresh(name: &str, t: &Type) -> bool {
-    match t {
-        Type::Var(n) => n.split_once('\'').is_some_and(|(base, _)| base == name),
-        Type::Tensor(_) => false,
-        Type::Tuple(fields) => fields.iter().any(|f| occurs_fresh(name, f)),
-        Type::Func(f) => f.params.iter().chain([&*f.ret]).any(|p| occurs_fresh(name, p)),
-    }
+fn has_instance_of(name: &str, t: &Type) -> bool {
+    any_var(t, &|n| n.split_once('\'').is_some_and(|(base, _)| base == name))
 }
 
 /// The function node a callee evaluates to, where the body says so: a
