@@ -26,29 +26,27 @@ fn intrinsic1(f: Intrinsic) -> ComputeFn {
     map1(move |x, dt, _| Ok(Expr::call(f, vec![x], TirType::scalar(dt))))
 }
 
-/// A math function that is one intrinsic call on floating-point values. Its
-/// type relation accepts an integer tensor (as TVM's); compiling one is
-/// refused here, as TVM fails to compile it, instead of reaching the backend.
-fn float_intrinsic1(f: Intrinsic) -> ComputeFn {
-    map1(move |x, dt, _| {
-        if !dt.is_float() {
-            return Err(format!("computed on floating-point tensors only, found {dt}").into());
-        }
-        Ok(Expr::call(f, vec![x], TirType::scalar(dt)))
-    })
-}
-
-/// `compute` for integer tensors only: the bitwise operators, whose type
-/// relations accept any dtype (TVM's `BroadcastRel`, `IdentityRel`) but
-/// which are refused here for a float or bool one, as TVM fails to compile it.
-fn integers_only(compute: ComputeFn) -> ComputeFn {
+/// `compute` only where the result's dtype is `kind` (`is_kind`): the math
+/// functions (floating-point) and the bitwise operators (integer), whose
+/// type relations accept any numeric dtype as TVM's do (`IdentityRel`,
+/// `BroadcastRel`); another dtype is refused here, as TVM fails to compile
+/// it, instead of reaching the backend.
+fn only_for(kind: &'static str, is_kind: fn(DataType) -> bool, compute: ComputeFn) -> ComputeFn {
     Arc::new(move |c: &ComputeCall| {
         let (_, dt) = c.out_tensor()?;
-        if !dt.is_int() {
-            return Err(format!("computed on integer tensors only, found {dt}").into());
+        if !is_kind(dt) {
+            return Err(format!("computed on {kind} tensors only, found {dt}").into());
         }
         compute(c)
     })
+}
+
+fn floats_only(compute: ComputeFn) -> ComputeFn {
+    only_for("floating-point", DataType::is_float, compute)
+}
+
+fn integers_only(compute: ComputeFn) -> ComputeFn {
+    only_for("integer", DataType::is_int, compute)
 }
 
 /// The compute of a binary operator with NumPy broadcasting: `f(a, b, dtype)`.
@@ -92,7 +90,7 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
         ("atanh", I::Atanh),
     ];
     for (op, f) in float_intrinsics {
-        m.set(op, float_intrinsic1(f));
+        m.set(op, floats_only(intrinsic1(f)));
     }
     m.set("bitwise_not", integers_only(intrinsic1(I::BitNot)));
     m.set("negative", map1(|x, dt, _| Ok(Expr::bin(BinOp::Sub, zero(dt), x))));

@@ -30,7 +30,7 @@ fn rel_unary(args: &[Type], _: &Attrs) -> Result<Type, OpError> {
 /// numeric tensor type-checks (TVM's tests type-check `log` of an int32);
 /// only floating-point ones are computed (the interpreter and the TE computes
 /// refuse an integer one, as TVM fails to compile it).
-fn rel_unary_float(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+fn rel_unary_math(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     rel_unary(args, attrs)
 }
 
@@ -264,13 +264,13 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
     ));
     let unary: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 9] = [
         ("negative", rel_unary, eval_negative, "Elementwise negation."),
-        ("exp", rel_unary_float, eval_exp, "Elementwise e^x."),
-        ("log", rel_unary_float, eval_log, "Elementwise natural logarithm."),
-        ("sqrt", rel_unary_float, eval_sqrt, "Elementwise square root."),
-        ("rsqrt", rel_unary_float, eval_rsqrt, "Elementwise 1/sqrt(x)."),
-        ("tanh", rel_unary_float, eval_tanh, "Elementwise hyperbolic tangent."),
-        ("sigmoid", rel_unary_float, eval_sigmoid, "Elementwise 1/(1+e^-x)."),
-        ("erf", rel_unary_float, eval_erf, "Elementwise Gauss error function."),
+        ("exp", rel_unary_math, eval_exp, "Elementwise e^x."),
+        ("log", rel_unary_math, eval_log, "Elementwise natural logarithm."),
+        ("sqrt", rel_unary_math, eval_sqrt, "Elementwise square root."),
+        ("rsqrt", rel_unary_math, eval_rsqrt, "Elementwise 1/sqrt(x)."),
+        ("tanh", rel_unary_math, eval_tanh, "Elementwise hyperbolic tangent."),
+        ("sigmoid", rel_unary_math, eval_sigmoid, "Elementwise 1/(1+e^-x)."),
+        ("erf", rel_unary_math, eval_erf, "Elementwise Gauss error function."),
         ("nn.relu", rel_unary, eval_relu, "Elementwise max(x, 0)."),
     ];
     for (name, rel, eval, doc) in unary {
@@ -279,20 +279,20 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
     let more: [(&'static str, super::TypeRelFn, super::EvalFn, &'static str); 17] = [
         ("abs", rel_unary, eval_abs, "Elementwise absolute value."),
         ("sign", rel_unary, eval_sign, "Elementwise sign: -1, 0 or 1 (NaN stays NaN)."),
-        ("floor", rel_unary_float, eval_floor, "Elementwise floor."),
-        ("ceil", rel_unary_float, eval_ceil, "Elementwise ceiling."),
-        ("round", rel_unary_float, eval_round, "Elementwise rounding to nearest, ties to even."),
-        ("sin", rel_unary_float, eval_sin, "Elementwise sine."),
-        ("cos", rel_unary_float, eval_cos, "Elementwise cosine."),
-        ("tan", rel_unary_float, eval_tan, "Elementwise tangent."),
-        ("asin", rel_unary_float, eval_asin, "Elementwise arcsine."),
-        ("acos", rel_unary_float, eval_acos, "Elementwise arccosine."),
-        ("atan", rel_unary_float, eval_atan, "Elementwise arctangent."),
-        ("sinh", rel_unary_float, eval_sinh, "Elementwise hyperbolic sine."),
-        ("cosh", rel_unary_float, eval_cosh, "Elementwise hyperbolic cosine."),
-        ("asinh", rel_unary_float, eval_asinh, "Elementwise inverse hyperbolic sine."),
-        ("acosh", rel_unary_float, eval_acosh, "Elementwise inverse hyperbolic cosine."),
-        ("atanh", rel_unary_float, eval_atanh, "Elementwise inverse hyperbolic tangent."),
+        ("floor", rel_unary_math, eval_floor, "Elementwise floor."),
+        ("ceil", rel_unary_math, eval_ceil, "Elementwise ceiling."),
+        ("round", rel_unary_math, eval_round, "Elementwise rounding to nearest, ties to even."),
+        ("sin", rel_unary_math, eval_sin, "Elementwise sine."),
+        ("cos", rel_unary_math, eval_cos, "Elementwise cosine."),
+        ("tan", rel_unary_math, eval_tan, "Elementwise tangent."),
+        ("asin", rel_unary_math, eval_asin, "Elementwise arcsine."),
+        ("acos", rel_unary_math, eval_acos, "Elementwise arccosine."),
+        ("atan", rel_unary_math, eval_atan, "Elementwise arctangent."),
+        ("sinh", rel_unary_math, eval_sinh, "Elementwise hyperbolic sine."),
+        ("cosh", rel_unary_math, eval_cosh, "Elementwise hyperbolic cosine."),
+        ("asinh", rel_unary_math, eval_asinh, "Elementwise inverse hyperbolic sine."),
+        ("acosh", rel_unary_math, eval_acosh, "Elementwise inverse hyperbolic cosine."),
+        ("atanh", rel_unary_math, eval_atanh, "Elementwise inverse hyperbolic tangent."),
         ("isnan", rel_unary_to_bool, eval_isnan, "Elementwise test for NaN (bool result)."),
     ];
     for (name, rel, eval, doc) in more {
