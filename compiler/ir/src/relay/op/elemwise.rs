@@ -170,28 +170,22 @@ fn rel_broadcast_numeric(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> 
     Ok(t)
 }
 
+/// `fn $name(args, attrs)` evaluating `$f` per element through `$apply`
+/// (`unary`, or `float_unary` for the floating-point math functions).
 macro_rules! unary_evals {
-    ($($name:ident => $f:expr;)*) => {
+    ($apply:ident: $($name:ident => $f:expr;)*) => {
         $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-            unary(args, $f)
+            $apply(args, $f)
         })*
     };
 }
 
-unary_evals! {
+unary_evals! { unary:
     eval_abs => f64::abs;
     eval_sign => |x: f64| if x.is_nan() || x == 0.0 { x } else { x.signum() };
 }
 
-macro_rules! float_unary_evals {
-    ($($name:ident => $f:expr;)*) => {
-        $(fn $name(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-            float_unary(args, $f)
-        })*
-    };
-}
-
-float_unary_evals! {
+unary_evals! { float_unary:
     eval_floor => f64::floor;
     eval_ceil => f64::ceil;
     eval_round => f64::round_ties_even;

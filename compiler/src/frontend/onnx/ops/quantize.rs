@@ -178,9 +178,28 @@ fn dequantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, Onnx
     one(if im.dtype_of(node, x)? == dt { x } else { cast(im, node, x, dt)? })
 }
 
-/// `(x, x_scale, x_zero_point)` starting at input `first`.
-fn quantized_input(im: &Importer, node: &Node, first: usize) -> Result<(ExprId, ExprId, Option<ExprId>), OnnxError> {
-    Ok((im.input(node, first)?, im.input(node, first + 1)?, im.optional_input(node, first + 2)?))
+/// The quantized input at `first` (value, scale, zero point: ONNX's QLinear
+/// layout) dequantized along `axis`, with its scale (for an int32 bias
+/// scaled by it).
+fn dequantized_input(im: &mut Importer, node: &Node, first: usize, axis: i64) -> Result<(ExprId, ExprId), OnnxError> {
+    let (q, scale) = (im.input(node, first)?, im.input(node, first + 1)?);
+    let zero_point = im.optional_input(node, first + 2)?;
+    Ok((dequantize(im, node, q, scale, zero_point, axis)?, scale))
+}
+
+/// The float result `y` quantized as the node's output: with the output
+/// scale and zero point (inputs `scale_at`, `scale_at + 1`), in the zero
+/// point's type (uint8 without one).
+fn quantized_output(
+    im: &mut Importer,
+    node: &Node,
+    y: ExprId,
+    scale_at: usize,
+    axis: i64,
+) -> Result<Vec<ExprId>, OnnxError> {
+    let (scale, zero_point) = (im.input(node, scale_at)?, im.optional_input(node, scale_at + 1)?);
+    let out = quantized_type(im, node, zero_point)?;
+    one(quantize(im, node, y, scale, zero_point, out, axis)?)
 }
 
 /// A product's int32 bias as float: its scale is the operands' scales
@@ -201,27 +220,19 @@ fn product_bias(
 /// QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp (per output channel), y_scale, y_zp, bias (int32,
 /// scaled by x_scale · w_scale).
 fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (x, xs, xz) = quantized_input(im, node, 0)?;
-    let (w, ws, wz) = quantized_input(im, node, 3)?;
-    let (ys, yz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
-    let xf = dequantize(im, node, x, xs, xz, 1)?;
-    let wf = dequantize(im, node, w, ws, wz, 0)?;
+    let (xf, xs) = dequantized_input(im, node, 0, 1)?;
+    let (wf, ws) = dequantized_input(im, node, 3, 0)?;
     let bias = im.optional_input(node, 8)?.map(|b| product_bias(im, node, b, xs, ws)).transpose()?;
     let yf = conv_of(im, node, xf, wf, bias)?;
-    let out = quantized_type(im, node, yz)?;
-    one(quantize(im, node, yf, ys, yz, out, 1)?)
+    quantized_output(im, node, yf, 6, 1)
 }
 
 /// QLinearMatMul: a, a_scale, a_zp (per row), b, b_scale, b_zp (per column), y_scale, y_zp.
 fn qlinear_matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
-    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
-    let (ys, yz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
-    let af = dequantize(im, node, a, a_s, a_z, -2)?;
-    let bf = dequantize(im, node, b, b_s, b_z, -1)?;
+    let (af, _) = dequantized_input(im, node, 0, -2)?;
+    let (bf, _) = dequantized_input(im, node, 3, -1)?;
     let yf = matmul_of(im, node, af, bf)?;
-    let out = quantized_type(im, node, yz)?;
-    one(quantize(im, node, yf, ys, yz, out, -1)?)
+    quantized_output(im, node, yf, 6, -1)
 }
 
 /// DynamicQuantizeLinear: uint8 with the scale and zero point that map
@@ -262,15 +273,11 @@ fn dynamic_quantize_linear(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>
 
 /// com.microsoft QLinearAdd / QLinearMul: a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp.
 fn qlinear_binary(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
-    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
-    let (cs, cz) = (im.input(node, 6)?, im.optional_input(node, 7)?);
-    let af = dequantize(im, node, a, a_s, a_z, 1)?;
-    let bf = dequantize(im, node, b, b_s, b_z, 1)?;
+    let (af, _) = dequantized_input(im, node, 0, 1)?;
+    let (bf, _) = dequantized_input(im, node, 3, 1)?;
     let op = if node.op() == "QLinearAdd" { "add" } else { "multiply" };
     let cf = im.op(node, op, vec![af, bf])?;
-    let out = quantized_type(im, node, cz)?;
-    one(quantize(im, node, cf, cs, cz, out, 1)?)
+    quantized_output(im, node, cf, 6, 1)
 }
 
 /// com.microsoft QLinearGlobalAveragePool (NCHW): x, x_scale, x_zp, y_scale, y_zp.
@@ -278,31 +285,22 @@ fn qlinear_global_average_pool(im: &mut Importer, node: &Node) -> Result<Vec<Exp
     if node.int("channels_last", 0)? != 0 {
         return Err(node.err("channels_last=1 is not supported"));
     }
-    let (x, xs, xz) = quantized_input(im, node, 0)?;
-    let (ys, yz) = (im.input(node, 3)?, im.optional_input(node, 4)?);
-    let xf = dequantize(im, node, x, xs, xz, 1)?;
+    let (xf, _) = dequantized_input(im, node, 0, 1)?;
     let yf = global_pool_of(im, node, xf, false)?;
-    let out = quantized_type(im, node, yz)?;
-    one(quantize(im, node, yf, ys, yz, out, 1)?)
+    quantized_output(im, node, yf, 3, 1)
 }
 
 /// com.microsoft QGemm: a, a_scale, a_zp, b, b_scale, b_zp (per column of
 /// the result), c (int32, scale a_scale · b_scale), y_scale, y_zp; without
 /// y_scale the result stays float.
 fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
-    let (a, a_s, a_z) = quantized_input(im, node, 0)?;
-    let (b, b_s, b_z) = quantized_input(im, node, 3)?;
     let b_axis = if node.int("transB", 0)? != 0 { 0 } else { 1 };
-    let af = dequantize(im, node, a, a_s, a_z, 0)?;
-    let bf = dequantize(im, node, b, b_s, b_z, b_axis)?;
+    let (af, a_s) = dequantized_input(im, node, 0, 0)?;
+    let (bf, b_s) = dequantized_input(im, node, 3, b_axis)?;
     let c = im.optional_input(node, 6)?.map(|c| product_bias(im, node, c, a_s, b_s)).transpose()?;
     let yf = gemm_of(im, node, af, bf, c, 1.0)?;
     match im.optional_input(node, 7)? {
-        Some(ys) => {
-            let yz = im.optional_input(node, 8)?;
-            let out = quantized_type(im, node, yz)?;
-            one(quantize(im, node, yf, ys, yz, out, 1)?)
-        }
+        Some(_) => quantized_output(im, node, yf, 7, 1),
         None => one(yf),
     }
 }
