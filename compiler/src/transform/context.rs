@@ -72,6 +72,9 @@ pub struct PassContext {
     config: BTreeMap<String, ConfigValue>,
     instruments: Mutex<Vec<Arc<dyn PassInstrument>>>,
     diagnostics: Mutex<Vec<Diagnostic>>,
+    /// Typed values that a layer above the pass infrastructure hands its own
+    /// passes (the schedule's tuning records), one per type.
+    extensions: BTreeMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for PassContext {
@@ -94,6 +97,7 @@ impl Default for PassContext {
             config: BTreeMap::new(),
             instruments: Mutex::new(Vec::new()),
             diagnostics: Mutex::new(Vec::new()),
+            extensions: BTreeMap::new(),
         }
     }
 }
@@ -128,6 +132,18 @@ impl PassContext {
     pub fn with_disabled(mut self, names: &[&str]) -> Self {
         self.disabled.extend(names.iter().map(|s| s.to_string()));
         self
+    }
+
+    /// Attaches `value` for passes that look it up by its type
+    /// ([`PassContext::extension`]); replaces an earlier value of that type.
+    pub fn with_extension<T: std::any::Any + Send + Sync>(mut self, value: Arc<T>) -> Self {
+        self.extensions.insert(std::any::TypeId::of::<T>(), value);
+        self
+    }
+
+    /// The value of type `T` attached with [`PassContext::with_extension`].
+    pub fn extension<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.extensions.get(&std::any::TypeId::of::<T>()).cloned().and_then(|v| v.downcast::<T>().ok())
     }
 
     /// Replaces the instruments.

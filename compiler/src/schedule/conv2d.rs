@@ -1,0 +1,418 @@
+//! The convolution strategies of the default CPU schedule (see the parent
+//! module's docs): packed (`OIHW<k>o`) register tiles, pointwise over pixel
+//! vectors, depthwise, and the general NCHW tile; each takes its register
+//! tile and loop order from the rule here or from tuning [`Knobs`].
+
+use super::primitives::ReductionTile;
+use super::{
+    contains, divisor_at_most, extent, fill_loops, fuse_parallel, materialized, reduction_extent, reduction_loops,
+    reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
+};
+use crate::target::VectorUnit;
+use crate::tir::{PrimFunc, Stmt, Var};
+
+/// conv2d: see the module docs. Over an `OIHW<k>o` weight (AlterOpLayout's
+/// packing of a constant weight) the vector lanes are `k` output channels,
+/// contiguous in the weight, with an input value broadcast to all of them —
+/// whole vectors even on the 7- and 14-column maps of late stages; otherwise
+/// the lanes are output columns.
+pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
+    let mut f = f;
+    if is_depthwise(&f) {
+        // The general strategy below still applies where this one does not;
+        // the kernel says why (printed with the TIR).
+        match schedule_depthwise(f.clone(), unit, knobs) {
+            Ok(g) => return Ok(g),
+            // A tuning record that does not fit is refused, not worked around.
+            Err(e) if *knobs != Knobs::default() => return Err(e),
+            Err(e) => {
+                f.attrs.insert("depthwise".into(), format!("not applied ({})", e.message));
+            }
+        }
+    }
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
+    let block = s.func().attrs.get("conv2d.weight_block").and_then(|b| b.parse::<i64>().ok());
+    let lanes = unit.f32_lanes as i64;
+    // Where the padded input is computed, and the loops that run in parallel.
+    let (mut pad_at, mut par) = (PaddedImage::At(oh.clone()), vec![oh.clone()]);
+    let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
+    let ow_o = match (block, pointwise) {
+        (Some(k), _) => {
+            let blocks = oce / k.max(1);
+            let rule = packed_conv_tile(blocks, owe, unit.registers as i64);
+            let tile = PackedConvTile {
+                channel_vectors: knobs.rows.unwrap_or(rule.channel_vectors),
+                columns: knobs.cols.unwrap_or(rule.columns),
+            };
+            let (v, c) = (tile.channel_vectors, tile.columns);
+            if v < 1 || c < 1 || blocks % v != 0 || owe % c != 0 || v * c + v + 1 > unit.registers as i64 {
+                return Err(err(&s, &format!("a {v} × {c} tile does not fit {blocks} channel blocks × {owe} columns")));
+            }
+            let (oc_o, oc_i) = s.split(oc, k as usize)?;
+            let (oc_oo, oc_oi) = s.split(&oc_o, tile.channel_vectors as usize)?;
+            let (ow_o, ow_i) = s.split(ow, tile.columns as usize)?;
+            let weight_bytes = oce * reduction_extent(s.func()) * 4;
+            let padded_bytes: i64 =
+                materialized(s.func()).iter().map(|b| b.shape().iter().product::<usize>() as i64 * 4).sum();
+            let pixels = extent(&s, oh).unwrap_or(1) * owe;
+            let one_by_one = reduction_loops(s.func()).iter().filter(|(_, e)| *e > 1).count() == 1;
+            let fits_stack = padded_bytes <= PADDED_IMAGE_BYTES;
+            let rule_order =
+                if weight_bytes > WEIGHT_STATIONARY_BYTES && fits_stack && pixels <= WEIGHT_STATIONARY_PIXELS {
+                    ConvOrder::ChannelsPaddedOnce
+                } else if one_by_one
+                    && pixels <= SMALL_MAP_PIXELS
+                    && pixels <= oce
+                    && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
+                {
+                    ConvOrder::ChannelsInPlace
+                } else {
+                    ConvOrder::Rows
+                };
+            let order = knobs.order.unwrap_or(rule_order);
+            match order {
+                // The padded image is a kernel-local (stack) buffer.
+                ConvOrder::ChannelsPaddedOnce if !fits_stack => {
+                    return Err(err(&s, "the padded image is too large to compute once"))
+                }
+                ConvOrder::ChannelsInPlace if !one_by_one => {
+                    return Err(err(&s, "only a 1 × 1 convolution reads its input in place"))
+                }
+                _ => {}
+            }
+            match order {
+                // Weights larger than half the L2 cache on a small map (the
+                // 7 × 7 rows of late layers, 9.4 MB of weights in ResNet-18's
+                // last stage) would stream from L3 once per output row for
+                // only a row of work: keep each block of output channels in
+                // cache over every row instead, pad the whole image once, and
+                // run the channel blocks in parallel (7 rows split badly over
+                // threads, 32 channel blocks do not). On 14 × 14 maps the
+                // padded image no longer sits near L1 and this loses (Zen 3).
+                ConvOrder::ChannelsPaddedOnce => {
+                    let n = outer.last();
+                    s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                    // Without a batch loop the padded image stays where it was lowered.
+                    pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
+                    par = vec![oc_oo];
+                }
+                // A 1 × 1 convolution on a small map with more output channels
+                // than pixels (MobileNetV2's expansions on 14 × 14): channel
+                // tiles in parallel too, each reading the input image (no
+                // larger than its weights) in place. Split by rows, two
+                // threads wrote interleaved rows of every output plane and
+                // ran slower than one (96 → 576 channels: 614 µs on 1 thread,
+                // 684 µs on 2).
+                ConvOrder::ChannelsInPlace => {
+                    s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                    pad_at = PaddedImage::Inlined;
+                    par = vec![oc_oo];
+                }
+                // Per column one broadcast input, used by every channel vector.
+                ConvOrder::Rows => s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?,
+            }
+            ow_o
+        }
+        (None, Some(rule)) => {
+            let tile = PointwiseTile {
+                rows: knobs.rows.unwrap_or_else(|| divisor_at_most(oce, rule.rows)),
+                pixels: knobs.cols.map_or(rule.pixels, |v| v * lanes),
+            };
+            let pixels = extent(&s, oh).unwrap_or(1) * owe;
+            let vectors = tile.pixels / lanes;
+            if tile.rows < 1
+                || vectors < 1
+                || oce % tile.rows != 0
+                || pixels % tile.pixels != 0
+                || tile.rows * vectors + vectors + 1 > unit.registers as i64
+                || knobs.order.is_some()
+            {
+                return Err(err(&s, &format!("a {} × {vectors}-vector pointwise tile does not fit", tile.rows)));
+            }
+            // Pointwise over whole vectors of pixels: rows and columns fused
+            // into one run of pixels (contiguous in the input and the
+            // output), tiles of channel rows × pixel vectors, pixel blocks
+            // outermost (a block of every input channel stays in L1 across
+            // all the channel rows) and in parallel. No padded stage.
+            let px = s.fuse(oh, ow)?;
+            let (oc_o, oc_i) = s.split(oc, tile.rows as usize)?;
+            let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
+            s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
+            pad_at = PaddedImage::At(px_o.clone());
+            par = vec![px_o];
+            oc_o
+        }
+        (None, None) => {
+            if knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some() {
+                return Err(err(&s, "the general convolution tile has no knobs"));
+            }
+            // Whole vector registers where the row allows it (a 14-lane vector
+            // costs split loads); any divisor up to 16 otherwise; as many
+            // channel rows as leave a register for each row vector of the
+            // weight broadcast and one for the input.
+            let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
+            let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, 16));
+            if owb < 4 && owe > 16 {
+                owb = 16;
+            }
+            let vectors_per_row = (owb + lanes - 1) / lanes;
+            let rows = ((unit.registers as i64 - vectors_per_row - 1) / vectors_per_row).clamp(1, 8);
+            let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, rows) as usize)?;
+            let (ow_o, ow_i) = s.split(ow, owb as usize)?;
+            s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_i, ow_i])?;
+            ow_o
+        }
+    };
+    if let PaddedImage::At(at) = &pad_at {
+        for pad in materialized(s.func()) {
+            s.compute_at(&pad, at)?;
+        }
+    }
+    let tile = s.decompose_reduction(&ow_o, true)?;
+    tile_kinds(&mut s, &tile)?;
+    if block.is_some() && heavy_epilogue(&s, &tile) {
+        columns_last_in_writeback(&mut s, &tile)?;
+    }
+    // Rows in parallel, with the batch loop when directly above them.
+    if par[0] == *oh {
+        par = with_batch_loop(&s, outer.last(), oh)?;
+    }
+    fuse_parallel(&mut s, &par)?;
+    let mut f = s.into_func();
+    if pad_at == PaddedImage::AsLowered {
+        f.attrs.insert("keep_materialized".into(), "the padded image".into());
+    }
+    Ok(f)
+}
+
+/// The most output vectors of a depthwise tile (a tuned one included): each
+/// is an accumulator beside the window's nine weights.
+const MAX_DEPTHWISE_TILE: i64 = 12;
+
+/// Where a convolution's materialized (padded) input stage goes.
+#[derive(PartialEq)]
+enum PaddedImage {
+    /// Computed inside this loop, for the region below it.
+    At(Var),
+    /// Kept where it was lowered: the whole image once, before the loops.
+    AsLowered,
+    /// Inlined back: the kernel reads its input in place.
+    Inlined,
+}
+
+/// The register tile of a pointwise convolution vectorized over pixels.
+struct PointwiseTile {
+    /// Output channels (broadcast weights) per tile.
+    rows: i64,
+    /// Pixels per tile: whole vectors.
+    pixels: i64,
+}
+
+/// Whether a pointwise convolution over a map of `pixels` is vectorized over
+/// its pixels: on 16-lane targets (AVX-512), where the map is whole vectors.
+/// AlterOpLayout keeps such convolutions OIHW by this same rule.
+pub fn pointwise_over_pixels(pixels: usize, unit: VectorUnit) -> bool {
+    unit.f32_lanes >= 16 && pixels > 0 && pixels % unit.f32_lanes == 0
+}
+
+/// The tile of the pixel-vectorized pointwise strategy, where it applies: a
+/// `conv2d.pointwise` kernel (OIHW) whose `oh` × `ow` map passes
+/// [`pointwise_over_pixels`]. Up to 3 vectors of pixels that divide the map
+/// and 8 channel rows, the accumulators, one vector row of the input and a
+/// broadcast within the registers.
+fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
+    let pixels = extent(s, oh)? * owe;
+    let pointwise = s.func().attrs.get("conv2d.pointwise").is_some_and(|v| v == "true");
+    if !pointwise || !pointwise_over_pixels(pixels as usize, unit) {
+        return None;
+    }
+    let (lanes, registers) = (unit.f32_lanes as i64, unit.registers as i64);
+    let vectors = (1..=3).rev().find(|v| pixels % (v * lanes) == 0)?;
+    Some(PointwiseTile { rows: ((registers - vectors - 1) / vectors).clamp(1, 8), pixels: vectors * lanes })
+}
+
+/// Whether a convolution kernel reads one input channel per output channel
+/// (grouped, one input channel per group: depthwise, with any multiplier).
+fn is_depthwise(f: &PrimFunc) -> bool {
+    let grouped = f.attrs.get("conv2d.groups").and_then(|g| g.parse::<i64>().ok()).is_some_and(|g| g > 1);
+    let unpacked = !f.attrs.contains_key("conv2d.weight_block");
+    grouped && unpacked && reduction_loops(f).first().is_some_and(|&(_, e)| e == 1)
+}
+
+/// Depthwise convolution: each channel (in parallel) has its padded image
+/// computed once (an L1/L2-sized plane), then tiles of output rows × columns
+/// with the whole window unrolled. Nine multiply-adds per output vector leave
+/// no loop-carried accumulator to keep in registers, the weights stay in
+/// registers across the channel, and neighbouring rows share their input
+/// loads. (The general strategy padded three rows of every channel per
+/// output row, 69 KB for 192 channels, and ran at a tenth of the FMA peak.)
+fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let (ohe, owe) = (extent(&s, oh).unwrap_or(1), extent(&s, ow).unwrap_or(1));
+    let lanes = unit.f32_lanes as i64;
+    let pads = materialized(s.func());
+    // Columns in whole vectors, each weight broadcast once per channel into
+    // one register (a vector of 56 or 28 lanes needs a register per 8 lanes
+    // for each of the window's 9 weights: spilled). A row that is not whole
+    // vectors (7, 14, 28 wide) is computed to the next whole vector inside
+    // the padded image — the write-back stores only the row — when there is
+    // a padded image to read past the row's end.
+    let whole = owe % lanes == 0;
+    if !whole && pads.is_empty() {
+        return Err(err(&s, "a row of partial vectors without a padded image"));
+    }
+    let row_vectors = (owe + lanes - 1) / lanes;
+    // Rows while the accumulators leave room for the window's weights; the
+    // rows of a tile share their input rows' loads.
+    let tile_vectors = if whole { 1 } else { row_vectors };
+    let rows = knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (4 / tile_vectors).max(1)));
+    if rows < 1
+        || ohe % rows != 0
+        || rows * tile_vectors > MAX_DEPTHWISE_TILE
+        || knobs.cols.is_some()
+        || knobs.order.is_some()
+    {
+        return Err(err(&s, &format!("a depthwise tile of {rows} rows does not fit {ohe} rows")));
+    }
+    let (oh_o, oh_i) = s.split(oh, rows as usize)?;
+    let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
+    let tile = if whole {
+        s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i])?;
+        s.decompose_reduction(&ow_o, true)?
+    } else {
+        s.reorder(&[oh_o.clone(), oh_i, ow_o, ow_i])?;
+        s.decompose_reduction_whole_tiles(&oh_o)?
+    };
+    for pad in pads {
+        let local = s.compute_at(&pad, oc)?;
+        // A phase-split image (stride 2) is filled per phase: unrolled, each
+        // phase's row is a plain strided copy once its borders are split off.
+        if let [.., phase, _] = &fill_loops(s.func(), &local)[..] {
+            if local.shape().len() == 5 && extent(&s, phase) == Some(2) {
+                s.unroll(phase)?;
+            }
+        }
+    }
+    tile_kinds(&mut s, &tile)?;
+    for r in &tile.reduce_loops {
+        s.unroll(r)?;
+    }
+    let par = with_batch_loop(&s, outer.last(), oc)?;
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
+/// The loops to run in parallel from `first`: `[batch, first]` when the
+/// batch loop is directly above `first` (fused into one), else `[first]`.
+fn with_batch_loop(s: &Schedule, batch: Option<&Var>, first: &Var) -> Result<Vec<Var>, ScheduleError> {
+    match batch {
+        Some(n) if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *first) => Ok(vec![n.clone(), first.clone()]),
+        _ => Ok(vec![first.clone()]),
+    }
+}
+
+/// Whether the write-back of `tile` calls an intrinsic (the exponential of
+/// SiLU's sigmoid, GELU's tanh): more than adds, multiplies, clamps and a
+/// division by a constant (hardswish, which measured no better).
+fn heavy_epilogue(s: &Schedule, tile: &ReductionTile) -> bool {
+    fn heavy(e: &crate::tir::Expr) -> bool {
+        let mut found = matches!(e, crate::tir::Expr::Call(..));
+        e.for_each_child(|c| found |= heavy(c));
+        found
+    }
+    let Some(Ok(wb)) = tile.writeback_loops.first().map(|v| s.loop_of(v)) else { return false };
+    contains(&wb.body, |st| matches!(st, Stmt::Store { value, .. } if heavy(value)))
+}
+
+/// The write-back of a channel-vectorized tile (`columns × channel vectors ×
+/// lanes`) stores along the columns instead, for a heavy epilogue: the lanes
+/// of the tile are output channels, a whole plane apart in NCHW, so a
+/// sigmoid over them (which reads its input three times) ran on gathered
+/// and scattered vectors; along the columns it loads and stores
+/// contiguously, after a transpose of the tile in registers. (YOLOv8n's
+/// SiLU convolutions: the model ~10 % faster on AVX2, by a per-kernel A/B.
+/// Cheap epilogues — bias, ReLU, clip, hardswish — measured no better, and
+/// are left channel-wise.)
+fn columns_last_in_writeback(s: &mut Schedule, tile: &ReductionTile) -> Result<(), ScheduleError> {
+    let [col, channel_loops @ ..] = &tile.writeback_loops[..] else { return Ok(()) };
+    if channel_loops.is_empty() {
+        return Ok(());
+    }
+    let mut order = channel_loops.to_vec();
+    order.push(col.clone());
+    s.reorder(&order)?;
+    for c in channel_loops {
+        s.unroll(c)?;
+    }
+    s.vectorize(col)
+}
+
+/// Above this many bytes of weights a packed convolution keeps each block of
+/// output channels in cache over the whole image (half a 512 KiB L2)...
+const WEIGHT_STATIONARY_BYTES: i64 = 256 * 1024;
+/// ...on an output map of at most this many pixels...
+const WEIGHT_STATIONARY_PIXELS: i64 = 64;
+/// ...when its padded input, a kernel-local (stack) buffer, is at most this large.
+const PADDED_IMAGE_BYTES: i64 = 512 * 1024;
+/// A 1 × 1 convolution on a map of at most this many pixels (14 × 14) splits
+/// its output channels over the threads where they outnumber the pixels...
+const SMALL_MAP_PIXELS: i64 = 196;
+/// ...when it has at least this many channel tiles to share out.
+const MIN_CHANNEL_TILES: i64 = 8;
+
+/// The register tile of a convolution over a packed `OIHW<k>o` weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PackedConvTile {
+    /// Vectors of `k` output channels (weight loads per reduction step).
+    channel_vectors: i64,
+    /// Output columns (input broadcasts per reduction step).
+    columns: i64,
+}
+
+/// The tile with the fewest loads per FMA whose accumulators, weight vectors
+/// and one broadcast input fit the vector registers: `channel_vectors` must
+/// divide the `channel_blocks` and `columns` the row width (no tails inside a
+/// tile). At least 8 accumulators hide the FMA latency when the row allows.
+/// AVX2 (16 registers) gets 2 × 4 on 56- and 28-wide rows and 1 × 14 or
+/// 1 × 7 on late stages; AVX-512 (32) 2 × 14 on 112-, 56- and 28-wide rows
+/// (3 × 8 where the channel blocks are a multiple of 3), 3 × 7 or 2 × 14 on
+/// 14-wide ones.
+fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
+    // A weight vector costs twice a broadcast on AVX-512 (32 registers): a
+    // tile's weights outgrow L1 sooner there, where the broadcasts (one
+    // padded input row) stay. ResNet-18's stem (3 channels, 7 × 7, stride 2)
+    // took 4 × 4 tiles, each re-reading 37.6 KB of weights from L2: 3.3 ms;
+    // 2 × 14 read half of them, over 3.5 times fewer tiles: 1.9 ms.
+    let weight_load_cost = if registers >= 32 { 2 } else { 1 };
+    let cost = |t: &PackedConvTile| {
+        let acc = t.channel_vectors * t.columns;
+        // Loads per FMA, with a penalty for too few accumulators to cover the latency.
+        let loads = (weight_load_cost * t.channel_vectors + t.columns) as f64 / acc as f64;
+        // Measured on Zen 3: 2 × 4 beats 1 × 14 on 56- and 28-wide rows, but
+        // 4 × 2 loses to 1 × 14 on 14-wide ones (four weight vectors per
+        // step stream from L2): at least 4 columns per tile.
+        let short = t.columns < 4 && t.columns < row;
+        loads + if acc < 8 || short { 1.0 } else { 0.0 }
+    };
+    // Accumulators + weight vectors + one broadcast: v·c + v + 1 ≤ registers.
+    // (One accumulator more spills, and its store-to-load round trip then
+    // bounds every reduction step: twice the time.) The first of equals wins.
+    (1..=4.min(channel_blocks).max(1))
+        .filter(|v| channel_blocks % v == 0)
+        .map(|v| PackedConvTile {
+            channel_vectors: v,
+            columns: divisor_at_most(row, ((registers - v - 1) / v).clamp(1, 14)),
+        })
+        .fold(None, |best: Option<PackedConvTile>, t| match best {
+            Some(b) if cost(&b) <= cost(&t) => Some(b),
+            _ => Some(t),
+        })
+        .unwrap_or(PackedConvTile { channel_vectors: 1, columns: 1 })
+}
