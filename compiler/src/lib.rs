@@ -89,6 +89,7 @@ pub mod te;
 
 pub mod topi;
 pub mod transform;
+pub mod tune;
 pub mod viz;
 
 pub use build::Build;

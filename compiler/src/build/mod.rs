@@ -165,6 +165,8 @@ pub struct Build {
     passes: Vec<Arc<dyn Pass>>,
     /// Draw the kernel graph and the memory plan (`KILN_VIZ=1`).
     viz: bool,
+    /// Schedule records from `kiln tune` ([`Build::tuning_log`]).
+    tuning_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Build {
@@ -253,6 +255,7 @@ impl Build {
             bound_inputs: Vec::new(),
             passes: Vec::new(),
             viz: false,
+            tuning_log: None,
         }
     }
 
@@ -336,6 +339,28 @@ impl Build {
     pub fn target(&mut self, target: &str) -> &mut Self {
         self.target = target.to_string();
         self
+    }
+
+    /// Apply the schedule records of a tuning log written by `kiln tune`
+    /// (`kiln-tuning.json`, kept in the crate): each kernel with a record
+    /// for the target's CPU and features is scheduled as the record says;
+    /// every other kernel, and every record that no longer fits its kernel,
+    /// gets the rule's schedule. Records for other CPUs are left out (said
+    /// under `KILN_VERBOSE`); a log that cannot be read as JSON is an error.
+    /// The log is part of the build's cache key and of `rerun-if-changed`.
+    pub fn tuning_log(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.tuning_log = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// The schedule knobs by kernel key that the tuning log gives this
+    /// build's target (none without a log), and the log's warnings.
+    pub fn tuning_knobs(&self) -> Result<(BTreeMap<String, crate::schedule::Knobs>, Vec<String>), Error> {
+        match &self.tuning_log {
+            None => Ok((BTreeMap::new(), Vec::new())),
+            Some(path) => crate::tune::TuningLog::knobs_from_file(path, &TargetDescription::resolve(&self.target))
+                .map_err(|e| self.model_err(e.to_string())),
+        }
     }
 
     /// The opt level of the default pipeline (default 3).
@@ -475,7 +500,10 @@ impl Build {
 
     /// Compile the prepared module `m`.
     fn generate_with(&self, m: IRModule, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
-        let mut ctx = PassContext::new().with_opt_level(self.opt_level);
+        let (knobs, _) = self.tuning_knobs()?;
+        let mut ctx = PassContext::new()
+            .with_opt_level(self.opt_level)
+            .with_extension(crate::schedule::ScheduleTuning::applying(knobs));
         ctx.disabled = self.disabled.clone();
         // Tiles and packed layouts sized for the CPU the target names.
         crate::target::configure_context(&self.target, &mut ctx);
@@ -633,8 +661,15 @@ impl Build {
     }
 
     /// The cache key of this build of model `m` with `weights` (as read, before binding).
-    fn cache_key(&self, m: &IRModule, weights: &[(String, Tensor)]) -> String {
+    fn cache_key(
+        &self,
+        m: &IRModule,
+        weights: &[(String, Tensor)],
+        knobs: &BTreeMap<String, crate::schedule::Knobs>,
+    ) -> String {
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        // The tuning records that apply (not the log's bytes: records for other CPUs change nothing here).
+        knobs.hash(&mut h);
         env!("CARGO_PKG_VERSION").hash(&mut h);
         // The module's structure and constants (their bytes, not their text:
         // printing a ResNet's weights as hex took a second), and the names
@@ -730,6 +765,9 @@ impl Build {
             if let Some(ModelSource::RelayFile(p) | ModelSource::Onnx(p)) = &self.model {
                 println!("cargo:rerun-if-changed={}", p.display());
             }
+            if let Some(p) = &self.tuning_log {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
         }
         let io = |path: &Path, e: std::io::Error| Error::Io {
             model: self.name.clone(),
@@ -739,7 +777,13 @@ impl Build {
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         // The model and weights are read once: for the key, and to compile them when it changed.
         let (model, weights) = (build.load_module()?, build.load_weights()?);
-        let key = build.cache_key(&model, &weights);
+        let (knobs, warnings) = build.tuning_knobs()?;
+        if emit && env_var("KILN_VERBOSE", true).is_some() {
+            for w in &warnings {
+                println!("cargo:warning=kiln: model `{}`: {w}", self.name);
+            }
+        }
+        let key = build.cache_key(&model, &weights, &knobs);
         let key_file = dir.join(format!("{}.key", self.name));
         let lib_name = format!("kiln_{}", self.name);
         let lib_file = dir.join(format!("lib{lib_name}.a"));
@@ -882,9 +926,20 @@ fn optimize_and_plan_in(
     ctx: &PassContext,
     tir: &crate::transform::Sequential,
 ) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let pipeline = default_pipeline()?;
-    let fused = apply(&pipeline, m, ctx)?;
-    let mut plan = plan_executor(&fused).map_err(|e| PassError::Failed {
+    let fused = apply(&default_pipeline()?, m, ctx)?;
+    let plan = lower_and_schedule(&fused, ctx, tir)?;
+    Ok((fused, plan))
+}
+
+/// The executor plan of an optimized (fused) module, its kernels through the
+/// TIR pipeline `tir`, under a context already entered. (`kiln tune` lowers
+/// one optimized module many times, with other schedule knobs each time.)
+pub fn lower_and_schedule(
+    fused: &IRModule,
+    ctx: &PassContext,
+    tir: &crate::transform::Sequential,
+) -> Result<ExecutorPlan, PassError> {
+    let mut plan = plan_executor(fused).map_err(|e| PassError::Failed {
         pass: "LowerTE".into(),
         context: String::new(),
         error: BodyError::new(e),
@@ -903,7 +958,7 @@ fn optimize_and_plan_in(
     }
     let mut lowered = apply(tir, lowered, ctx)?;
     plan.kernels = lowered.take_prim_funcs();
-    Ok((fused, plan))
+    Ok(plan)
 }
 
 /// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.

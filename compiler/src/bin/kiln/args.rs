@@ -40,6 +40,10 @@ pub enum Command {
     Run(RunOptions),
     /// Like run, then time the compiled model
     Bench(BenchOptions),
+    /// Search each kernel's schedule space (register tiles, loop orders, threads) by timing
+    /// candidates against the rule's schedule, and write the fastest to a tuning log that
+    /// `--tuning FILE` and `Build::tuning_log` apply
+    Tune(TuneOptions),
     /// List the registered passes
     Passes,
     /// Draw the compiled model: its kernels (fused operators, anchor in red, tensor types on the
@@ -130,6 +134,32 @@ pub struct CompileOptions {
     /// (ONNX) fix the symbolic dimensions of an input (repeatable)
     #[arg(long, value_name = "NAME=1x3x224x224", value_parser = input_shape)]
     pub input_shape: Vec<(String, Vec<usize>)>,
+    /// Schedule the kernels as this tuning log (from `kiln tune`) says, where it has a record
+    /// for the target's CPU
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TuneOptions {
+    #[command(flatten)]
+    pub compile: CompileOptions,
+    /// An input of @main to time on (repeatable; zero-filled where not given)
+    #[arg(long, value_name = "NAME=PATH.npy", value_parser = key_value)]
+    pub input: Vec<(String, String)>,
+    /// Threads the kernels are timed on and tuned for
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = threads)]
+    pub threads: usize,
+    /// Time for the whole search, compilation included: `90s`, `10m`, `1h`
+    #[arg(long, value_name = "TIME", default_value = "10m", value_parser = duration)]
+    pub budget: std::time::Duration,
+    /// Candidates timed per kernel at most (cheapest first by an analytic cost)
+    #[arg(long, value_name = "N", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub candidates: u32,
+    /// The tuning log to write; when it exists, its records for this CPU are reused (not
+    /// searched again) and kept with the new ones
+    #[arg(short = 'o', value_name = "FILE", default_value = "kiln-tuning.json")]
+    pub out: String,
 }
 
 #[derive(Args, Debug)]
@@ -193,6 +223,23 @@ fn input_shape(v: &str) -> Result<(String, Vec<usize>), String> {
     let (n, dims) = v.split_once('=').ok_or_else(bad)?;
     let shape = dims.split('x').map(|d| d.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
     Ok((n.to_string(), shape))
+}
+
+/// `90s`, `10m`, `1h` or plain seconds; positive.
+fn duration(v: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("expected a time such as 90s, 10m or 1h, not `{v}`");
+    let (number, unit) = match v.trim().strip_suffix('h') {
+        Some(n) => (n, 3600.0),
+        None => match v.trim().strip_suffix('m') {
+            Some(n) => (n, 60.0),
+            None => (v.trim().strip_suffix('s').unwrap_or(v.trim()), 1.0),
+        },
+    };
+    let seconds = number.trim().parse::<f64>().map_err(|_| bad())? * unit;
+    if !(seconds > 0.0 && seconds <= 7.0 * 86400.0) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// A positive thread count, at most [`MAX_THREADS`].

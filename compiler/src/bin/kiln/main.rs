@@ -5,6 +5,7 @@
 
 mod args;
 mod progress;
+mod tune;
 mod viz;
 
 use std::process::ExitCode;
@@ -131,6 +132,8 @@ struct CompileArgs {
     ptx: Option<String>,
     /// `--config KEY=VALUE`: pass configuration.
     config: Vec<(String, String)>,
+    /// `--tuning FILE`: schedule records from `kiln tune`.
+    tuning: Option<String>,
 }
 
 impl CompileArgs {
@@ -151,6 +154,7 @@ impl CompileArgs {
             profile: false,
             ptx: None,
             config: c.config,
+            tuning: c.tuning,
         }
     }
 
@@ -174,8 +178,28 @@ impl CompileArgs {
     }
 }
 
-/// Parse, bind weights, type-check, optimize and plan.
-fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::ExecutorPlan), String> {
+/// The `--input NAME=PATH.npy` of every input of `plan`, in the plan's order.
+fn load_inputs(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Result<Vec<kiln::Tensor>, String> {
+    let mut inputs = Vec::new();
+    for &t in &plan.inputs {
+        let name = &plan.tensors[t].name;
+        let Some(path) = c.inputs.iter().find(|(n, _)| n == name).map(|(_, p)| p) else {
+            let names: Vec<&str> = plan.inputs.iter().map(|&i| plan.tensors[i].name.as_str()).collect();
+            return Err(format!("missing --input {name}=PATH.npy (the model's inputs: {})", names.join(", ")));
+        };
+        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+        inputs.push(kiln::npy::read_npy(&bytes).map_err(|e| format!("{path}: {e}"))?);
+    }
+    for (n, _) in &c.inputs {
+        if !plan.inputs.iter().any(|&i| &plan.tensors[i].name == n) {
+            return Err(format!("`{n}` is not an input of the model"));
+        }
+    }
+    Ok(inputs)
+}
+
+/// Parse, bind weights and type-check: the module the pipeline optimizes.
+fn prepare_module(c: &CompileArgs) -> Result<IRModule, String> {
     // Dynamic ONNX input dimensions: `--input-shape`, else (`kiln run`) the
     // shapes of the .npy inputs.
     let mut shapes = c.input_shapes.clone();
@@ -200,11 +224,25 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     m.main().map_err(|e| format!("{}:{e}", c.file))?;
     progress::stage("compiling");
     progress::detail(format!("reading {}", c.file));
-    let m = builder(c, "model", &shapes, bound).prepare().map_err(|e| e.to_string())?;
+    builder(c, "model", &shapes, bound).prepare().map_err(|e| e.to_string())
+}
+
+/// Parse, bind weights, type-check, optimize and plan.
+fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::ExecutorPlan), String> {
+    let m = prepare_module(c)?;
     let mut ctx = PassContext::new().with_opt_level(c.opt_level);
     set_config(&mut ctx, &c.config)?;
     // Tiles and packed layouts sized for the CPU the target names (unless set above).
     kiln::target::configure_context(&c.target, &mut ctx);
+    if let Some(path) = &c.tuning {
+        let target = kiln::target::TargetDescription::resolve(&c.target);
+        let (knobs, warnings) =
+            kiln::tune::TuningLog::knobs_from_file(std::path::Path::new(path), &target).map_err(|e| e.to_string())?;
+        for w in warnings {
+            progress::note(&format!("warning: {w}"));
+        }
+        ctx = ctx.with_extension(kiln::schedule::ScheduleTuning::applying(knobs));
+    }
     let ctx = Arc::new(ctx.with_instruments(vec![progress::PassProgress::instrument()]));
     if kiln::build::is_cuda_target(&c.target) {
         return kiln::build::optimize_and_plan_gpu(m, ctx).map_err(|e| format!("{}: {e}", c.file));
@@ -233,6 +271,9 @@ fn builder(
         b.relay_file(&c.file);
     }
     b.opt_level(c.opt_level).target(&c.target).cargo_metadata(false);
+    if let Some(t) = &c.tuning {
+        b.tuning_log(t);
+    }
     for w in &c.weights {
         b.weights(w);
     }
@@ -467,21 +508,7 @@ fn llvm_library(_: &kiln::backend::aot::ExecutorPlan, _: &str) -> Result<CLibrar
 /// Compile `FILE` and load its inputs: what `run` and `bench` share.
 fn prepare_run(c: &CompileArgs) -> Result<(kiln::backend::aot::ExecutorPlan, Vec<kiln::Tensor>), String> {
     let (_, plan) = compile_file(c)?;
-    let mut inputs = Vec::new();
-    for &t in &plan.inputs {
-        let name = &plan.tensors[t].name;
-        let path = c.inputs.iter().find(|(n, _)| n == name).map(|(_, p)| p).ok_or_else(|| {
-            let names: Vec<&str> = plan.inputs.iter().map(|&i| plan.tensors[i].name.as_str()).collect();
-            format!("missing --input {name}=PATH.npy (the model's inputs: {})", names.join(", "))
-        })?;
-        let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-        inputs.push(kiln::npy::read_npy(&bytes).map_err(|e| format!("{path}: {e}"))?);
-    }
-    for (n, _) in &c.inputs {
-        if !plan.inputs.iter().any(|&i| &plan.tensors[i].name == n) {
-            return Err(format!("`{n}` is not an input of the model"));
-        }
-    }
+    let inputs = load_inputs(c, &plan)?;
     Ok((plan, inputs))
 }
 
@@ -659,6 +686,7 @@ fn run(command: Command) -> Result<(), String> {
         Command::Build(b) => build(&CompileArgs::build(b)),
         Command::Run(r) => run_model(&CompileArgs::run(r), false),
         Command::Bench(b) => run_model(&CompileArgs::bench(b), true),
+        Command::Tune(t) => tune::tune(t),
         Command::Print { file, input_shape } => {
             let m = read_module_with_shapes(&file, &input_shape, &[])?;
             out(&print_module(&m));
