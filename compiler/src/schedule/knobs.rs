@@ -196,7 +196,9 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
         _ => {}
     }
     let print = |g: &PrimFunc| crate::tir::print_prim_func(g);
-    let rule = print(&super::default_cpu_schedule(f.clone(), 3, unit));
+    // The rule's code by the same path as the candidates' (no fallback, no attributes added).
+    let Ok(rule) = super::schedule_with_knobs(f.clone(), unit, &Knobs::default()) else { return Vec::new() };
+    let rule = print(&rule);
     let mut seen = std::collections::BTreeSet::from([rule]);
     let mut valid: Vec<(f64, Knobs)> = Vec::new();
     for k in space {

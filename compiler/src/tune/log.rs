@@ -172,7 +172,8 @@ fn record_to_json(r: &TuningRecord) -> Value {
         "kernel": r.kernel,
         "anchor": r.anchor,
         "cpu": r.cpu,
-        "features": r.features,
+        // One line: the features as `lscpu`-style words.
+        "features": r.features.join(" "),
         "threads": r.threads,
         "knobs": knobs,
         "tuned_us": rounded(r.tuned_us),
@@ -183,11 +184,7 @@ fn record_to_json(r: &TuningRecord) -> Value {
 fn record_from_json(v: &Value) -> Result<TuningRecord, String> {
     let text = |name: &str| v.get(name).and_then(Value::as_str).map(String::from).ok_or(format!("no string `{name}`"));
     let number = |name: &str| v.get(name).and_then(Value::as_f64).ok_or(format!("no number `{name}`"));
-    let features = v
-        .get("features")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(|f| f.as_str().map(String::from)).collect::<Option<Vec<_>>>())
-        .ok_or("no string array `features`")?;
+    let features: Vec<String> = text("features")?.split_whitespace().map(String::from).collect();
     let k = v.get("knobs").and_then(Value::as_object).ok_or("no object `knobs`")?;
     let mut knobs = Knobs::default();
     for (name, value) in k {
@@ -265,10 +262,10 @@ mod tests {
     #[test]
     fn bad_records_are_warnings_and_bad_json_an_error() {
         let text = r#"{"format": "kiln-tuning/1", "records": [
-            {"key": "xyz", "cpu": "znver3", "features": [], "knobs": {}},
-            {"key": "0000000000000001", "cpu": "znver3", "features": [], "knobs": {"tile": 3}},
-            {"key": "0000000000000002", "cpu": "znver3", "features": [], "knobs": {"order": "diagonal"}},
-            {"key": "0000000000000003", "cpu": "znver3", "features": [], "knobs": {"rows": 4}}
+            {"key": "xyz", "cpu": "znver3", "features": "", "knobs": {}},
+            {"key": "0000000000000001", "cpu": "znver3", "features": "", "knobs": {"tile": 3}},
+            {"key": "0000000000000002", "cpu": "znver3", "features": "", "knobs": {"order": "diagonal"}},
+            {"key": "0000000000000003", "cpu": "znver3", "features": "avx2 fma", "knobs": {"rows": 4}}
         ]}"#;
         let (log, warnings) = TuningLog::parse(text).unwrap();
         assert_eq!(log.records.len(), 1);
