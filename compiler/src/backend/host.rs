@@ -64,7 +64,7 @@ pub struct Executor<'p> {
     ins: Vec<Aligned>,
     consts: Vec<Aligned>,
     outs: Vec<Aligned>,
-    pool: kiln_runtime::ThreadPool,
+    pool: std::sync::Arc<kiln_runtime::ThreadPool>,
     /// Reused for every call's argument pointers (no allocation per run).
     args: Vec<*mut u8>,
 }
@@ -78,6 +78,20 @@ impl std::fmt::Debug for Executor<'_> {
 impl<'p> Executor<'p> {
     /// Resolve the kernels and allocate every buffer, for `threads` threads.
     pub fn new(plan: &'p ExecutorPlan, lib: &dyn KernelLibrary, threads: usize) -> Result<Self, RunError> {
+        let pool = kiln_runtime::ThreadPool::try_new(threads.max(1))
+            .map_err(|e| RunError::Threads { threads, message: e.to_string() })?;
+        Self::with_pool(plan, lib, std::sync::Arc::new(pool))
+    }
+
+    /// [`Executor::new`] on an existing pool: executors that take turns
+    /// share one, so that one's idle workers, spinning for its next kernel,
+    /// do not take the cores from the other's (`kiln tune` times two builds
+    /// run by run).
+    pub fn with_pool(
+        plan: &'p ExecutorPlan,
+        lib: &dyn KernelLibrary,
+        pool: std::sync::Arc<kiln_runtime::ThreadPool>,
+    ) -> Result<Self, RunError> {
         let kernels = plan
             .kernels
             .iter()
@@ -90,8 +104,7 @@ impl<'p> Executor<'p> {
             ins: plan.inputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
             consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
             outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
-            pool: kiln_runtime::ThreadPool::try_new(threads.max(1))
-                .map_err(|e| RunError::Threads { threads, message: e.to_string() })?,
+            pool,
             args: Vec::new(),
         })
     }

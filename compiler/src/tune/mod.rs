@@ -111,6 +111,8 @@ pub enum TuneError {
     Mismatch { output: usize, difference: f64, tolerance: f64 },
 }
 
+type Pool = Arc<kiln_runtime::ThreadPool>;
+
 /// A compiled build of the model: its plan and kernels.
 struct Variant {
     plan: ExecutorPlan,
@@ -168,10 +170,15 @@ pub fn tune(
     let reused: BTreeMap<String, Knobs> =
         previous_knobs.into_iter().filter(|(key, _)| seen.iter().any(|k| &k.key == key)).collect();
     let inputs = arrange_inputs(&base.plan, inputs)?;
+    // One pool for every build timed: the builds take turns on the same workers.
+    let pool: Pool = Arc::new(
+        kiln_runtime::ThreadPool::try_new(opts.threads.max(1))
+            .map_err(|e| RunError::Threads { threads: opts.threads, message: e.to_string() })?,
+    );
 
     // How many interleaved repetitions a round takes: about half a second of the model.
     let latency = {
-        let mut ex = executor(&base, &inputs, opts.threads)?;
+        let mut ex = executor(&base, &inputs, &pool)?;
         ex.run()?;
         let t = Instant::now();
         ex.run()?;
@@ -195,7 +202,7 @@ pub fn tune(
         }
         let round_start = Instant::now();
         let candidate = build(ScheduleTuning::applying(table.clone()))?;
-        let (base_us, cand_us) = time_kernels(&base, &candidate, &inputs, opts.threads, reps, &key_of)?;
+        let (base_us, cand_us) = time_kernels(&base, &candidate, &inputs, &pool, reps, &key_of)?;
         for key in table.keys() {
             let (Some(b), Some(c)) = (base_us.get(key), cand_us.get(key)) else { continue };
             *tried.entry(key.clone()).or_default() += 1;
@@ -227,7 +234,7 @@ pub fn tune(
         t
     };
     let mut tuned = build(ScheduleTuning::applying(with_reused(&winners)))?;
-    let (mut base_us, mut tuned_us) = time_kernels(&base, &tuned, &inputs, opts.threads, reps * 3, &key_of)?;
+    let (mut base_us, mut tuned_us) = time_kernels(&base, &tuned, &inputs, &pool, reps * 3, &key_of)?;
     let lost: Vec<String> = winners
         .keys()
         .filter(|k| match (base_us.get(*k), tuned_us.get(*k)) {
@@ -242,10 +249,10 @@ pub fn tune(
         }
         progress(&format!("{} winners did not confirm; rebuilding with {}", lost.len(), winners.len()));
         tuned = build(ScheduleTuning::applying(with_reused(&winners)))?;
-        (base_us, tuned_us) = time_kernels(&base, &tuned, &inputs, opts.threads, reps * 3, &key_of)?;
+        (base_us, tuned_us) = time_kernels(&base, &tuned, &inputs, &pool, reps * 3, &key_of)?;
     }
-    check_outputs(&base, &tuned, &inputs, opts.threads)?;
-    let (model_default_us, model_tuned_us) = time_models(&base, &tuned, &inputs, opts.threads, reps * 3)?;
+    check_outputs(&base, &tuned, &inputs, &pool)?;
+    let (model_default_us, model_tuned_us) = time_models(&base, &tuned, &inputs, &pool, reps * 3)?;
 
     let mut kernels = Vec::new();
     let mut records = Vec::new();
@@ -324,8 +331,8 @@ fn arrange_inputs(plan: &ExecutorPlan, given: &[(String, Tensor)]) -> Result<Vec
         .collect())
 }
 
-fn executor<'v>(v: &'v Variant, inputs: &[Tensor], threads: usize) -> Result<Executor<'v>, RunError> {
-    let mut ex = Executor::new(&v.plan, v.lib.as_ref(), threads)?;
+fn executor<'v>(v: &'v Variant, inputs: &[Tensor], pool: &Pool) -> Result<Executor<'v>, RunError> {
+    let mut ex = Executor::with_pool(&v.plan, v.lib.as_ref(), pool.clone())?;
     ex.set_inputs(inputs)?;
     Ok(ex)
 }
@@ -337,11 +344,11 @@ fn time_kernels(
     a: &Variant,
     b: &Variant,
     inputs: &[Tensor],
-    threads: usize,
+    pool: &Pool,
     reps: usize,
     key_of: &BTreeMap<String, String>,
 ) -> Result<(BTreeMap<String, f64>, BTreeMap<String, f64>), RunError> {
-    let (mut ea, mut eb) = (executor(a, inputs, threads)?, executor(b, inputs, threads)?);
+    let (mut ea, mut eb) = (executor(a, inputs, pool)?, executor(b, inputs, pool)?);
     for _ in 0..2 {
         ea.run()?;
         eb.run()?;
@@ -379,10 +386,10 @@ fn time_models(
     a: &Variant,
     b: &Variant,
     inputs: &[Tensor],
-    threads: usize,
+    pool: &Pool,
     reps: usize,
 ) -> Result<(f64, f64), RunError> {
-    let (mut ea, mut eb) = (executor(a, inputs, threads)?, executor(b, inputs, threads)?);
+    let (mut ea, mut eb) = (executor(a, inputs, pool)?, executor(b, inputs, pool)?);
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..2 {
         ea.run()?;
@@ -400,9 +407,9 @@ fn time_models(
 }
 
 /// The tuned build computes what the rule's does, up to reassociation.
-fn check_outputs(base: &Variant, tuned: &Variant, inputs: &[Tensor], threads: usize) -> Result<(), TuneError> {
-    let mut eb = executor(base, inputs, threads)?;
-    let mut et = executor(tuned, inputs, threads)?;
+fn check_outputs(base: &Variant, tuned: &Variant, inputs: &[Tensor], pool: &Pool) -> Result<(), TuneError> {
+    let mut eb = executor(base, inputs, pool)?;
+    let mut et = executor(tuned, inputs, pool)?;
     eb.run()?;
     et.run()?;
     for (output, (x, y)) in eb.outputs().iter().zip(et.outputs()).enumerate() {
