@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kiln next to ONNX Runtime on the reference models, measured in the same run.
 
-Usage: scripts/bench_onnx.py [--target T] [--rounds N] [MODELS_DIR [REAL_MODELS_DIR]]
+Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [MODELS_DIR [REAL_MODELS_DIR]]
   MODELS_DIR       the reference models (default ../shared/models)
   REAL_MODELS_DIR  yolov8n and pplcnet from fetch_real_models.py (default MODELS_DIR/real;
                    skipped when absent)
@@ -9,6 +9,8 @@ Usage: scripts/bench_onnx.py [--target T] [--rounds N] [MODELS_DIR [REAL_MODELS_
                    the AVX2 code path on either kind of x86 machine
   --rounds N       interleaved rounds of kiln and ORT; each figure is the best round's median
                    (default 2)
+  --tuning DIR     also time kiln with the tuning log DIR/<model>.json (from `kiln tune`), in
+                   the same rounds, and show its speed-up over the untuned build
 Environment: KILN=path/to/kiln uses that binary instead of building `kiln` in release mode;
 MODELS=a,b runs only those models.
 Needs: pip install onnxruntime numpy.
@@ -29,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("--target", default="llvm -mcpu=native")
 ARGS.add_argument("--rounds", type=int, default=2)
+ARGS.add_argument("--tuning")
 ARGS.add_argument("models_dir", nargs="?", default=os.path.join(ROOT, "..", "shared", "models"))
 ARGS.add_argument("real_models_dir", nargs="?")
 OPTS = ARGS.parse_args()
@@ -64,11 +67,12 @@ def ort_median_us(model, x, threads, runs):
     return sorted(times)[len(times) // 2]
 
 
-def kiln_median_us(model, input_name, inp, threads, runs):
-    out = subprocess.run(
-        [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs),
-         "--target", OPTS.target],
-        check=True, capture_output=True, text=True).stdout
+def kiln_median_us(model, input_name, inp, threads, runs, tuning=None):
+    args = [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs),
+            "--target", OPTS.target]
+    if tuning:
+        args += ["--tuning", tuning]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return float(re.search(r"median ([0-9.]+) us", out).group(1))
 
 
@@ -96,8 +100,9 @@ def main():
     only = set(os.environ.get("MODELS", "").split(",")) - {""}
     print(f"CPU: {cpu_description()}; {os.cpu_count()} cores; kiln target `{OPTS.target}`; "
           f"ONNX Runtime {ort.__version__}; best of {OPTS.rounds} interleaved rounds\n")
-    print("| model | kiln 1 thread | ORT 1 thread | kiln 2 threads | ORT 2 threads |")
-    print("| --- | --- | --- | --- | --- |")
+    tuned_header = " kiln tuned 1 thread | kiln tuned 2 threads |" if OPTS.tuning else ""
+    print("| model | kiln 1 thread | ORT 1 thread | kiln 2 threads | ORT 2 threads |" + tuned_header)
+    print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if OPTS.tuning else ""))
     for name, model, inp, runs in CASES:
         if only and name not in only:
             continue
@@ -106,14 +111,20 @@ def main():
             continue
         x = np.load(inp)
         input_name = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).get_inputs()[0].name
-        row = [name]
+        log = os.path.join(OPTS.tuning, f"{name}.json") if OPTS.tuning else None
+        log = log if log and os.path.exists(log) else None
+        row, tuned = [name], []
         for threads in (1, 2):
-            k, o = float("inf"), float("inf")
+            k, o, t = float("inf"), float("inf"), float("inf")
             for _ in range(max(1, OPTS.rounds)):
                 k = min(k, kiln_median_us(model, input_name, inp, threads, runs))
                 o = min(o, ort_median_us(model, x, threads, runs))
+                if log:
+                    t = min(t, kiln_median_us(model, input_name, inp, threads, runs, log))
             row += [f"{k:.1f} µs ({k / o:.2f}× ORT)", f"{o:.1f} µs"]
-        print("| " + " | ".join([row[0], row[1], row[2], row[3], row[4]]) + " |")
+            if OPTS.tuning:
+                tuned.append(f"{t:.1f} µs ({k / t:.2f}× faster, {t / o:.2f}× ORT)" if log else "no log")
+        print("| " + " | ".join(row + tuned) + " |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ fn print_annotates_types() {
 fn every_command_has_help_and_wrong_options_are_errors() {
     let (code, out, _) = kiln(&["--help"]);
     assert_eq!(code, 0);
-    for cmd in ["print", "opt", "build", "run", "bench", "passes"] {
+    for cmd in ["print", "opt", "build", "run", "bench", "tune", "passes"] {
         assert!(out.contains(&format!("  {cmd} ")), "{cmd} missing from:\n{out}");
         let (code, help, err) = kiln(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}: {err}");
@@ -379,4 +379,48 @@ fn print_and_opt_fix_symbolic_onnx_dimensions() {
         assert_eq!(code, 0, "{cmd}: {err}");
         assert!(out.contains("%x: Tensor[(2, 4), float32]"), "{cmd}: {out}");
     }
+}
+
+/// `kiln tune` writes a log (and extends it when run again, reusing its
+/// records); `run --tuning` applies it and computes the same values; a
+/// log that is not JSON and a budget that is not a time are errors.
+#[test]
+fn tune_writes_a_log_that_run_applies() {
+    let dir = tempfile::tempdir().expect("dir");
+    let x = kiln::Tensor::from_f32(vec![1, 784], &(0..784).map(|i| (i as f32 * 0.01).cos()).collect::<Vec<_>>());
+    let xin = write(&dir, "x.npy", &kiln::npy::write_npy(&x));
+    let log = dir.path().join("kiln-tuning.json").to_string_lossy().into_owned();
+    let input = format!("x={xin}");
+    let tune =
+        ["tune", MLP, "--weights", WEIGHTS, "--input", &input, "--budget", "5s", "--candidates", "2", "-o", &log];
+    for _ in 0..2 {
+        let (code, out, err) = kiln(&tune);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("| kernel | anchor | rule µs | tuned µs |") && out.contains("whole model:"), "{out}");
+        assert!(out.contains(&format!("wrote {log}")), "{out}");
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("\"format\": \"kiln-tuning/1\""), "{text}");
+    let (untuned, tuned) = (dir.path().join("a.npy"), dir.path().join("b.npy"));
+    for (out, tuning) in [(&untuned, None), (&tuned, Some(log.as_str()))] {
+        let out = out.to_string_lossy().into_owned();
+        let mut args = vec!["run", MLP, "--weights", WEIGHTS, "--input", &input, "--output", &out];
+        if let Some(t) = tuning {
+            args.extend(["--tuning", t]);
+        }
+        let (code, _, err) = kiln(&args);
+        assert_eq!(code, 0, "{err}");
+    }
+    let a = kiln::npy::read_npy(&std::fs::read(untuned).expect("out")).expect("npy");
+    let b = kiln::npy::read_npy(&std::fs::read(tuned).expect("out")).expect("npy");
+    for (p, q) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+        assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{p} vs {q}");
+    }
+    let broken = write(&dir, "broken.json", b"{\"records\": [");
+    let (code, _, err) = kiln(&["run", MLP, "--weights", WEIGHTS, "--input", &input, "--tuning", &broken]);
+    assert_eq!(code, 1);
+    assert!(err.contains("broken.json") && err.contains("not JSON"), "{err}");
+    let (code, _, err) = kiln(&["tune", MLP, "--budget", "soon"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("expected a time such as 90s, 10m or 1h, not `soon`"), "{err}");
 }

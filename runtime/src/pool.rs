@@ -30,6 +30,9 @@ struct Shared {
     job: Mutex<Option<Job>>,
     wake: Condvar,
     sleepers: Mutex<()>,
+    /// Workers asleep on `wake` (or about to be): a call wakes them only
+    /// when there are any, so that back-to-back kernels cost no system call.
+    sleeping: AtomicUsize,
     /// `generation << 32 | next task index`: a worker still busy with an old
     /// job cannot claim a slice of a newer one.
     ticket: AtomicU64,
@@ -117,6 +120,7 @@ impl ThreadPool {
             job: Mutex::new(None),
             wake: Condvar::new(),
             sleepers: Mutex::new(()),
+            sleeping: AtomicUsize::new(0),
             ticket: AtomicU64::new(0),
             remaining: AtomicUsize::new(0),
             status: AtomicI32::new(0),
@@ -166,8 +170,10 @@ impl ThreadPool {
         self.shared.remaining.store(n as usize, Ordering::Release);
         self.shared.status.store(0, Ordering::Release);
         self.shared.ticket.store(generation << 32, Ordering::Release);
-        self.shared.generation.fetch_add(1, Ordering::AcqRel);
-        {
+        // Sequentially consistent with the sleeper count's: either this call
+        // sees a worker going to sleep, or that worker sees this generation.
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::SeqCst) > 0 {
             let _l = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
@@ -198,9 +204,11 @@ fn worker(s: &Shared) {
                 continue;
             }
             let guard = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
                 let _woken = s.wake.wait_timeout(guard, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner());
             }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job {
@@ -264,6 +272,31 @@ mod tests {
             assert_eq!(unsafe { pool.run(third_fails, &[]) }, 7);
             assert_eq!(unsafe { pool.run(count_ok, &[]) }, 0);
         }
+    }
+
+    static ON_WORKER: AtomicU32 = AtomicU32::new(0);
+
+    /// A 2 ms slice, counted when a pool worker (not the caller) runs it.
+    unsafe extern "C" fn slow_slice(_: *const *mut u8, _: i64, _: i64) -> i32 {
+        std::thread::sleep(Duration::from_millis(2));
+        if std::thread::current().name().is_some_and(|n| n.starts_with("kiln-worker")) {
+            ON_WORKER.fetch_add(1, Ordering::Relaxed);
+        }
+        0
+    }
+
+    /// Calls far enough apart that the worker sleeps between them: each call
+    /// wakes it (the caller alone would take both slices otherwise, and a lost
+    /// wake-up would only end at the 50 ms timeout).
+    #[test]
+    fn a_sleeping_worker_is_woken_for_the_next_call() {
+        let pool = ThreadPool::new(2);
+        for _ in 0..20 {
+            std::thread::sleep(SPIN * 3);
+            assert_eq!(unsafe { pool.run(slow_slice, &[]) }, 0);
+        }
+        let on_worker = ON_WORKER.load(Ordering::Relaxed);
+        assert!(on_worker >= 10, "the worker ran {on_worker} of 20 second slices");
     }
 
     unsafe extern "C" fn count_ok(_: *const *mut u8, _: i64, _: i64) -> i32 {

@@ -4,9 +4,10 @@
 //! fastest in a [`TuningLog`] that builds apply ([`crate::Build::tuning_log`]).
 //!
 //! The search runs in rounds. Each round gives every kernel still searching
-//! its next candidate (cheapest first by the analytic cost of
-//! [`crate::schedule::knobs::candidates`]), lowers the optimized model once
-//! with all of them, compiles it, and times every kernel call of it
+//! its next candidate — alternately the cheapest untried point by the
+//! analytic cost of [`crate::schedule::knobs::candidates`] and the untried
+//! point nearest the kernel's best so far —, lowers the optimized model
+//! once with all of them, compiles it, and times every kernel call of it
 //! interleaved with the rule's build, so that the machine's drift cancels:
 //! one compilation measures one candidate of every kernel. When the budget
 //! is nearly spent, a confirming round re-times the winners with three
@@ -56,7 +57,7 @@ impl Default for TuneOptions {
             opt_level: 3,
             threads: 1,
             budget: Duration::from_secs(600),
-            candidates: 24,
+            candidates: 64,
             config: Vec::new(),
         }
     }
@@ -162,7 +163,8 @@ pub fn tune(
 
     // The rule's build, which also lists every kernel and its candidates.
     progress("lowering with the rule's schedules and listing each kernel's candidates");
-    let recorder = ScheduleTuning::recording(BTreeMap::new(), opts.threads, opts.candidates);
+    // The whole (valid, distinct) space of each kernel, cheapest first; `opts.candidates` of it are timed.
+    let recorder = ScheduleTuning::recording(BTreeMap::new(), opts.threads, SPACE_LIMIT);
     let base = build(recorder.clone())?;
     let seen: Vec<SeenKernel> = distinct(recorder.seen());
     let key_of: BTreeMap<String, String> = seen.iter().map(|k| (k.name.clone(), k.key.clone())).collect();
@@ -190,11 +192,27 @@ pub fn tune(
         seen.iter().filter(|k| !reused.contains_key(&k.key) && !k.candidates.is_empty()).collect();
     let mut best: BTreeMap<String, (f64, Knobs)> = BTreeMap::new();
     let mut tried: BTreeMap<String, usize> = BTreeMap::new();
+    let mut untried: BTreeMap<String, Vec<Knobs>> =
+        searching.iter().map(|k| (k.key.clone(), k.candidates.clone())).collect();
     let mut rounds = 0;
     let mut last_round = Duration::ZERO;
     loop {
-        let table: BTreeMap<String, Knobs> =
-            searching.iter().filter_map(|k| k.candidates.get(rounds).map(|c| (k.key.clone(), c.clone()))).collect();
+        // Odd rounds explore the neighbours of a kernel's best point so far
+        // (where it beats the rule); even rounds, and kernels without one,
+        // take the cheapest untried point by the analytic cost.
+        let mut table: BTreeMap<String, Knobs> = BTreeMap::new();
+        for (key, left) in untried.iter_mut() {
+            if left.is_empty() || tried.get(key).copied().unwrap_or(0) >= opts.candidates {
+                continue;
+            }
+            let pick = match best.get(key) {
+                Some((r, b)) if rounds % 2 == 1 && *r < 1.0 => {
+                    (0..left.len()).min_by_key(|&i| (distance(&left[i], b), i)).unwrap_or(0)
+                }
+                _ => 0,
+            };
+            table.insert(key.clone(), left.remove(pick));
+        }
         // Stop when no kernel has a candidate left, or before a round and
         // the confirming round would overrun the budget.
         if table.is_empty() || start.elapsed() + last_round * 3 > opts.budget {
@@ -296,6 +314,19 @@ pub fn tune(
     Ok((records, report))
 }
 
+/// At most this many points of a kernel's space are listed (cheapest first).
+const SPACE_LIMIT: usize = 400;
+
+/// How far apart two points of a space are: tile steps, plus a loop order
+/// or thread change counted as two and four steps.
+fn distance(a: &Knobs, b: &Knobs) -> i64 {
+    let steps = |x: Option<i64>, y: Option<i64>| (x.unwrap_or(0) - y.unwrap_or(0)).abs();
+    steps(a.rows, b.rows)
+        + steps(a.cols, b.cols)
+        + 2 * i64::from(a.order != b.order)
+        + 4 * i64::from(a.serial != b.serial)
+}
+
 /// A candidate wins its round when it takes less than this share of the rule's time...
 const WIN: f64 = 0.97;
 /// ...and is kept when the confirming round times it below this share.
@@ -382,13 +413,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median whole-model microseconds of `a` and `b`, interleaved.
-fn time_models(
-    a: &Variant,
-    b: &Variant,
-    inputs: &[Tensor],
-    pool: &Pool,
-    reps: usize,
-) -> Result<(f64, f64), RunError> {
+fn time_models(a: &Variant, b: &Variant, inputs: &[Tensor], pool: &Pool, reps: usize) -> Result<(f64, f64), RunError> {
     let (mut ea, mut eb) = (executor(a, inputs, pool)?, executor(b, inputs, pool)?);
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..2 {

@@ -153,8 +153,9 @@ pub struct TuneOptions {
     /// Time for the whole search, compilation included: `90s`, `10m`, `1h`
     #[arg(long, value_name = "TIME", default_value = "10m", value_parser = duration)]
     pub budget: std::time::Duration,
-    /// Candidates timed per kernel at most (cheapest first by an analytic cost)
-    #[arg(long, value_name = "N", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// Candidates timed per kernel at most (cheapest first by an analytic cost, then near the best
+    /// so far); the budget usually ends the search first
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=400))]
     pub candidates: u32,
     /// The tuning log to write; when it exists, its records for this CPU are reused (not
     /// searched again) and kept with the new ones
