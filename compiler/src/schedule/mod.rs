@@ -589,6 +589,8 @@ pub fn tuned_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit, knobs: 
     if *knobs != Knobs::default() && opt_level > 0 {
         match schedule_with_knobs(f.clone(), unit, knobs) {
             Ok(mut g) => {
+                let anchor = g.attrs.get("anchor").cloned().unwrap_or_else(|| "default".into());
+                g.attrs.insert("schedule".into(), anchor);
                 g.attrs.insert("tuning".into(), knobs.to_string());
                 return g;
             }

@@ -12,8 +12,8 @@
 //! one compilation measures one candidate of every kernel. When the budget
 //! is nearly spent, a confirming round re-times the winners with three
 //! times the repetitions and keeps those still faster; the model's whole
-//! latency, tuned and untuned, is measured the same way, and the tuned
-//! outputs are checked against the untuned ones.
+//! latency, tuned and untuned, is measured the same way. Every build's
+//! outputs are checked against the rule's build's.
 
 pub mod log;
 
@@ -220,6 +220,8 @@ pub fn tune(
         }
         let round_start = Instant::now();
         let candidate = build(ScheduleTuning::applying(table.clone()))?;
+        // Every candidate build computes the rule's values (a schedule bug stops the search).
+        check_outputs(&base, &candidate, &inputs, &pool)?;
         let (base_us, cand_us) = time_kernels(&base, &candidate, &inputs, &pool, reps, &key_of)?;
         for key in table.keys() {
             let (Some(b), Some(c)) = (base_us.get(key), cand_us.get(key)) else { continue };
