@@ -30,9 +30,6 @@ struct Shared {
     job: Mutex<Option<Job>>,
     wake: Condvar,
     sleepers: Mutex<()>,
-    /// Workers asleep on `wake` (or about to be): a call wakes them only
-    /// when there are any, so that back-to-back kernels cost no system call.
-    sleeping: AtomicUsize,
     /// `generation << 32 | next task index`: a worker still busy with an old
     /// job cannot claim a slice of a newer one.
     ticket: AtomicU64,
@@ -120,7 +117,6 @@ impl ThreadPool {
             job: Mutex::new(None),
             wake: Condvar::new(),
             sleepers: Mutex::new(()),
-            sleeping: AtomicUsize::new(0),
             ticket: AtomicU64::new(0),
             remaining: AtomicUsize::new(0),
             status: AtomicI32::new(0),
@@ -170,10 +166,8 @@ impl ThreadPool {
         self.shared.remaining.store(n as usize, Ordering::Release);
         self.shared.status.store(0, Ordering::Release);
         self.shared.ticket.store(generation << 32, Ordering::Release);
-        // Sequentially consistent with the sleeper count's: either this call
-        // sees a worker going to sleep, or that worker sees this generation.
-        self.shared.generation.fetch_add(1, Ordering::SeqCst);
-        if self.shared.sleeping.load(Ordering::SeqCst) > 0 {
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        {
             let _l = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
@@ -204,11 +198,9 @@ fn worker(s: &Shared) {
                 continue;
             }
             let guard = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
-            s.sleeping.fetch_add(1, Ordering::SeqCst);
-            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
+            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
                 let _woken = s.wake.wait_timeout(guard, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner());
             }
-            s.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job {
