@@ -237,8 +237,13 @@ pub fn tune(
         last_round = round_start.elapsed();
         let gains = best.values().filter(|(r, _)| *r < WIN).count();
         let top = best.values().map(|(r, _)| 1.0 / r).fold(1.0, f64::max);
+        // A kernel is done when its listed points or its share of candidates are all timed.
+        let done = untried
+            .iter()
+            .filter(|(key, left)| left.is_empty() || tried.get(*key).copied().unwrap_or(0) >= opts.candidates)
+            .count();
         progress(&format!(
-            "round {rounds}: {} kernels searched, {} candidates timed, {gains} faster than the rule (best ×{top:.2}), {:.0} s of {:.0} s",
+            "round {rounds}: {done} of {} kernels done, {} candidates timed, {gains} faster than the rule (best ×{top:.2}), {:.0} s of {:.0} s",
             searching.len(),
             tried.values().sum::<usize>(),
             start.elapsed().as_secs_f64(),

@@ -154,7 +154,7 @@ pub struct TuneOptions {
     #[arg(long, value_name = "TIME", default_value = "10m", value_parser = duration)]
     pub budget: std::time::Duration,
     /// Candidates timed per kernel at most (cheapest first by an analytic cost, then near the best
-    /// so far); the budget usually ends the search first
+    /// so far); the search ends at the budget or when every listed point is timed
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=400))]
     pub candidates: u32,
     /// The tuning log to write; when it exists, its records for this CPU are reused (not
