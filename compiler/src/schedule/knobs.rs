@@ -170,7 +170,8 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
     let lanes = unit.f32_lanes as i64;
     match anchor {
         "nn.conv2d" => {
-            let cols: Vec<i64> = (1..=16).collect();
+            // Up to what the registers hold (a 1 × 30 tile on AVX-512); the strategy refuses the rest.
+            let cols: Vec<i64> = (1..=unit.registers as i64).collect();
             for (r, c) in tiles(1..=8, &cols) {
                 for order in
                     [None, Some(ConvOrder::Rows), Some(ConvOrder::ChannelsPaddedOnce), Some(ConvOrder::ChannelsInPlace)]
@@ -187,8 +188,10 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
             }
         }
         "nn.matmul" | "nn.batch_matmul" | "nn.contrib_dense_pack" => {
+            // Rows up to what the registers hold beside one vector of columns
+            // (Winograd products: 16 columns, one AVX-512 vector).
             let cols: Vec<i64> = (1..=8).map(|v| v * lanes).collect();
-            for (r, c) in tiles(1..=8, &cols) {
+            for (r, c) in tiles(1..=unit.registers as i64, &cols) {
                 space.push(Knobs { rows: Some(r), cols: Some(c), ..Knobs::default() });
                 space.push(Knobs { rows: Some(r), ..Knobs::default() });
             }
