@@ -276,20 +276,17 @@ pub fn tune(
             })
             .cloned()
             .collect();
-        if lost.is_empty() || attempt == CONFIRM_ROUNDS {
-            for k in &lost {
-                winners.remove(k);
-            }
-            if lost.is_empty() {
-                break (tuned, base_us, tuned_us);
-            }
-            // The final build without them, timed once more.
+        for k in &lost {
+            winners.remove(k);
+        }
+        if lost.is_empty() {
+            break (tuned, base_us, tuned_us);
+        }
+        if attempt == CONFIRM_ROUNDS {
+            // The build without them, timed once more for the report.
             let tuned = build(ScheduleTuning::applying(with_reused(&winners)))?;
             let (base_us, tuned_us) = time_kernels(&base, &tuned, &inputs, &pool, reps * 3, &key_of)?;
             break (tuned, base_us, tuned_us);
-        }
-        for k in &lost {
-            winners.remove(k);
         }
         progress(&format!("{} winners did not confirm; timing the {} others again", lost.len(), winners.len()));
     };
