@@ -173,6 +173,8 @@ fn a_tuned_log_rebuilds_byte_identically_and_matches_the_interpreter() {
         let artifacts = b.compile_in(&out).expect("build with the log");
         let tuned = artifacts.plan.kernels.iter().find(|k| k.name == format!("tuned_{}", forced.name)).expect("kernel");
         assert_eq!(tuned.attrs.get("tuning"), Some(&candidate.to_string()));
+        let report: serde_json::Value = serde_json::from_str(&artifacts.report).expect("report");
+        assert_eq!(report["tuned_kernels"][&tuned.name], candidate.to_string(), "{report}");
         assert_close(&run(&artifacts.plan, &x, 1), &want, "the tuned build");
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&out)
             .expect("read dir")

@@ -1,5 +1,5 @@
 //! `<model>.json`, the build report: the target, the memory plan and the
-//! kernels, written by serde_json so that any name an ONNX file brings is
+//! kernels (with the knobs of those a tuning log scheduled), written by serde_json so that any name an ONNX file brings is
 //! escaped correctly; deterministic (sorted keys), like every artifact.
 
 use crate::backend::aot::ExecutorPlan;
@@ -24,6 +24,12 @@ pub(super) fn report_json(name: &str, target: &TargetDescription, plan: &Executo
             "constant_bytes": plan.constants.iter().map(|c| c.bytes().len()).sum::<usize>(),
         },
         "kernels": plan.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        // The kernels a tuning log scheduled: their knobs, or why a record was not applied.
+        "tuned_kernels": plan
+            .kernels
+            .iter()
+            .filter_map(|k| k.attrs.get("tuning").map(|t| (k.name.clone(), serde_json::json!(t))))
+            .collect::<serde_json::Map<_, _>>(),
         "calls": plan.calls.iter().map(|c| serde_json::json!({
             "kernel": plan.kernels[c.kernel].name,
             "args": c.args,
