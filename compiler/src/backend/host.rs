@@ -181,6 +181,39 @@ impl<'p> Executor<'p> {
     }
 }
 
+/// The plan's kernels compiled in process for the CPU `target`: LLVM's JIT,
+/// or C into a shared object for `c`. A target whose features this CPU
+/// lacks is refused (its code would die of SIGILL).
+pub fn compile_in_process(plan: &ExecutorPlan, target: &str) -> Result<Box<dyn KernelLibrary>, RunError> {
+    let description = crate::target::TargetDescription::resolve(target);
+    if let Some(feature) = description.first_missing_on_this_cpu() {
+        return Err(RunError::Target {
+            message: format!(
+                "target `{target}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
+                 run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it"
+            ),
+        });
+    }
+    if target.trim() == "c" {
+        return Ok(Box::new(super::c_library::CLibrary::build(&plan.kernels, 2)?));
+    }
+    llvm_jit(plan, target)
+}
+
+#[cfg(feature = "llvm")]
+fn llvm_jit(plan: &ExecutorPlan, target: &str) -> Result<Box<dyn KernelLibrary>, RunError> {
+    let message = |e: &dyn std::fmt::Display| RunError::Target { message: e.to_string() };
+    let target = crate::codegen::llvm::LlvmTarget::parse(target).map_err(|e| message(&e))?;
+    Ok(Box::new(crate::codegen::llvm::Jit::for_target("model", &plan.kernels, &target).map_err(|e| message(&e))?))
+}
+
+#[cfg(not(feature = "llvm"))]
+fn llvm_jit(_: &ExecutorPlan, _: &str) -> Result<Box<dyn KernelLibrary>, RunError> {
+    Err(RunError::Target {
+        message: "an LLVM target needs LLVM: this kiln was built without the `llvm` feature (use --target c)".into(),
+    })
+}
+
 /// Run `plan` once on `inputs` with `threads` threads for parallel kernels.
 pub fn run(
     plan: &ExecutorPlan,

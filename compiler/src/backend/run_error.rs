@@ -61,6 +61,13 @@ pub enum RunError {
         /// What failed, with the compiler's output where there is some.
         message: String,
     },
+    /// The target cannot be compiled for or run on this machine: a CPU
+    /// feature it lacks, a CPU LLVM does not know, a kiln without LLVM.
+    #[error("{message}")]
+    Target {
+        /// What is wrong, naming the target.
+        message: String,
+    },
     /// The GPU (driver, memory, launch) failed.
     #[error("GPU: {message}")]
     Device {

@@ -483,7 +483,8 @@ impl Build {
 
     /// Compile in memory: nothing is written, nothing printed.
     pub fn generate(&self) -> Result<Artifacts, Error> {
-        self.generate_with(self.prepare()?, None)
+        let (knobs, _) = self.tuning_knobs()?;
+        self.generate_with(self.prepare()?, None, knobs)
     }
 
     /// The model with its weights bound as constants, type-checked: what gets optimized.
@@ -498,9 +499,13 @@ impl Build {
         Ok(m)
     }
 
-    /// Compile the prepared module `m`.
-    fn generate_with(&self, m: IRModule, dump_ir: Option<PathBuf>) -> Result<Artifacts, Error> {
-        let (knobs, _) = self.tuning_knobs()?;
+    /// Compile the prepared module `m`, its kernels scheduled by the tuning `knobs`.
+    fn generate_with(
+        &self,
+        m: IRModule,
+        dump_ir: Option<PathBuf>,
+        knobs: BTreeMap<String, crate::schedule::Knobs>,
+    ) -> Result<Artifacts, Error> {
         let mut ctx = PassContext::new()
             .with_opt_level(self.opt_level)
             .with_extension(crate::schedule::ScheduleTuning::applying(knobs));
@@ -814,7 +819,7 @@ impl Build {
                 reused: true,
             }
         } else {
-            let a = build.generate_with(build.prepared(model, &weights)?, dump)?;
+            let a = build.generate_with(build.prepared(model, &weights)?, dump, knobs)?;
             a.write_to(&dir)?;
             if !cuda {
                 archive(&a, &dir, &lib_name, &build.target).map_err(|m| self.model_err(m))?;

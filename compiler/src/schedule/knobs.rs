@@ -87,10 +87,14 @@ impl std::fmt::Display for Knobs {
 #[derive(Debug, Default)]
 pub struct ScheduleTuning {
     pub knobs: BTreeMap<String, Knobs>,
-    /// Filled by `tir.DefaultSchedule` when present: per kernel, its key and
-    /// its candidates (the tuner's view of a build).
-    pub recording: Option<Mutex<Vec<SeenKernel>>>,
-    /// While recording: the threads candidates are for, and how many per kernel.
+    pub recording: Option<Recording>,
+}
+
+/// The tuner's view of a build, filled by `tir.DefaultSchedule`: per
+/// kernel, its key and up to `limit` candidates for `threads` threads.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub seen: Mutex<Vec<SeenKernel>>,
     pub threads: usize,
     pub limit: usize,
 }
@@ -98,18 +102,18 @@ pub struct ScheduleTuning {
 impl ScheduleTuning {
     /// Applies `knobs`, records nothing.
     pub fn applying(knobs: BTreeMap<String, Knobs>) -> Arc<ScheduleTuning> {
-        Arc::new(ScheduleTuning { knobs, recording: None, threads: 1, limit: 0 })
+        Arc::new(ScheduleTuning { knobs, recording: None })
     }
 
     /// Applies `knobs` and records every kernel scheduled, with up to
     /// `limit` candidates each for `threads` threads.
     pub fn recording(knobs: BTreeMap<String, Knobs>, threads: usize, limit: usize) -> Arc<ScheduleTuning> {
-        Arc::new(ScheduleTuning { knobs, recording: Some(Mutex::new(Vec::new())), threads, limit })
+        Arc::new(ScheduleTuning { knobs, recording: Some(Recording { seen: Mutex::new(Vec::new()), threads, limit }) })
     }
 
     /// What was recorded (empty when not recording).
     pub fn seen(&self) -> Vec<SeenKernel> {
-        self.recording.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
+        self.recording.as_ref().map(|r| r.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
     }
 }
 
@@ -201,8 +205,8 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
     let print = |g: &PrimFunc| crate::tir::print_prim_func(g);
     // The rule's code by the same path as the candidates' (no fallback, no attributes added).
     let Ok(rule) = super::schedule_with_knobs(f.clone(), unit, &Knobs::default()) else { return Vec::new() };
-    let rule = print(&rule);
-    let mut seen = std::collections::BTreeSet::from([rule]);
+    let rule_is_parallel = rule.body.has_parallel_loop();
+    let mut seen = std::collections::BTreeSet::from([print(&rule)]);
     let mut valid: Vec<(f64, Knobs)> = Vec::new();
     for k in space {
         let Ok(g) = super::schedule_with_knobs(f.clone(), unit, &k) else { continue };
@@ -214,7 +218,7 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
     }
     valid.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
     let mut out: Vec<Knobs> = valid.into_iter().map(|(_, k)| k).take(limit).collect();
-    if threads > 1 && super::default_cpu_schedule(f.clone(), 3, unit).body.has_parallel_loop() {
+    if threads > 1 && rule_is_parallel {
         let serial: Vec<Knobs> = std::iter::once(Knobs::default())
             .chain(out.iter().take(3).cloned())
             .map(|k| Knobs { serial: true, ..k })

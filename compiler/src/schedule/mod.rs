@@ -606,10 +606,10 @@ pub fn tuned_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit, knobs: 
         Err(ScheduleError { kernel: f.name.clone(), message: "opt level 0".into() })
     } else {
         match strategy(f.clone(), unit, knobs) {
-            Err(e) if e.message == NO_STRATEGY => Ok(vectorize_inner(f.clone(), unit)),
+            None => Ok(vectorize_inner(f.clone(), unit)),
             // The general reduction schedule where a strategy does not apply.
-            Err(_) if is_tiled(&anchor, &f) => schedule_reduction(f.clone(), unit),
-            other => other,
+            Some(Err(_)) if is_tiled(&anchor, &f) => schedule_reduction(f.clone(), unit),
+            Some(scheduled) => scheduled,
         }
     };
     // The kernel says which strategy shaped it, or why none did (printed with the TIR).
@@ -627,10 +627,6 @@ pub fn tuned_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit, knobs: 
     inline_unplaced(out)
 }
 
-/// What [`strategy`] answers for a kernel with neither a reduction nor a
-/// strategy of its own (vectorized by `vectorize_inner`).
-const NO_STRATEGY: &str = "no strategy";
-
 /// Whether `anchor` has a tiled strategy (convolutions, matrix products).
 fn is_tiled(anchor: &str, f: &PrimFunc) -> bool {
     anchor == "nn.conv2d" || (MATMULS.contains(&anchor) && !f.attrs.contains_key("transpose_b"))
@@ -638,30 +634,33 @@ fn is_tiled(anchor: &str, f: &PrimFunc) -> bool {
 
 const MATMULS: [&str; 3] = ["nn.matmul", "nn.batch_matmul", "nn.contrib_dense_pack"];
 
-/// The strategy of `f`'s anchor at `knobs`, without falling back.
-fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
+/// The strategy of `f`'s anchor at `knobs`, without falling back; None for
+/// a kernel with neither a reduction nor a strategy of its own (which
+/// `vectorize_inner` vectorizes).
+fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimFunc, ScheduleError>> {
     let anchor = f.attrs.get("anchor").cloned().unwrap_or_default();
     let untiled = knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some();
-    let refuse = |m: &str| Err(ScheduleError { kernel: f.name.clone(), message: m.into() });
-    match anchor.as_str() {
+    Some(match anchor.as_str() {
         "nn.conv2d" => conv2d::schedule_conv2d(f, unit, knobs),
         // A weight read along its rows (dense, transpose_b) is not contiguous
         // in the output columns: LLVM's vectorizer does better on the plain reduction.
         a if is_tiled(a, &f) => schedule_matmul(f, unit, knobs),
-        _ if untiled => refuse("this kernel has no register tile to tune"),
+        _ if untiled => {
+            Err(ScheduleError { kernel: f.name.clone(), message: "this kernel has no register tile to tune".into() })
+        }
         "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform" => {
             winograd::schedule_transform(f, unit)
         }
         _ if reduction_nest(&f).is_some() => schedule_reduction(f, unit).map(|g| vectorize_rows(g, unit)),
-        _ => refuse(NO_STRATEGY),
-    }
+        _ => return None,
+    })
 }
 
 /// `f` scheduled at `knobs` exactly: an error where a knob does not fit.
 pub(crate) fn schedule_with_knobs(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
     let g = match strategy(f.clone(), unit, knobs) {
-        Err(e) if e.message == NO_STRATEGY => vectorize_inner(f, unit),
-        other => other?,
+        None => vectorize_inner(f, unit),
+        Some(scheduled) => scheduled?,
     };
     let g = inline_unplaced(g);
     Ok(if knobs.serial { knobs::make_serial(g) } else { g })

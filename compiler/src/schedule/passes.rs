@@ -42,21 +42,22 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
             let unit = crate::target::VectorUnit::of_context(ctx);
             // Tuning records (`kiln tune`'s log) by kernel key; the tuner also records what it sees.
             let mut f = match ctx.extension::<super::ScheduleTuning>() {
-                Some(tuning) => {
+                // The key (the kernel printed and hashed) only when records or the tuner need it.
+                Some(tuning) if tuning.recording.is_some() || !tuning.knobs.is_empty() => {
                     let key = super::kernel_key(&f);
-                    if let Some(seen) = &tuning.recording {
+                    if let Some(recording) = &tuning.recording {
                         let record = super::knobs::SeenKernel {
                             name: f.name.clone(),
                             key: key.clone(),
                             anchor: f.attrs.get("anchor").cloned().unwrap_or_default(),
-                            candidates: super::knobs::candidates(&f, unit, tuning.threads, tuning.limit),
+                            candidates: super::knobs::candidates(&f, unit, recording.threads, recording.limit),
                         };
-                        seen.lock().unwrap_or_else(|e| e.into_inner()).push(record);
+                        recording.seen.lock().unwrap_or_else(|e| e.into_inner()).push(record);
                     }
                     let knobs = tuning.knobs.get(&key).cloned().unwrap_or_default();
                     super::tuned_cpu_schedule(f, ctx.opt_level, unit, &knobs)
                 }
-                None => super::default_cpu_schedule(f, ctx.opt_level, unit),
+                _ => super::default_cpu_schedule(f, ctx.opt_level, unit),
             };
             if ctx.config_bool("tir.fast_math") == Some(true) {
                 f.attrs.insert("fast_math".into(), "true".into());

@@ -157,7 +157,7 @@ pub fn tune(
     let tir = crate::schedule::passes::tir_pipeline()?;
     let build = |tuning: Arc<ScheduleTuning>| -> Result<Variant, TuneError> {
         let plan = context(tuning)?.scope(|ctx| crate::build::lower_and_schedule(&fused, ctx, &tir))?;
-        let lib = kernel_library(&plan, &opts.target)?;
+        let lib = crate::backend::host::compile_in_process(&plan, &opts.target)?;
         Ok(Variant { plan, lib })
     };
 
@@ -470,25 +470,4 @@ fn check_outputs(base: &Variant, tuned: &Variant, inputs: &[Tensor], pool: &Pool
         }
     }
     Ok(())
-}
-
-/// The plan's kernels compiled in process: LLVM's JIT, or C for the `c` target.
-fn kernel_library(plan: &ExecutorPlan, target: &str) -> Result<Box<dyn KernelLibrary>, TuneError> {
-    if target.trim() == "c" {
-        return Ok(Box::new(crate::backend::c_library::CLibrary::build(&plan.kernels, 2)?));
-    }
-    llvm_library(plan, target)
-}
-
-#[cfg(feature = "llvm")]
-fn llvm_library(plan: &ExecutorPlan, target: &str) -> Result<Box<dyn KernelLibrary>, TuneError> {
-    let t = crate::codegen::llvm::LlvmTarget::parse(target).map_err(|e| TuneError::Target(e.to_string()))?;
-    let jit = crate::codegen::llvm::Jit::for_target("tune", &plan.kernels, &t)
-        .map_err(|e| TuneError::Target(e.to_string()))?;
-    Ok(Box::new(jit))
-}
-
-#[cfg(not(feature = "llvm"))]
-fn llvm_library(_: &ExecutorPlan, target: &str) -> Result<Box<dyn KernelLibrary>, TuneError> {
-    Err(TuneError::Target(format!("target `{target}` needs kiln's `llvm` feature; tune with `--target c`")))
 }

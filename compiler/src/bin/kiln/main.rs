@@ -11,8 +11,6 @@ mod viz;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use kiln::backend::c_library::CLibrary;
-
 use args::{BenchOptions, BuildOptions, Cli, Command, CompileOptions, OptOptions, RunOptions};
 use clap::Parser;
 
@@ -490,21 +488,6 @@ fn compile_llvm(_: &CompileArgs, _: &str, _: &[kiln::tir::PrimFunc], kinds: &[&s
     ))
 }
 
-/// The LLVM JIT as a kernel library, compiled for the target's CPU.
-#[cfg(feature = "llvm")]
-fn llvm_library(plan: &kiln::backend::aot::ExecutorPlan, target: &str) -> Result<kiln::codegen::llvm::Jit, String> {
-    progress::stage("generating code");
-    progress::detail(format!("{} kernels (LLVM JIT)", plan.kernels.len()));
-    let target = kiln::codegen::llvm::LlvmTarget::parse(target).map_err(|e| e.to_string())?;
-    kiln::codegen::llvm::Jit::for_target("model", &plan.kernels, &target).map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "llvm"))]
-fn llvm_library(_: &kiln::backend::aot::ExecutorPlan, _: &str) -> Result<CLibrary, String> {
-    Err("an LLVM target needs LLVM: this kiln was built without the `llvm` feature (use --target c)".into())
-}
-
-/// Kernels compiled as C into a shared object and loaded.
 /// Compile `FILE` and load its inputs: what `run` and `bench` share.
 fn prepare_run(c: &CompileArgs) -> Result<(kiln::backend::aot::ExecutorPlan, Vec<kiln::Tensor>), String> {
     let (_, plan) = compile_file(c)?;
@@ -517,22 +500,10 @@ fn kernel_library(
     c: &CompileArgs,
     plan: &kiln::backend::aot::ExecutorPlan,
 ) -> Result<Box<dyn kiln::backend::host::KernelLibrary>, String> {
-    // Code for a CPU feature this machine lacks would die of SIGILL.
-    let description = kiln::target::TargetDescription::resolve(&c.target);
-    if let Some(feature) = description.first_missing_on_this_cpu() {
-        return Err(format!(
-            "target `{}` compiles for the CPU feature `{feature}`, which this CPU lacks; \
-             run it with `--target \"llvm -mcpu=native\"` here, or on a CPU that has it",
-            c.target
-        ));
-    }
-    if c.target.trim() == "c" {
-        progress::stage("generating code");
-        progress::detail(format!("{} kernels (C, $CC)", plan.kernels.len()));
-        Ok(Box::new(CLibrary::build(&plan.kernels, 2).map_err(|e| e.to_string())?))
-    } else {
-        Ok(Box::new(llvm_library(plan, &c.target)?))
-    }
+    progress::stage("generating code");
+    let how = if c.target.trim() == "c" { "C, $CC" } else { "LLVM JIT" };
+    progress::detail(format!("{} kernels ({how})", plan.kernels.len()));
+    kiln::backend::host::compile_in_process(plan, &c.target).map_err(|e| e.to_string())
 }
 
 /// Per plan call, the median microseconds over 20 runs on zero-filled
