@@ -521,8 +521,8 @@ impl Build {
         if is_cuda_target(&self.target) {
             return self.generate_cuda(m, ctx, timing);
         }
-        let tir = crate::schedule::passes::tir_pipeline().map_err(|e| self.compile_err(e))?;
-        let (fused, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &tir)?;
+        let pipelines = Pipelines::cpu().map_err(|e| self.compile_err(e))?;
+        let (fused, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
@@ -575,19 +575,19 @@ impl Build {
         apply(&Sequential::new("UserPasses", passes)?, m, ctx)
     }
 
-    /// The user's passes, the default pipeline and the executor plan (its
-    /// kernels through `tir`), in one entered `ctx`; with the pass timing
-    /// report, rendered before the context is left (which clears it).
+    /// The user's passes, the target's pipelines and the executor plan, in
+    /// one entered `ctx`; with the pass timing report, rendered before the
+    /// context is left (which clears it).
     fn passes_and_plan(
         &self,
         m: IRModule,
         ctx: Arc<PassContext>,
         timing: &crate::transform::instrument::PassTimingInstrument,
-        tir: &Sequential,
+        pipelines: &Pipelines,
     ) -> Result<(IRModule, ExecutorPlan, String), Error> {
         ctx.scope(|ctx| {
             let m = self.user_passes(m, ctx)?;
-            let (fused, plan) = optimize_and_plan_in(m, ctx, tir)?;
+            let (fused, plan) = optimize_and_plan_in(m, ctx, pipelines)?;
             Ok((fused, plan, timing.render()))
         })
         .map_err(|e| self.compile_err(e))
@@ -629,8 +629,8 @@ impl Build {
     ) -> Result<Artifacts, Error> {
         let target =
             crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
-        let tir = crate::schedule::passes::gpu_tir_pipeline().map_err(|e| self.compile_err(e))?;
-        let (_, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &tir)?;
+        let pipelines = Pipelines::gpu().map_err(|e| self.compile_err(e))?;
+        let (_, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
         }
@@ -904,35 +904,47 @@ pub fn is_cuda_target(target: &str) -> bool {
 /// executor plan with its kernels flattened, simplified and scheduled.
 /// (What [`Build`] and `kiln build`/`kiln run` share.)
 pub fn optimize_and_plan(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let tir = crate::schedule::passes::tir_pipeline()?;
-    optimize_and_plan_with(m, ctx, &tir)
+    let pipelines = Pipelines::cpu()?;
+    ctx.scope(|ctx| optimize_and_plan_in(m, ctx, &pipelines))
 }
 
-/// [`optimize_and_plan`] for NVIDIA GPUs: the kernels come out of the GPU
+/// [`optimize_and_plan`] for NVIDIA GPUs: the GPU's Relay pipeline
+/// ([`crate::relay::transform::gpu_pipeline`]), then kernels out of the GPU
 /// TIR pipeline, bound to blocks and threads, with their launch shapes in
 /// the attributes `gpu.grid` and `gpu.block`.
 pub fn optimize_and_plan_gpu(m: IRModule, ctx: Arc<PassContext>) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let tir = crate::schedule::passes::gpu_tir_pipeline()?;
-    optimize_and_plan_with(m, ctx, &tir)
+    let pipelines = Pipelines::gpu()?;
+    ctx.scope(|ctx| optimize_and_plan_in(m, ctx, &pipelines))
 }
 
-fn optimize_and_plan_with(
-    m: IRModule,
-    ctx: Arc<PassContext>,
-    tir: &crate::transform::Sequential,
-) -> Result<(IRModule, ExecutorPlan), PassError> {
-    ctx.scope(|ctx| optimize_and_plan_in(m, ctx, tir))
+/// The compiler's middle for one kind of target: the Relay pipeline up to
+/// fusion, and the TIR pipeline every kernel goes through.
+struct Pipelines {
+    relay: Sequential,
+    tir: Sequential,
 }
 
-/// [`optimize_and_plan`]'s work under a context already entered, its
-/// kernels through the TIR pipeline `tir`.
+impl Pipelines {
+    fn cpu() -> Result<Pipelines, PassError> {
+        Ok(Pipelines { relay: default_pipeline()?, tir: crate::schedule::passes::tir_pipeline()? })
+    }
+
+    fn gpu() -> Result<Pipelines, PassError> {
+        Ok(Pipelines {
+            relay: crate::relay::transform::gpu_pipeline()?,
+            tir: crate::schedule::passes::gpu_tir_pipeline()?,
+        })
+    }
+}
+
+/// [`optimize_and_plan`]'s work under a context already entered.
 fn optimize_and_plan_in(
     m: IRModule,
     ctx: &PassContext,
-    tir: &crate::transform::Sequential,
+    pipelines: &Pipelines,
 ) -> Result<(IRModule, ExecutorPlan), PassError> {
-    let fused = apply(&default_pipeline()?, m, ctx)?;
-    let plan = lower_and_schedule(&fused, ctx, tir)?;
+    let fused = apply(&pipelines.relay, m, ctx)?;
+    let plan = lower_and_schedule(&fused, ctx, &pipelines.tir)?;
     Ok((fused, plan))
 }
 

@@ -19,6 +19,7 @@ pub mod fold_scale_axis;
 pub mod fuse_ops;
 pub mod simplify_expr;
 pub mod simplify_inference;
+pub mod split_reduction;
 pub mod to_anf;
 
 /// `InferType`: fill in every checked type.
@@ -80,6 +81,9 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
+        function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
+            Ok(split_reduction::split_conv_reduction(&mut m.store, f))
+        }),
         function_pass("BackwardFoldScaleAxis", 3, &["InferType"], |m, f| {
             Ok(fold_scale_axis::backward_fold_scale_axis(&mut m.store, f))
         }),
@@ -126,23 +130,32 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
 /// layout alteration and the folding of what it packed, dead code, fusion.
 /// Passes above the context's opt level are skipped.
 pub fn default_pipeline() -> Result<Sequential, PassError> {
-    Sequential::from_names(
-        "DefaultPipeline",
-        &[
-            "RemoveUnusedFunctions",
-            "SimplifyInference",
-            "ConvertLayout",
-            "EliminateCommonSubexpr",
-            "FoldConstant",
-            "FoldScaleAxis",
-            "SimplifyExpr",
-            "InferType",
-            "AlterOpLayout",
-            "FoldConstant",
-            "DeadCodeElimination",
-            "InferType",
-            "FuseOps",
-            "InferType",
-        ],
-    )
+    Sequential::from_names("DefaultPipeline", &DEFAULT_PIPELINE)
 }
+
+/// The default pipeline for a GPU target: the same passes, with
+/// `SplitConvReduction` before `AlterOpLayout` (split-K for convolutions too
+/// small to fill the GPU; see [`split_reduction`]).
+pub fn gpu_pipeline() -> Result<Sequential, PassError> {
+    let mut names = DEFAULT_PIPELINE.to_vec();
+    let at = names.iter().position(|&n| n == "AlterOpLayout").unwrap_or(names.len());
+    names.insert(at, "SplitConvReduction");
+    Sequential::from_names("GpuPipeline", &names)
+}
+
+const DEFAULT_PIPELINE: [&str; 14] = [
+    "RemoveUnusedFunctions",
+    "SimplifyInference",
+    "ConvertLayout",
+    "EliminateCommonSubexpr",
+    "FoldConstant",
+    "FoldScaleAxis",
+    "SimplifyExpr",
+    "InferType",
+    "AlterOpLayout",
+    "FoldConstant",
+    "DeadCodeElimination",
+    "InferType",
+    "FuseOps",
+    "InferType",
+];
