@@ -22,7 +22,7 @@ fn main() {
     let sweep = common::sweep::CorpusSweep {
         unavailable: None,
         check: compiles_to_ptx,
-        exempt: &common::GPU_REFUSED,
+        exempt: &[],
         min_programs: 40,
         at_least: &[],
     };
@@ -31,12 +31,12 @@ fn main() {
         &common::sweep::GPU_REFERENCE_MODELS,
         model_to_ptx,
     );
-    others.extend(trials![bad_cuda_targets_are_errors]);
+    others.extend(trials![bad_cuda_targets_are_errors, double_precision_trigonometry_is_refused_on_the_gpu]);
     common::sweep::run(sweep, others)
 }
 
 /// One corpus program through the GPU pipeline to PTX at opt levels 0 and 3
-/// (assembled where `ptxas` is); libm functions are refused with a message.
+/// (assembled where `ptxas` is).
 fn compiles_to_ptx(case: &common::CorpusCase, coverage: &Coverage) -> Result<Completion, Failed> {
     let common::CorpusCase { name, module: m, .. } = case;
     let ptxas = common::find_ptxas();
@@ -48,12 +48,6 @@ fn compiles_to_ptx(case: &common::CorpusCase, coverage: &Coverage) -> Result<Com
         let Some((fused, plan)) = common::ahead_of_time(name, result) else {
             return common::sweep::not_ahead_of_time();
         };
-        let refused = common::gpu_refused(&fused);
-        if !refused.is_empty() {
-            let e = compile_ptx(name, &plan.kernels, &target).expect_err("libm functions compiled for the GPU");
-            assert!(e.to_string().contains("on the GPU"), "{name}: {e}");
-            return Ok(Completion::ignored_with(format!("{refused:?} have no GPU lowering (NVPTX has no libm): {e}")));
-        }
         if opt_level == 0 {
             coverage.operators_of(&fused);
         }
@@ -105,4 +99,16 @@ fn bad_cuda_targets_are_errors() {
     }
     assert!(CudaTarget::parse("cuda -O3").unwrap_err().to_string().contains("-O3"));
     assert_eq!(CudaTarget::parse("cuda").expect("default").arch, "sm_80");
+}
+
+/// f32 trigonometry becomes arithmetic on the GPU (`tir.LowerTrig`); f64 has
+/// no lowering there (NVPTX has no libm): an error naming the function.
+fn double_precision_trigonometry_is_refused_on_the_gpu() {
+    let text = "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(4), float64]) { sin(%x) }";
+    let mut m = kiln::relay::parse_module(text).expect("parse");
+    kiln::relay::infer_module(&mut m).expect("types");
+    let (_, plan) = kiln::build::optimize_and_plan_gpu(m, Arc::new(PassContext::new())).expect("plan");
+    let target = CudaTarget::parse("cuda").expect("target");
+    let e = compile_ptx("f64_sin", &plan.kernels, &target).expect_err("f64 sin compiled for the GPU");
+    assert!(e.to_string().contains("`sin` on the GPU"), "{e}");
 }

@@ -25,7 +25,7 @@ fn main() {
     let sweep = common::sweep::CorpusSweep {
         unavailable: unavailable.clone(),
         check: on_the_gpu_matches_the_interpreter,
-        exempt: &common::GPU_REFUSED,
+        exempt: &[],
         min_programs: 60,
         at_least: &[],
     };
@@ -50,10 +50,6 @@ fn on_the_gpu_matches_the_interpreter(case: &common::CorpusCase, coverage: &Cove
         let Some((fused, plan)) = common::ahead_of_time(name, result) else {
             return common::sweep::not_ahead_of_time();
         };
-        let refused = common::gpu_refused(&fused);
-        if !refused.is_empty() {
-            return Ok(Completion::ignored_with(format!("{refused:?} have no GPU lowering (NVPTX has no libm)")));
-        }
         if opt_level == 0 {
             coverage.operators_of(&fused);
         }

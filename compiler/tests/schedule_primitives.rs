@@ -266,6 +266,69 @@ fn polynomial_intrinsics_are_accurate_to_1e_6() {
     }
 }
 
+#[test]
+fn trigonometry_lowered_for_the_gpu_is_accurate_to_2e_6() {
+    use kiln::tir::transform::lower_trig::lowered;
+    use kiln::tir::Intrinsic;
+    let n = 4096;
+    let x = placeholder("x", &[n], DataType::F32);
+    type Exact = fn(f64) -> f64;
+    // (function, exact, domain): 4096 points across the domain, plus its edges and zeros.
+    let cases: [(Intrinsic, Exact, f32, f32); 11] = [
+        (Intrinsic::Sin, f64::sin, -100.0, 100.0),
+        (Intrinsic::Cos, f64::cos, -100.0, 100.0),
+        (Intrinsic::Tan, f64::tan, -1.5, 1.5),
+        (Intrinsic::Asin, f64::asin, -1.0, 1.0),
+        (Intrinsic::Acos, f64::acos, -1.0, 1.0),
+        (Intrinsic::Atan, f64::atan, -100.0, 100.0),
+        (Intrinsic::Sinh, f64::sinh, -80.0, 80.0),
+        (Intrinsic::Cosh, f64::cosh, -80.0, 80.0),
+        (Intrinsic::Asinh, f64::asinh, -3000.0, 3000.0),
+        (Intrinsic::Acosh, f64::acosh, 1.0, 3000.0),
+        (Intrinsic::Atanh, f64::atanh, -0.999, 0.999),
+    ];
+    for (op, exact, lo, hi) in cases {
+        let name = format!("lowered_{}", op.name());
+        let xs_ = x.clone();
+        let out = compute(&name, &[n], |i| lowered(op, xs_.at(i)).expect("a lowering"));
+        let k = finish(lower(&name, &[x.clone()], &[out]).expect("lower"));
+        let text = kiln::tir::print_prim_func(&k);
+        assert!(!text.contains(&format!("T.{}(", op.name())), "{name} still calls the intrinsic:\n{text}");
+        let mut input: Vec<f32> = (0..n).map(|i| lo + (hi - lo) * i as f32 / (n - 1) as f32).collect();
+        let edges = [lo, hi, 0.0, -0.0, 1e-6, -1e-6, 0.3, 1.0];
+        for (slot, e) in input.iter_mut().zip(edges.into_iter().filter(|e| (lo..=hi).contains(e))) {
+            *slot = e;
+        }
+        for got in run_both(&k, std::slice::from_ref(&input), 1) {
+            for (&g, &v) in got.iter().zip(&input) {
+                let want = exact(v as f64);
+                let err = (g as f64 - want).abs();
+                // Sine and cosine near their zeros carry the reduction's absolute error (|x|·2⁻²⁴).
+                let floor =
+                    if matches!(op, Intrinsic::Sin | Intrinsic::Cos) { 2e-7 * (v.abs() as f64).max(1.0) } else { 0.0 };
+                assert!(
+                    err <= 2e-6 * want.abs() || err <= floor || (want.is_infinite() && g as f64 == want),
+                    "{}({v}) = {g}, exact {want} (rel {:e})",
+                    op.name(),
+                    err / want.abs()
+                );
+            }
+        }
+    }
+    // Outside the domains: NaN, as libm.
+    for (op, v) in
+        [(Intrinsic::Asin, 1.5f32), (Intrinsic::Acos, -1.5), (Intrinsic::Acosh, 0.5), (Intrinsic::Atanh, 2.0)]
+    {
+        let name = format!("nan_{}", op.name());
+        let xs_ = x.clone();
+        let out = compute(&name, &[n], |i| lowered(op, xs_.at(i)).expect("a lowering"));
+        let k = finish(lower(&name, &[x.clone()], &[out]).expect("lower"));
+        for got in run_both(&k, &[vec![v; n]], 1) {
+            assert!(got[0].is_nan(), "{}({v}) = {}", op.name(), got[0]);
+        }
+    }
+}
+
 /// erf in f64 (Abramowitz & Stegun 7.1.28 is too coarse; the series and continued fraction are exact enough).
 fn libm_erf(x: f64) -> f64 {
     if x.abs() < 3.0 {

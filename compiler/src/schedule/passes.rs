@@ -74,6 +74,7 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
         })
         .arc(),
         infallible("tir.LowerIntrinsics", 0, t::lower_intrinsics),
+        infallible("tir.LowerTrig", 0, t::lower_trig),
         infallible("tir.LoopPartition", 1, t::partition_loops),
         PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, ctx: &PassContext| {
             Ok(t::unroll_loops_with(f, unroll_config(ctx)))
@@ -124,6 +125,9 @@ pub fn gpu_tir_pipeline() -> Result<Sequential, PassError> {
             "tir.GpuSchedule",
             "tir.LowerThreadLocal",
             "tir.FlattenBuffer",
+            // NVPTX has no libm: the trigonometric functions become arithmetic
+            // (their `exp`s then polynomials too).
+            "tir.LowerTrig",
             "tir.LowerIntrinsics",
             "tir.Simplify",
             "tir.UnrollLoop",

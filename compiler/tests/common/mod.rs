@@ -49,18 +49,6 @@ pub fn operators(m: &IRModule, into: &mut BTreeSet<&'static str>) {
     }
 }
 
-/// Operators that lower to libm calls (`Intrinsic::is_libm_unary`), which
-/// the GPU backend refuses: NVPTX has no libm.
-pub const GPU_REFUSED: [&str; 11] =
-    ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"];
-
-/// The operators of `m` that the GPU backend refuses (see [`GPU_REFUSED`]).
-pub fn gpu_refused(m: &IRModule) -> Vec<&'static str> {
-    let mut ops = BTreeSet::new();
-    operators(m, &mut ops);
-    ops.into_iter().filter(|o| GPU_REFUSED.contains(o)).collect()
-}
-
 /// Registered operators missing from `covered`.
 pub fn missing_operators(covered: &BTreeSet<&'static str>) -> Vec<&'static str> {
     kiln::relay::op_registry()

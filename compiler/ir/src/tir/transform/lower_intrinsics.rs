@@ -10,11 +10,11 @@
 use crate::tir::{BinOp, CmpOp, Expr, Intrinsic, PrimFunc, Stmt, TirType};
 use crate::DataType;
 
-fn f(v: f64) -> Expr {
+pub(super) fn f(v: f64) -> Expr {
     Expr::float(v, DataType::F32)
 }
 
-fn horner(x: &Expr, coeffs: &[f64]) -> Expr {
+pub(super) fn horner(x: &Expr, coeffs: &[f64]) -> Expr {
     let mut acc = f(coeffs[0]);
     for &c in &coeffs[1..] {
         acc = acc * x.clone() + f(c);
@@ -22,16 +22,16 @@ fn horner(x: &Expr, coeffs: &[f64]) -> Expr {
     acc
 }
 
-fn min(a: Expr, b: Expr) -> Expr {
+pub(super) fn min(a: Expr, b: Expr) -> Expr {
     Expr::bin(BinOp::Min, a, b)
 }
-fn max(a: Expr, b: Expr) -> Expr {
+pub(super) fn max(a: Expr, b: Expr) -> Expr {
     Expr::bin(BinOp::Max, a, b)
 }
-fn fabs(x: Expr) -> Expr {
+pub(super) fn fabs(x: Expr) -> Expr {
     Expr::call(Intrinsic::Fabs, vec![x], TirType::scalar(DataType::F32))
 }
-fn lt(a: Expr, b: Expr) -> Expr {
+pub(super) fn lt(a: Expr, b: Expr) -> Expr {
     Expr::cmp(CmpOp::Lt, a, b)
 }
 
