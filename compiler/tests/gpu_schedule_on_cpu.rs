@@ -39,12 +39,13 @@ fn main() {
         min_programs: 60,
         at_least: &[(SHARED_TILES, 10)],
     };
-    let models = common::sweep::model_trials(
+    let mut others = common::sweep::model_trials(
         "reference_models_under_the_gpu_schedule_match_onnx_runtime",
         &common::sweep::GPU_REFERENCE_MODELS,
         model_under_the_gpu_schedule_matches_onnx_runtime,
     );
-    common::sweep::run(sweep, models)
+    others.extend(trials![long_reductions_with_few_outputs_are_split_on_the_gpu_only]);
+    common::sweep::run(sweep, others)
 }
 
 const SHARED_TILES: &str = "kernels staging operands in shared memory";
@@ -94,4 +95,22 @@ fn model_under_the_gpu_schedule_matches_onnx_runtime(
         return Err(format!("{name}: max abs error {err} > 1e-4 × {scale}").into());
     }
     Ok(())
+}
+
+/// The corpus program `split_conv_reduction` (whose values every sweep
+/// checks): the GPU pipeline splits its 3 × 3 convolution 4 ways — a grouped
+/// convolution, then one kernel adding the slices — and fuses the bias into
+/// the 1 × 1 convolution's kernel; the CPU pipeline leaves it whole.
+fn long_reductions_with_few_outputs_are_split_on_the_gpu_only() {
+    let text = common::corpus().into_iter().find(|(n, _)| n == "split_conv_reduction").expect("in the corpus").1;
+    let m = kiln::relay::parse_module(&text).expect("parse");
+    let names =
+        |plan: &kiln::backend::aot::ExecutorPlan| plan.kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
+    let (_, gpu) = kiln::build::optimize_and_plan_gpu(m.clone(), serial_gpu_context(3)).expect("gpu plan");
+    let grouped = gpu.kernels.iter().find(|k| k.name == "fused_nn_conv2d").expect("the partial convolution");
+    assert_eq!(grouped.params[1].shape(), &[16, 32, 3, 3], "weights of 4 groups of 32 channels");
+    assert!(names(&gpu).iter().any(|n| n.starts_with("fused_strided_slice")), "{:?}", names(&gpu));
+    assert_eq!(gpu.kernels.len(), 3, "{:?}", names(&gpu));
+    let (_, cpu) = kiln::build::optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3))).expect("cpu plan");
+    assert!(!names(&cpu).iter().any(|n| n.contains("strided_slice")), "{:?}", names(&cpu));
 }
