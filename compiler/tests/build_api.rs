@@ -220,3 +220,36 @@ fn the_cache_distinguishes_cpus() {
     let again = build(d.path()).compile().expect("haswell again");
     assert!(!again.reused || again.objects == haswell.objects);
 }
+
+#[test]
+fn new_weights_reuse_the_kernel_objects() {
+    // The MLP with weights of one value, then of another: the kernels are the same.
+    let d = tempfile::tempdir().unwrap();
+    let with = |v: f64| {
+        let mut b = Build::new("mlp");
+        b.relay_file(MLP).target("llvm -mcpu=haswell").out_dir(d.path()).cargo_metadata(false);
+        for (name, shape) in [("w1", vec![784, 128]), ("b1", vec![128]), ("w2", vec![128, 10]), ("b2", vec![10])] {
+            b.weight(name, Tensor::full(DataType::F32, shape, v));
+        }
+        b.compile().expect("build")
+    };
+    let cache = d.path().join("kiln/kernel-cache");
+    let first = with(0.5);
+    let parts = first.objects.len() - 1;
+    assert!(parts >= 1);
+    assert!(first.timings.contains(&format!("kernel objects: {parts} compiled, 0 reused")), "{}", first.timings);
+    let entries = || std::fs::read_dir(&cache).expect("a cache").count();
+    assert_eq!(entries(), parts, "one entry per kernel object");
+    let second = with(0.25);
+    assert!(!second.reused, "new weights are a new build");
+    assert!(second.timings.contains(&format!("kernel objects: 0 compiled, {parts} reused")), "{}", second.timings);
+    // The weights' object changed; the kernels' did not.
+    assert_ne!(first.objects[0], second.objects[0]);
+    assert_eq!(first.objects[1..], second.objects[1..]);
+    // Another target's kernels are other entries, and the old ones are dropped.
+    let mut other = Build::new("mlp");
+    other.relay_file(MLP).weights(WEIGHTS).target("llvm -mcpu=skylake-avx512").out_dir(d.path()).cargo_metadata(false);
+    let third = other.compile().expect("build");
+    assert!(third.timings.contains(&format!("{parts} compiled, 0 reused")), "{}", third.timings);
+    assert_eq!(entries(), parts, "the entries of an earlier build of the model are removed");
+}

@@ -17,6 +17,7 @@ mod cross;
 mod support;
 
 use common::sweep::{Completion, Failed, Trial};
+use kiln::Tensor;
 use support::*;
 
 fn main() {
@@ -25,6 +26,7 @@ fn main() {
         Trial::test("packed_entry_refuses_malformed_calls::c", || packed_entry_refuses_malformed_calls("c")),
         Trial::test("typed_and_packed_entries_match_the_interpreter", typed_and_packed_entries_agree),
         Trial::test("header_declares_the_api", header_declares_the_api),
+        Trial::test("kernels_from_the_cache_run_with_new_weights", kernels_from_the_cache_run_with_new_weights),
     ];
     for model in ["mlp_example", "mlp", "lenet"] {
         trials.push(Trial::ignorable_test(format!("c_program_runs::{model}"), move || c_program_runs(model)));
@@ -117,6 +119,28 @@ fn typed_and_packed_entries_agree() -> Result<(), Failed> {
     assert_close(&calls.outputs(), &want, "packed entry");
     // The typed entry checks its pointers too.
     assert_eq!(lib.run_small(&x, &ids, &mut y0, &mut y1, std::ptr::null_mut()), 2);
+    Ok(())
+}
+
+/// A rebuild with new weights takes the kernels from the kernel cache and
+/// links them with the new weights' object: the library computes with them.
+fn kernels_from_the_cache_run_with_new_weights() -> Result<(), Failed> {
+    let dir = tempfile::tempdir()?;
+    let x: Vec<f32> = (0..6).map(|i| (i as f32 * 0.3).cos()).collect();
+    let ids: Vec<i64> = vec![3, 1];
+    let doubled =
+        Tensor::from_f32(vec![4, 3], &small_table().to_f32_vec().iter().map(|v| 2.0 * v - 1.0).collect::<Vec<_>>());
+    for (round, table) in [small_table(), doubled].into_iter().enumerate() {
+        let built = build_small_with(dir.path(), "", table.clone())?;
+        let reused = if round == 0 { "0 reused" } else { "0 compiled" };
+        assert!(built.timings.contains(reused), "round {round}: {}", built.timings);
+        let lib = SharedModel::load(dir.path(), "small")?;
+        let (mut y0, mut y1) = ([0f32; 8], [0f32; 6]);
+        let mut arena = AlignedArena::new(lib.describe().arena_bytes as usize);
+        let status = lib.run_small(&x, &ids, &mut y0, &mut y1, arena.as_mut_ptr());
+        assert_eq!(status, 0, "{}", lib.error_string(status));
+        assert_close(&[y0.to_vec(), y1.to_vec()], &small_reference_with(&x, &ids, table), &format!("round {round}"));
+    }
     Ok(())
 }
 

@@ -39,6 +39,8 @@
 
 pub mod c_api;
 pub mod glue;
+#[cfg(feature = "llvm")]
+mod kernel_cache;
 mod report;
 mod weights;
 
@@ -188,8 +190,10 @@ impl std::fmt::Debug for Build {
 pub struct Artifacts {
     /// The model's name (the generated module's and the symbols' prefix).
     pub name: String,
-    /// The kernels and weights as object files (LLVM targets; the kernels
-    /// are split into up to `codegen::llvm::OBJECT_PARTS`, compiled in parallel).
+    /// The weights and kernels as object files (LLVM targets): the weights'
+    /// first, then the kernels in up to `codegen::llvm::OBJECT_PARTS`,
+    /// compiled in parallel — or, by [`Build::compile`], taken from the
+    /// kernel cache in its output directory where the kernels are unchanged.
     pub objects: Vec<Vec<u8>>,
     /// The kernels and weights as C source (the `c` target).
     pub c_source: Option<String>,
@@ -484,7 +488,7 @@ impl Build {
     /// Compile in memory: nothing is written, nothing printed.
     pub fn generate(&self) -> Result<Artifacts, Error> {
         let (knobs, _) = self.tuning_knobs()?;
-        self.generate_with(self.prepare()?, None, knobs)
+        self.generate_with(self.prepare()?, None, knobs, None)
     }
 
     /// The model with its weights bound as constants, type-checked: what gets optimized.
@@ -499,12 +503,15 @@ impl Build {
         Ok(m)
     }
 
-    /// Compile the prepared module `m`, its kernels scheduled by the tuning `knobs`.
+    /// Compile the prepared module `m`, its kernels scheduled by the tuning
+    /// `knobs`; with `out_dir`, its kernel objects go through the kernel
+    /// cache there.
     fn generate_with(
         &self,
         m: IRModule,
         dump_ir: Option<PathBuf>,
         knobs: BTreeMap<String, crate::schedule::Knobs>,
+        out_dir: Option<&Path>,
     ) -> Result<Artifacts, Error> {
         let mut ctx = PassContext::new()
             .with_opt_level(self.opt_level)
@@ -522,7 +529,7 @@ impl Build {
             return self.generate_cuda(m, ctx, timing);
         }
         let pipelines = Pipelines::cpu().map_err(|e| self.compile_err(e))?;
-        let (fused, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
+        let (fused, mut plan, mut timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
@@ -541,7 +548,9 @@ impl Build {
                 .map_err(|e| self.model_err(e.to_string()))?;
             (Vec::new(), Some(src))
         } else {
-            self.llvm_object(&plan, &symbols)?
+            let (objects, reuse) = self.llvm_objects(&plan, &symbols, out_dir)?;
+            timings.push_str(&reuse);
+            (objects, None)
         };
         let description = TargetDescription::resolve(&self.target);
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
@@ -593,13 +602,18 @@ impl Build {
         .map_err(|e| self.compile_err(e))
     }
 
+    /// The objects of an LLVM target: the weights' (`symbols`) first, then
+    /// the kernels' groups — each from the kernel cache under `out_dir` where
+    /// it holds them, else compiled (in parallel) and stored there. Also a
+    /// line for the timings saying how many were reused.
     #[cfg(feature = "llvm")]
-    fn llvm_object(
+    fn llvm_objects(
         &self,
         plan: &ExecutorPlan,
         symbols: &[(String, &[u8])],
-    ) -> Result<(Vec<Vec<u8>>, Option<String>), Error> {
-        use crate::codegen::llvm::{compile_objects, DataSymbol, LlvmTarget};
+        out_dir: Option<&Path>,
+    ) -> Result<(Vec<Vec<u8>>, String), Error> {
+        use crate::codegen::llvm::{compile_object_jobs, partition_kernels, DataSymbol, LlvmTarget, ObjectJob};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
         // Cargo's job count where it runs the build script, else this machine's cores.
@@ -607,13 +621,44 @@ impl Build {
             .and_then(|n| n.parse().ok())
             .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
             .unwrap_or(1);
-        let objects = compile_objects(&self.name, &plan.kernels, &data, &target, threads)
-            .map_err(|e| self.model_err(e.to_string()))?;
-        Ok((objects, None))
+        let cache =
+            out_dir.map(|d| kernel_cache::KernelCache::new(d, &self.name, &TargetDescription::resolve(&self.target)));
+        let parts = partition_kernels(&plan.kernels);
+        let keys: Vec<Option<String>> = parts.iter().map(|p| cache.as_ref().map(|c| c.key(p))).collect();
+        let mut objects: Vec<Option<Vec<u8>>> =
+            keys.iter().map(|k| k.as_deref().and_then(|k| cache.as_ref().and_then(|c| c.get(k)))).collect();
+        let reused = objects.iter().filter(|o| o.is_some()).count();
+        let mut jobs = vec![ObjectJob { module: format!("{}.data", self.name), funcs: &[], data: &data }];
+        let missing: Vec<usize> = (0..parts.len()).filter(|&k| objects[k].is_none()).collect();
+        for &k in &missing {
+            jobs.push(ObjectJob { module: format!("{}.{k}", self.name), funcs: &parts[k], data: &[] });
+        }
+        let mut compiled =
+            compile_object_jobs(&jobs, &target, threads).map_err(|e| self.model_err(e.to_string()))?.into_iter();
+        let data_object = compiled.next().unwrap_or_default();
+        for (&k, object) in missing.iter().zip(compiled) {
+            if let (Some(c), Some(key)) = (&cache, &keys[k]) {
+                // A cache that cannot be written only costs the next build its time.
+                let _ = c.put(key, &object);
+            }
+            objects[k] = Some(object);
+        }
+        if let Some(c) = &cache {
+            c.prune(&keys.iter().flatten().cloned().collect::<Vec<_>>());
+        }
+        let mut all = vec![data_object];
+        all.extend(objects.into_iter().flatten());
+        let line = format!("kernel objects: {} compiled, {reused} reused from the kernel cache\n", missing.len());
+        Ok((all, line))
     }
 
     #[cfg(not(feature = "llvm"))]
-    fn llvm_object(&self, _: &ExecutorPlan, _: &[(String, &[u8])]) -> Result<(Vec<Vec<u8>>, Option<String>), Error> {
+    fn llvm_objects(
+        &self,
+        _: &ExecutorPlan,
+        _: &[(String, &[u8])],
+        _: Option<&Path>,
+    ) -> Result<(Vec<Vec<u8>>, String), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
 
@@ -819,7 +864,7 @@ impl Build {
                 reused: true,
             }
         } else {
-            let a = build.generate_with(build.prepared(model, &weights)?, dump, knobs)?;
+            let a = build.generate_with(build.prepared(model, &weights)?, dump, knobs, Some(&dir))?;
             a.write_to(&dir)?;
             if !cuda {
                 archive(&a, &dir, &lib_name, &build.target).map_err(|m| self.model_err(m))?;

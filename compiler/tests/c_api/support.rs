@@ -34,8 +34,13 @@ pub fn small_table() -> Tensor {
 
 /// The small model built into `dir/kiln` for `target` ("" for cargo's default).
 pub fn build_small(dir: &Path, target: &str) -> Result<Artifacts, Failed> {
+    build_small_with(dir, target, small_table())
+}
+
+/// [`build_small`] with another weight `w` (4 × 3).
+pub fn build_small_with(dir: &Path, target: &str, table: Tensor) -> Result<Artifacts, Failed> {
     let mut b = Build::new("small");
-    b.module(small_module()?).weight("w", small_table()).out_dir(dir).cargo_metadata(false);
+    b.module(small_module()?).weight("w", table).out_dir(dir).cargo_metadata(false);
     if !target.is_empty() {
         b.target(target);
     }
@@ -44,12 +49,17 @@ pub fn build_small(dir: &Path, target: &str) -> Result<Artifacts, Failed> {
 
 /// The interpreter's outputs of the small model.
 pub fn small_reference(x: &[f32], ids: &[i64]) -> [Vec<f32>; 2] {
+    small_reference_with(x, ids, small_table())
+}
+
+/// [`small_reference`] with another weight `w`.
+pub fn small_reference_with(x: &[f32], ids: &[i64], table: Tensor) -> [Vec<f32>; 2] {
     let mut m = small_module().expect("parses");
     kiln::relay::infer_module(&mut m).expect("types");
     let args = [
         Value::Tensor(Tensor::from_f32(vec![2, 3], x)),
         Value::Tensor(Tensor::from_i64(vec![2], ids)),
-        Value::Tensor(small_table()),
+        Value::Tensor(table),
     ];
     let mut out = Vec::new();
     common::flat(&eval_function(&m, "main", &args).expect("interpreter"), &mut out);

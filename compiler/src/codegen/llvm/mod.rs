@@ -345,18 +345,11 @@ pub fn compile_artifacts(
 /// constant, so that a build's bytes do not depend on the machine's cores.
 pub const OBJECT_PARTS: usize = 4;
 
-/// The kernels of a model as up to [`OBJECT_PARTS`] objects, compiled on up
-/// to `threads` threads at once — each part in its own LLVM context, LLVM's
-/// back end being most of a model's compile time. Kernels go to parts by
-/// size (largest first onto the lightest part), in a fixed order; the first
-/// part also holds the read-only `data`.
-pub fn compile_objects(
-    name: &str,
-    funcs: &[PrimFunc],
-    data: &[DataSymbol<'_>],
-    target: &LlvmTarget,
-    threads: usize,
-) -> Result<Vec<Vec<u8>>, CodegenError> {
+/// A model's kernels in up to [`OBJECT_PARTS`] groups of about equal size
+/// (largest first onto the lightest group), in a fixed order: each group
+/// becomes one object, compiled in its own LLVM context — LLVM's back end
+/// being most of a model's compile time, the groups compile in parallel.
+pub fn partition_kernels(funcs: &[PrimFunc]) -> Vec<Vec<PrimFunc>> {
     let parts = OBJECT_PARTS.min(funcs.len()).max(1);
     let mut order: Vec<(usize, usize)> = funcs.iter().map(|f| statement_count(&f.body)).enumerate().collect();
     order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -366,33 +359,74 @@ pub fn compile_objects(
         chunks[lightest].0 += cost;
         chunks[lightest].1.push(funcs[i].clone());
     }
-    let compile_part = |k: usize, part: &[PrimFunc]| -> Result<Vec<u8>, CodegenError> {
-        let part_data = if k == 0 { data } else { &[] };
-        let mut out = compile_artifacts(&format!("{name}.{k}"), part, part_data, target, &[Artifact::Object])?;
-        out.pop().ok_or_else(|| llvm_err(name, "no object"))
+    chunks.into_iter().map(|(_, part)| part).collect()
+}
+
+/// One object to compile: its module's name, kernels and read-only data.
+#[derive(Debug)]
+pub struct ObjectJob<'a> {
+    pub module: String,
+    pub funcs: &'a [PrimFunc],
+    pub data: &'a [DataSymbol<'a>],
+}
+
+/// Compile each job to an object, on up to `threads` threads at once, each
+/// in its own LLVM context; the results keep the jobs' order.
+pub fn compile_object_jobs(
+    jobs: &[ObjectJob<'_>],
+    target: &LlvmTarget,
+    threads: usize,
+) -> Result<Vec<Vec<u8>>, CodegenError> {
+    let compile = |job: &ObjectJob<'_>| -> Result<Vec<u8>, CodegenError> {
+        let mut out = compile_artifacts(&job.module, job.funcs, job.data, target, &[Artifact::Object])?;
+        out.pop().ok_or_else(|| llvm_err(&job.module, "no object"))
     };
-    // Workers take the parts in order; each result keeps its part's place.
+    // Workers take the jobs in order; each result keeps its job's place.
     let next = std::sync::atomic::AtomicUsize::new(0);
     type Slot = std::sync::Mutex<Option<Result<Vec<u8>, CodegenError>>>;
-    let results: Vec<Slot> = (0..parts).map(|_| std::sync::Mutex::new(None)).collect();
+    let results: Vec<Slot> = (0..jobs.len()).map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, parts) {
+        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
             scope.spawn(|| loop {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((_, part)) = chunks.get(k) else { break };
-                let result = compile_part(k, part);
+                let Some(job) = jobs.get(k) else { break };
+                let result = compile(job);
                 *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
             });
         }
     });
     results
         .into_iter()
-        .map(|r| {
+        .zip(jobs)
+        .map(|(r, job)| {
             r.into_inner()
                 .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Err(llvm_err(name, "a part was not compiled")))
+                .unwrap_or_else(|| Err(llvm_err(&job.module, "not compiled")))
         })
         .collect()
+}
+
+/// The kernels of a model as up to [`OBJECT_PARTS`] objects
+/// ([`partition_kernels`]), compiled on up to `threads` threads; the first
+/// object also holds the read-only `data`.
+pub fn compile_objects(
+    name: &str,
+    funcs: &[PrimFunc],
+    data: &[DataSymbol<'_>],
+    target: &LlvmTarget,
+    threads: usize,
+) -> Result<Vec<Vec<u8>>, CodegenError> {
+    let parts = partition_kernels(funcs);
+    let jobs: Vec<ObjectJob<'_>> = parts
+        .iter()
+        .enumerate()
+        .map(|(k, part)| ObjectJob {
+            module: format!("{name}.{k}"),
+            funcs: part,
+            data: if k == 0 { data } else { &[] },
+        })
+        .collect();
+    compile_object_jobs(&jobs, target, threads)
 }
 
 /// The number of statements of a kernel: the size of the code LLVM gets.
