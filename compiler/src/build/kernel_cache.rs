@@ -29,13 +29,7 @@ impl KernelCache {
     /// The cache under `out_dir` for `model` built for `target`.
     pub(super) fn new(out_dir: &Path, model: &str, target: &TargetDescription) -> KernelCache {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        target.hash(&mut h);
-        crate::target::LLVM_VERSION.hash(&mut h);
-        env!("CARGO_PKG_VERSION").hash(&mut h);
-        // Another kiln (the build script relinked) may generate other code from the same TIR.
-        if let Ok(exe) = std::env::current_exe() {
-            std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(&mut h);
-        }
+        super::hash_code_generator(target, &mut h);
         KernelCache { dir: out_dir.join("kernel-cache"), model: model.to_string(), salt: h.finish() }
     }
 

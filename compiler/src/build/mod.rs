@@ -541,6 +541,7 @@ impl Build {
         } else {
             None
         };
+        let description = TargetDescription::resolve(&self.target);
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let (objects, c_source) = if self.target.trim() == "c" {
@@ -548,11 +549,10 @@ impl Build {
                 .map_err(|e| self.model_err(e.to_string()))?;
             (Vec::new(), Some(src))
         } else {
-            let (objects, reuse) = self.llvm_objects(&plan, &symbols, out_dir)?;
+            let (objects, reuse) = self.llvm_objects(&plan, &symbols, &description, out_dir)?;
             timings.push_str(&reuse);
             (objects, None)
         };
-        let description = TargetDescription::resolve(&self.target);
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
         let header = c_api::c_header(&self.name, &plan);
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
@@ -611,6 +611,7 @@ impl Build {
         &self,
         plan: &ExecutorPlan,
         symbols: &[(String, &[u8])],
+        description: &TargetDescription,
         out_dir: Option<&Path>,
     ) -> Result<(Vec<Vec<u8>>, String), Error> {
         use crate::codegen::llvm::{compile_object_jobs, partition_kernels, DataSymbol, LlvmTarget, ObjectJob};
@@ -621,8 +622,7 @@ impl Build {
             .and_then(|n| n.parse().ok())
             .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
             .unwrap_or(1);
-        let cache =
-            out_dir.map(|d| kernel_cache::KernelCache::new(d, &self.name, &TargetDescription::resolve(&self.target)));
+        let cache = out_dir.map(|d| kernel_cache::KernelCache::new(d, &self.name, description));
         let parts = partition_kernels(&plan.kernels);
         let keys: Vec<Option<String>> = parts.iter().map(|p| cache.as_ref().map(|c| c.key(p))).collect();
         let mut objects: Vec<Option<Vec<u8>>> =
@@ -657,6 +657,7 @@ impl Build {
         &self,
         _: &ExecutorPlan,
         _: &[(String, &[u8])],
+        _: &TargetDescription,
         _: Option<&Path>,
     ) -> Result<(Vec<Vec<u8>>, String), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
@@ -720,7 +721,6 @@ impl Build {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         // The tuning records that apply (not the log's bytes: records for other CPUs change nothing here).
         knobs.hash(&mut h);
-        env!("CARGO_PKG_VERSION").hash(&mut h);
         // The module's structure and constants (their bytes, not their text:
         // printing a ResNet's weights as hex took a second), and the names
         // that reach the generated API.
@@ -742,19 +742,12 @@ impl Build {
         for p in &self.passes {
             p.info().name.hash(&mut h);
         }
-        // `native` is this machine: an artifact built on another CPU is not reused.
-        TargetDescription::resolve(&self.target).hash(&mut h);
-        // The same kiln linked against another LLVM generates other code.
-        crate::target::LLVM_VERSION.hash(&mut h);
+        hash_code_generator(&TargetDescription::resolve(&self.target), &mut h);
         // Touching an input file rebuilds, as cargo users expect.
         for w in &self.weights {
             if let WeightSource::File(p) = w {
                 std::fs::metadata(p).and_then(|m| m.modified()).ok().hash(&mut h);
             }
-        }
-        // A different kiln (the build script is relinked) never reuses old artifacts.
-        if let Ok(exe) = std::env::current_exe() {
-            std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(&mut h);
         }
         format!("{:016x}", h.finish())
     }
@@ -937,6 +930,19 @@ impl Artifacts {
             write_if_changed(&p, bytes).map_err(|e| io(&p, e))?;
         }
         Ok(())
+    }
+}
+
+/// Hash what turns the same kernels into other code: the target (`native`
+/// is this machine, so an artifact built on another CPU is not reused),
+/// LLVM's version, and kiln itself — its version and binary (a relinked
+/// build script never reuses old artifacts).
+fn hash_code_generator(target: &TargetDescription, h: &mut impl Hasher) {
+    target.hash(h);
+    crate::target::LLVM_VERSION.hash(h);
+    env!("CARGO_PKG_VERSION").hash(h);
+    if let Ok(exe) = std::env::current_exe() {
+        std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(h);
     }
 }
 

@@ -341,7 +341,7 @@ pub fn compile_artifacts(
         .collect()
 }
 
-/// How many objects [`compile_objects`] splits a model's kernels into: a
+/// How many groups [`partition_kernels`] splits a model's kernels into: a
 /// constant, so that a build's bytes do not depend on the machine's cores.
 pub const OBJECT_PARTS: usize = 4;
 
@@ -404,29 +404,6 @@ pub fn compile_object_jobs(
                 .unwrap_or_else(|| Err(llvm_err(&job.module, "not compiled")))
         })
         .collect()
-}
-
-/// The kernels of a model as up to [`OBJECT_PARTS`] objects
-/// ([`partition_kernels`]), compiled on up to `threads` threads; the first
-/// object also holds the read-only `data`.
-pub fn compile_objects(
-    name: &str,
-    funcs: &[PrimFunc],
-    data: &[DataSymbol<'_>],
-    target: &LlvmTarget,
-    threads: usize,
-) -> Result<Vec<Vec<u8>>, CodegenError> {
-    let parts = partition_kernels(funcs);
-    let jobs: Vec<ObjectJob<'_>> = parts
-        .iter()
-        .enumerate()
-        .map(|(k, part)| ObjectJob {
-            module: format!("{name}.{k}"),
-            funcs: part,
-            data: if k == 0 { data } else { &[] },
-        })
-        .collect();
-    compile_object_jobs(&jobs, target, threads)
 }
 
 /// The number of statements of a kernel: the size of the code LLVM gets.

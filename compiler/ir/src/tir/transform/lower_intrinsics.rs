@@ -124,26 +124,36 @@ pub fn erf_f32(x: Expr) -> Expr {
     Expr::select(lt(a, f(1.0)), small, signed)
 }
 
-fn lower_expr(e: &Expr) -> Expr {
-    let e = e.map_children(lower_expr);
-    match &e {
-        Expr::Call(op, args, t) if t.elem == DataType::F32 && t.lanes == 1 && args.len() == 1 => {
-            let x = args[0].clone();
-            match op {
-                Intrinsic::Exp => exp_f32(x),
-                Intrinsic::Tanh => tanh_f32(x),
-                Intrinsic::Sigmoid => sigmoid_f32(x),
-                Intrinsic::Erf => erf_f32(x),
-                _ => e,
+/// The polynomial form of `op` applied to `x`, for the intrinsics this pass lowers.
+fn polynomial(op: Intrinsic, x: Expr) -> Option<Expr> {
+    Some(match op {
+        Intrinsic::Exp => exp_f32(x),
+        Intrinsic::Tanh => tanh_f32(x),
+        Intrinsic::Sigmoid => sigmoid_f32(x),
+        Intrinsic::Erf => erf_f32(x),
+        _ => return None,
+    })
+}
+
+/// `f` with every scalar f32 call of one argument that `rule` has a form
+/// for replaced by that form, innermost calls first. (The argument is
+/// repeated in the form; LLVM computes it once.)
+pub(super) fn rewrite_f32_unary_calls(mut f: PrimFunc, rule: fn(Intrinsic, Expr) -> Option<Expr>) -> PrimFunc {
+    fn walk(e: &Expr, rule: fn(Intrinsic, Expr) -> Option<Expr>) -> Expr {
+        let e = e.map_children(|c| walk(c, rule));
+        match &e {
+            Expr::Call(op, args, t) if t.elem == DataType::F32 && t.lanes == 1 && args.len() == 1 => {
+                rule(*op, args[0].clone()).unwrap_or(e)
             }
+            _ => e,
         }
-        _ => e,
     }
+    let body = std::mem::replace(&mut f.body, Stmt::nop());
+    f.body = body.map_exprs(&mut |e| walk(&e, rule));
+    f
 }
 
 /// Replace the f32 transcendentals of `f` by their polynomial forms.
-pub fn lower_intrinsics(mut f: PrimFunc) -> PrimFunc {
-    let body = std::mem::replace(&mut f.body, Stmt::nop());
-    f.body = body.map_exprs(&mut |e| lower_expr(&e));
-    f
+pub fn lower_intrinsics(f: PrimFunc) -> PrimFunc {
+    rewrite_f32_unary_calls(f, polynomial)
 }

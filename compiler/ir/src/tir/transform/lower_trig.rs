@@ -11,8 +11,8 @@
 //! by π/4 in three parts (Cody–Waite) and keep that accuracy for |x| up to
 //! about 8192, as Cephes' `sinf` does.
 
-use super::lower_intrinsics::{f, fabs, horner, lt};
-use crate::tir::{CmpOp, Expr, Intrinsic, PrimFunc, Stmt, TirType};
+use super::lower_intrinsics::{f, fabs, horner, lt, rewrite_f32_unary_calls};
+use crate::tir::{CmpOp, Expr, Intrinsic, PrimFunc, TirType};
 use crate::DataType;
 
 use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, LN_2, PI};
@@ -233,20 +233,7 @@ pub fn lowered(op: Intrinsic, x: Expr) -> Option<Expr> {
     })
 }
 
-fn lower_expr(e: &Expr) -> Expr {
-    let e = e.map_children(lower_expr);
-    match &e {
-        Expr::Call(op, args, t) if t.elem == DataType::F32 && t.lanes == 1 && args.len() == 1 => {
-            // The argument is repeated in the result; LLVM computes it once.
-            lowered(*op, args[0].clone()).unwrap_or(e)
-        }
-        _ => e,
-    }
-}
-
 /// Replace the f32 trigonometric and hyperbolic calls of `f` by arithmetic.
-pub fn lower_trig(mut f: PrimFunc) -> PrimFunc {
-    let body = std::mem::replace(&mut f.body, Stmt::nop());
-    f.body = body.map_exprs(&mut |e| lower_expr(&e));
-    f
+pub fn lower_trig(f: PrimFunc) -> PrimFunc {
+    rewrite_f32_unary_calls(f, lowered)
 }
