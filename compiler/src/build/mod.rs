@@ -633,8 +633,10 @@ impl Build {
         for &k in &missing {
             jobs.push(ObjectJob { module: format!("{}.{k}", self.name), funcs: &parts[k], data: &[] });
         }
+        let llvm_start = std::time::Instant::now();
         let mut compiled =
             compile_object_jobs(&jobs, &target, threads).map_err(|e| self.model_err(e.to_string()))?.into_iter();
+        let llvm_ms = llvm_start.elapsed().as_secs_f64() * 1e3;
         let data_object = compiled.next().unwrap_or_default();
         for (&k, object) in missing.iter().zip(compiled) {
             if let (Some(c), Some(key)) = (&cache, &keys[k]) {
@@ -648,7 +650,11 @@ impl Build {
         }
         let mut all = vec![data_object];
         all.extend(objects.into_iter().flatten());
-        let line = format!("kernel objects: {} compiled, {reused} reused from the kernel cache\n", missing.len());
+        let line = format!(
+            "kernel objects: {} compiled, {reused} reused from the kernel cache; LLVM {llvm_ms:.0} ms on {} thread(s)\n",
+            missing.len(),
+            threads.clamp(1, jobs.len().max(1))
+        );
         Ok((all, line))
     }
 

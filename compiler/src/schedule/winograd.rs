@@ -9,7 +9,7 @@
 //! `nn.contrib_winograd_tiles_to_nchw` (with the epilogue) is injective and
 //! takes the default schedule.
 
-use super::{extent, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError};
+use super::{extent, fill_loops, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError};
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt};
 
@@ -39,16 +39,32 @@ pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFu
     };
     let lanes = unit.f32_lanes;
     let tiles = extent(&s, p).unwrap_or(0);
-    if tiles % lanes as i64 == 0 {
+    let vector = if tiles % lanes as i64 == 0 {
         let (p_o, p_i) = s.split(p, lanes)?;
-        s.reorder(&[c.clone(), p_o, q.clone(), p_i.clone()])?;
+        s.reorder(&[c.clone(), p_o.clone(), q.clone(), p_i.clone()])?;
         s.vectorize(&p_i)?;
+        p_o
     } else {
         s.reorder(&[c.clone(), p.clone(), q.clone()])?;
-    }
+        p.clone()
+    };
     s.unroll(q)?;
+    let (pads, stages): (Vec<_>, Vec<_>) = materialized(s.func()).into_iter().partition(|b| b.name() == "pad");
+    // The input transform's tile and right factor, per vector of tiles, laid
+    // out like the output (positions unrolled, tiles on the lanes). The last
+    // stage first: its fill reads the one before, whose region is then
+    // inferred over that fill.
+    for stage in stages.iter().rev() {
+        let local = s.compute_at(stage, &vector)?;
+        if let [position, _, tile] = &fill_loops(s.func(), &local)[..] {
+            s.unroll(position)?;
+            if extent(&s, tile) == Some(lanes as i64) {
+                s.vectorize(tile)?;
+            }
+        }
+    }
     // The input transform's padded image, one channel at a time.
-    for pad in materialized(s.func()) {
+    for pad in pads {
         s.compute_at(&pad, c)?;
     }
     fuse_parallel(&mut s, std::slice::from_ref(c))?;

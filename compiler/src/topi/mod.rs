@@ -26,6 +26,7 @@ mod nn;
 mod reduce;
 mod transform;
 mod winograd;
+pub(crate) use winograd::{WINOGRAD_RIGHT_STAGE, WINOGRAD_TILE_STAGE};
 
 /// A TE value: one tensor, or a tuple of them.
 #[derive(Clone, Debug)]
