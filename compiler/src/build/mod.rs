@@ -1104,6 +1104,23 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -> Result<()
     for source in sources {
         objects.push(compile_c(&b, dir, &source)?);
     }
+    #[allow(clippy::disallowed_methods)]
+    let triple = std::env::var("TARGET").unwrap_or_else(|_| {
+        crate::target::target_option(target, "-mtriple=").map_or(crate::target::host_triple().to_string(), cc_triple)
+    });
+    if gnu_archive_target(&triple) && !ar_overridden(&triple) {
+        // The model's objects from memory (the weights' is most of the bytes), the C API's from its file.
+        let mut c_objects = Vec::new();
+        for object in &objects[a.objects.len()..] {
+            let bytes = std::fs::read(object).map_err(|e| format!("reading {}: {e}", object.display()))?;
+            c_objects.push((object.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), bytes));
+        }
+        let members: Vec<(String, &[u8])> = (a.objects.iter().enumerate())
+            .map(|(k, bytes)| (object_file(&a.name, k), bytes.as_slice()))
+            .chain(c_objects.iter().map(|(name, bytes)| (name.clone(), bytes.as_slice())))
+            .collect();
+        return write_gnu_archive(&dir.join(format!("lib{lib_name}.a")), &members);
+    }
     let mut lib = cc::Build::new();
     lib.out_dir(dir).cargo_metadata(false).objects(&objects);
     #[allow(clippy::disallowed_methods)]
@@ -1113,12 +1130,53 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -> Result<()
     lib.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
 }
 
+/// Whether the static library of `triple` is a GNU archive (Linux and other
+/// ELF systems; not Apple's, whose archives differ, nor Windows').
+fn gnu_archive_target(triple: &str) -> bool {
+    !["apple", "darwin", "windows", "aix"].iter().any(|os| triple.contains(os))
+}
+
+/// Whether the environment names an archiver (cc's `AR`, `AR_<target>`,
+/// `TARGET_AR`), which then builds the library as before.
+fn ar_overridden(triple: &str) -> bool {
+    let names =
+        ["AR".to_string(), "TARGET_AR".to_string(), format!("AR_{triple}"), format!("AR_{}", triple.replace('-', "_"))];
+    #[allow(clippy::disallowed_methods)]
+    names.iter().any(|n| std::env::var_os(n).is_some())
+}
+
+/// Write the GNU archive `path` of the named objects `members`, with its
+/// symbol table, in one pass.
+fn write_gnu_archive(path: &Path, members: &[(String, &[u8])]) -> Result<(), String> {
+    use ar_archive_writer::{write_archive_to_stream, ArchiveKind, NewArchiveMember, DEFAULT_OBJECT_READER};
+    let members: Vec<NewArchiveMember> = (members.iter())
+        .map(|(name, bytes)| NewArchiveMember::new(*bytes, &DEFAULT_OBJECT_READER, name.clone()))
+        .collect();
+    let mut out = std::io::Cursor::new(Vec::new());
+    write_archive_to_stream(&mut out, &members, ArchiveKind::Gnu, false, false)
+        .map_err(|e| format!("building the static library {}: {e}", path.display()))?;
+    write_if_changed(path, out.get_ref()).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
 /// Compile `dir/<source>` into `dir/<source stem>.o` with `b`'s compiler and
 /// flags, run in `dir` on the bare file name so the object does not name the
 /// directory (cc's own `compile` hashes the path into the object's name).
 fn compile_c(b: &cc::Build, dir: &Path, source: &str) -> Result<PathBuf, String> {
     let tool = b.try_get_compiler().map_err(|e| format!("finding the C compiler: {e}"))?;
     let object = format!("{}.o", source.trim_end_matches(".c"));
+    // The C API's source changes with the model's shapes, not its weights:
+    // an object compiled from the same source by the same command is reused.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(dir.join(source)).map_err(|e| format!("reading {source}: {e}"))?.hash(&mut h);
+    tool.path().hash(&mut h);
+    tool.args().hash(&mut h);
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    let key = format!("{:016x}", h.finish());
+    let key_file = dir.join(format!("{object}.key"));
+    if dir.join(&object).exists() && std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str()) {
+        return Ok(dir.join(object));
+    }
+    let _ = std::fs::remove_file(&key_file);
     let out = tool
         .to_command()
         .current_dir(dir)
@@ -1132,6 +1190,8 @@ fn compile_c(b: &cc::Build, dir: &Path, source: &str) -> Result<PathBuf, String>
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    // A cache that cannot be written only costs the next build its time.
+    let _ = std::fs::write(&key_file, key);
     Ok(dir.join(object))
 }
 
