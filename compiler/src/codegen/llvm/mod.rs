@@ -23,6 +23,7 @@ use inkwell::IntPredicate;
 use kiln_ir::DataType;
 
 mod compat;
+mod data_object;
 mod expr;
 mod jit;
 mod nvptx;
@@ -378,6 +379,11 @@ pub fn compile_object_jobs(
     threads: usize,
 ) -> Result<Vec<Vec<u8>>, CodegenError> {
     let compile = |job: &ObjectJob<'_>| -> Result<Vec<u8>, CodegenError> {
+        if job.funcs.is_empty() {
+            if let Some(object) = data_object::elf_data_object(&target.triple, job.data) {
+                return Ok(object);
+            }
+        }
         let mut out = compile_artifacts(&job.module, job.funcs, job.data, target, &[Artifact::Object])?;
         out.pop().ok_or_else(|| llvm_err(&job.module, "no object"))
     };

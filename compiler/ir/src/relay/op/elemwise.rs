@@ -1,7 +1,9 @@
 //! Elementwise and broadcasting operators: arithmetic, the unary math
 //! functions, `clip`, `cast`, `nn.relu`.
 
-use super::util::{broadcast_index_map, broadcast_shapes, float_dtype, same_dtype, tensor_arg, tensor_val};
+use super::util::{
+    broadcast_index_map, broadcast_shapes, float_dtype, for_each_broadcast_pair, same_dtype, tensor_arg, tensor_val,
+};
 use super::{OpDef, OpPattern};
 use crate::attrs::{AttrKind, AttrSpec, Attrs};
 use crate::dtype::DataType;
@@ -58,6 +60,28 @@ fn binary(args: &[Value], f: impl Fn(f64, f64) -> Result<f64, OpError>) -> Resul
     Ok(Value::Tensor(Tensor::from_f64(dtype, shape, &out)))
 }
 
+/// [`binary`] for an operator whose result on two `float32` values, computed
+/// in `f64` and rounded, is the one computed in `f32` (`+ − × ÷`, max, min:
+/// each is correctly rounded, and `f64` holds an `f32` product exactly).
+/// Float32 operands take that path: no `f64` copies nor index maps, which
+/// constant folding paid over every weight tensor (batch norm into
+/// convolutions). Results are identical either way (NaN payloads aside).
+fn binary_exact(
+    args: &[Value],
+    f32_op: impl Fn(f32, f32) -> f32,
+    f64_op: impl Fn(f64, f64) -> Result<f64, OpError>,
+) -> Result<Value, OpError> {
+    let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    if a.dtype() != DataType::F32 || b.dtype() != DataType::F32 {
+        return binary(args, f64_op);
+    }
+    let shape = broadcast_shapes(a.shape(), b.shape())?;
+    let (av, bv) = (a.to_f32_vec(), b.to_f32_vec());
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for_each_broadcast_pair(a.shape(), b.shape(), &shape, |i, j| out.push(f32_op(av[i], bv[j])));
+    Ok(Value::Tensor(Tensor::from_f32(shape, &out)))
+}
+
 fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {
     let x = tensor_val(args, 0)?;
     let out: Vec<f64> = x.to_f64_vec().into_iter().map(f).collect();
@@ -81,26 +105,34 @@ fn is_int(args: &[Value]) -> bool {
 }
 
 fn eval_add(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    binary(args, |a, b| Ok(a + b))
+    binary_exact(args, |a, b| a + b, |a, b| Ok(a + b))
 }
 fn eval_subtract(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    binary(args, |a, b| Ok(a - b))
+    binary_exact(args, |a, b| a - b, |a, b| Ok(a - b))
 }
 fn eval_multiply(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    binary(args, |a, b| Ok(a * b))
+    binary_exact(args, |a, b| a * b, |a, b| Ok(a * b))
 }
 fn eval_divide(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     if is_int(args) {
         binary(args, |a, b| if b == 0.0 { Err("integer division by zero".into()) } else { Ok((a / b).trunc()) })
     } else {
-        binary(args, |a, b| Ok(a / b))
+        binary_exact(args, |a, b| a / b, |a, b| Ok(a / b))
     }
 }
 fn eval_maximum(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }))
+    binary_exact(
+        args,
+        |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) },
+        |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }),
+    )
 }
 fn eval_minimum(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
-    binary(args, |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }))
+    binary_exact(
+        args,
+        |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) },
+        |a, b| Ok(if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }),
+    )
 }
 fn eval_power(args: &[Value], _: &Attrs) -> Result<Value, OpError> {
     if is_int(args) {

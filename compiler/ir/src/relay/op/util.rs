@@ -112,6 +112,45 @@ pub(crate) fn broadcast_index_map(from: &[usize], to: &[usize]) -> Vec<usize> {
     out
 }
 
+/// Calls `f(i, j)` for every element of `to`, row-major, with its flat
+/// indices into inputs of shapes `a` and `b` broadcast to `to` — what
+/// [`broadcast_index_map`] gives for each, without materializing the maps.
+pub(crate) fn for_each_broadcast_pair(a: &[usize], b: &[usize], to: &[usize], mut f: impl FnMut(usize, usize)) {
+    let n = to.len();
+    let step = |from: &[usize]| -> Vec<usize> {
+        let fs = strides(from);
+        (0..n)
+            .map(|k| match (k + from.len()).checked_sub(n) {
+                Some(d) if from[d] != 1 => fs[d],
+                _ => 0,
+            })
+            .collect()
+    };
+    let (sa, sb) = (step(a), step(b));
+    let total: usize = to.iter().product();
+    let inner = to.last().copied().unwrap_or(1).max(1);
+    let (ia, ib) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
+    let mut idx = vec![0usize; n];
+    let (mut fa, mut fb) = (0usize, 0usize);
+    for _ in 0..total / inner {
+        // The last axis in one run, then the next multi-index of the others.
+        for t in 0..inner {
+            f(fa + t * ia, fb + t * ib);
+        }
+        for k in (0..n.saturating_sub(1)).rev() {
+            idx[k] += 1;
+            fa += sa[k];
+            fb += sb[k];
+            if idx[k] < to[k] {
+                break;
+            }
+            fa -= sa[k] * to[k];
+            fb -= sb[k] * to[k];
+            idx[k] = 0;
+        }
+    }
+}
+
 /// Calls `f(multi_index, flat_index)` for every element of `shape`, row-major.
 pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize], usize)) {
     let total: usize = shape.iter().product();
@@ -183,6 +222,14 @@ mod tests {
                             })
                             .collect();
                         assert_eq!(broadcast_index_map(&from, &to), want, "{from:?} -> {to:?}");
+                        // The pair walk gives the same indices, on either side.
+                        let whole: Vec<usize> = (0..want.len()).collect();
+                        let mut pairs = Vec::new();
+                        for_each_broadcast_pair(&from, &to, &to, |i, j| pairs.push((i, j)));
+                        assert_eq!(pairs, want.iter().copied().zip(whole.clone()).collect::<Vec<_>>(), "{from:?}");
+                        pairs.clear();
+                        for_each_broadcast_pair(&to, &from, &to, |i, j| pairs.push((i, j)));
+                        assert_eq!(pairs, whole.into_iter().zip(want.iter().copied()).collect::<Vec<_>>(), "{from:?}");
                     }
                 }
             }

@@ -1,0 +1,71 @@
+//! The weights' object file written directly, where its format is simple
+//! (ELF on x86-64 and AArch64 Linux): one read-only data section holding
+//! each weight at a 64-byte boundary under its global symbol — what LLVM
+//! emits for the same globals, without first copying every weight byte into
+//! an LLVM constant and hashing it (most of a rebuild after the weights
+//! changed). Other targets go through LLVM.
+
+use object::write::{Object, StandardSection, Symbol, SymbolSection};
+use object::{Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
+
+use super::DataSymbol;
+
+/// The alignment of every weight (the kernels' vector loads assume it).
+const WEIGHT_ALIGN: u64 = 64;
+
+/// The relocatable object defining `data` for `triple`, or `None` where
+/// LLVM must write it (another architecture or object format).
+pub(super) fn elf_data_object(triple: &str, data: &[DataSymbol<'_>]) -> Option<Vec<u8>> {
+    let arch = match triple.split('-').next()? {
+        "x86_64" => Architecture::X86_64,
+        "aarch64" => Architecture::Aarch64,
+        _ => return None,
+    };
+    if !triple.contains("linux") {
+        return None;
+    }
+    let mut obj = Object::new(BinaryFormat::Elf, arch, Endianness::Little);
+    let section = obj.section_id(StandardSection::ReadOnlyData);
+    for d in data {
+        let offset = obj.append_section_data(section, d.bytes, WEIGHT_ALIGN);
+        obj.add_symbol(Symbol {
+            name: d.symbol.as_bytes().to_vec(),
+            value: offset,
+            size: d.bytes.len() as u64,
+            kind: SymbolKind::Data,
+            scope: SymbolScope::Dynamic,
+            weak: false,
+            section: SymbolSection::Section(section),
+            flags: SymbolFlags::None,
+        });
+    }
+    obj.write().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    /// Each weight reads back from the object under its symbol, aligned, with its size.
+    #[test]
+    fn weights_read_back_under_their_symbols() {
+        let (a, b) = ([1u8, 2, 3], [7u8; 100]);
+        let data = [DataSymbol { symbol: "w_a".into(), bytes: &a }, DataSymbol { symbol: "w_b".into(), bytes: &b }];
+        for triple in ["x86_64-unknown-linux-gnu", "aarch64-linux-gnu"] {
+            let bytes = elf_data_object(triple, &data).expect("an ELF target");
+            let file = object::File::parse(&*bytes).expect("a valid object");
+            for d in &data {
+                let sym = file.symbols().find(|s| s.name() == Ok(d.symbol.as_str())).expect("the symbol");
+                assert!(sym.is_global() && sym.is_definition());
+                assert_eq!((sym.size(), sym.address() % WEIGHT_ALIGN), (d.bytes.len() as u64, 0));
+                let section = file.section_by_index(sym.section_index().expect("in a section")).expect("section");
+                let contents = section.data().expect("contents");
+                let start = (sym.address() - section.address()) as usize;
+                assert_eq!(&contents[start..start + d.bytes.len()], d.bytes);
+            }
+        }
+        assert!(elf_data_object("thumbv7em-none-eabihf", &data).is_none());
+        assert!(elf_data_object("x86_64-apple-darwin", &data).is_none());
+    }
+}
