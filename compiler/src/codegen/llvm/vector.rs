@@ -267,6 +267,26 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // value is still computed once as a vector and each lane stored from
         // it — computed lane by lane, an epilogue would run on scalars.
         let v = v.into_vector_value();
+        // A constant stride: the first lane's address once, the others a
+        // constant offset from it — not each lane's index expression again
+        // (LLVM's induction-variable and CSE passes had to fold those, a
+        // large part of a convolution kernel's compile time).
+        let strided = match idx {
+            Expr::Ramp { base, stride, .. } => stride.as_int().map(|s| (base, s)),
+            _ => None,
+        };
+        if let Some((base, stride)) = strided {
+            let first = self.address(buf, std::slice::from_ref(base))?;
+            let elem = elem_type(self.ctx, buf.elem());
+            for k in 0..lanes {
+                let offset = [self.i64c(k as i64 * stride)];
+                // SAFETY (of the generated code): lane k's index is base + k·stride, in bounds as the store is.
+                let ptr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, first, &offset, "lane_addr"))? };
+                let lane = self.e(self.b.build_extract_element(v, self.i64c(k as i64), "lane"))?;
+                self.e(self.b.build_store(ptr, lane))?;
+            }
+            return Ok(());
+        }
         for k in 0..lanes {
             let i = simplify(&lane_of(idx, k), &Bounds::new());
             let ptr = self.address(buf, &[i])?;
