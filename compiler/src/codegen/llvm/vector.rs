@@ -44,6 +44,30 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(v.into())
     }
 
+    /// `buf[Ramp(base, s)]` for any other constant stride (a residual read
+    /// from NCHW by a channel-vectorized epilogue): one load per lane, at a
+    /// constant offset from the first lane's address — not each lane's index
+    /// expression again, which LLVM's induction-variable and CSE passes had
+    /// to fold.
+    fn lane_loads(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
+        let Some(s) = stride.as_int() else { return Ok(None) };
+        if buf.elem() == DataType::Bool {
+            return Ok(None);
+        }
+        let elem = elem_type(self.ctx, buf.elem());
+        let first = self.address(buf, std::slice::from_ref(base))?;
+        let mut v = self.vector_type(buf.elem(), *lanes as u32).get_undef();
+        for k in 0..*lanes {
+            let offset = [self.i64c(k as i64 * s)];
+            // SAFETY (of the generated code): lane k's index is base + k·s, in bounds as the load is.
+            let ptr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, first, &offset, "lane_addr"))? };
+            let lane = self.e(compat::load(&self.b, elem, ptr, "lane"))?;
+            v = self.e(self.b.build_insert_element(v, lane, self.i64c(k as i64), "lane"))?;
+        }
+        Ok(Some(v.into()))
+    }
+
     /// `buf[Ramp(base, s)]` for a small constant stride `s` (a stride-2
     /// convolution's input row): one contiguous load of the `(lanes−1)·s+1`
     /// elements from the first lane's to the last's — never past them — then
@@ -190,7 +214,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
                 None => match self.strided_load(buf, &idx[0])? {
                     Some(v) => v,
-                    None => self.scalarize(e)?,
+                    None => match self.lane_loads(buf, &idx[0])? {
+                        Some(v) => v,
+                        None => self.scalarize(e)?,
+                    },
                 },
             },
             Expr::Call(f, args, _) if t.elem == DataType::F32 => {
