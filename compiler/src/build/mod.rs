@@ -1100,14 +1100,14 @@ fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -> Result<()
     if !a.c_api.is_empty() {
         sources.push(format!("{}_api.c", a.name));
     }
-    let mut objects: Vec<PathBuf> = (0..a.objects.len()).map(|k| dir.join(object_file(&a.name, k))).collect();
-    for source in sources {
-        objects.push(compile_c(&b, dir, &source)?);
-    }
     #[allow(clippy::disallowed_methods)]
     let triple = std::env::var("TARGET").unwrap_or_else(|_| {
         crate::target::target_option(target, "-mtriple=").map_or(crate::target::host_triple().to_string(), cc_triple)
     });
+    let mut objects: Vec<PathBuf> = (0..a.objects.len()).map(|k| dir.join(object_file(&a.name, k))).collect();
+    for source in sources {
+        objects.push(compile_c(&b, dir, &source, &triple)?);
+    }
     if gnu_archive_target(&triple) && !ar_overridden(&triple) {
         // The model's objects from memory (the weights' is most of the bytes), the C API's from its file.
         let mut c_objects = Vec::new();
@@ -1161,15 +1161,23 @@ fn write_gnu_archive(path: &Path, members: &[(String, &[u8])]) -> Result<(), Str
 /// Compile `dir/<source>` into `dir/<source stem>.o` with `b`'s compiler and
 /// flags, run in `dir` on the bare file name so the object does not name the
 /// directory (cc's own `compile` hashes the path into the object's name).
-fn compile_c(b: &cc::Build, dir: &Path, source: &str) -> Result<PathBuf, String> {
-    let tool = b.try_get_compiler().map_err(|e| format!("finding the C compiler: {e}"))?;
+fn compile_c(b: &cc::Build, dir: &Path, source: &str, triple: &str) -> Result<PathBuf, String> {
     let object = format!("{}.o", source.trim_end_matches(".c"));
     // The C API's source changes with the model's shapes, not its weights:
-    // an object compiled from the same source by the same command is reused.
+    // an object compiled from the same source for the same target, under the
+    // same compiler settings (cc's environment variables), is reused. The key
+    // is found without asking cc for the compiler, which runs it (from a
+    // process that holds the model's weights) to detect its family.
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(dir.join(source)).map_err(|e| format!("reading {source}: {e}"))?.hash(&mut h);
-    tool.path().hash(&mut h);
-    tool.args().hash(&mut h);
+    triple.hash(&mut h);
+    let underscored = triple.replace('-', "_");
+    for var in ["CC", "CFLAGS", "TARGET_CC", "TARGET_CFLAGS", "CRATE_CC_NO_DEFAULTS", "PATH"] {
+        for name in [var.to_string(), format!("{var}_{triple}"), format!("{var}_{underscored}")] {
+            #[allow(clippy::disallowed_methods)]
+            std::env::var_os(&name).hash(&mut h);
+        }
+    }
     env!("CARGO_PKG_VERSION").hash(&mut h);
     let key = format!("{:016x}", h.finish());
     let key_file = dir.join(format!("{object}.key"));
@@ -1177,6 +1185,7 @@ fn compile_c(b: &cc::Build, dir: &Path, source: &str) -> Result<PathBuf, String>
         return Ok(dir.join(object));
     }
     let _ = std::fs::remove_file(&key_file);
+    let tool = b.try_get_compiler().map_err(|e| format!("finding the C compiler: {e}"))?;
     let out = tool
         .to_command()
         .current_dir(dir)
