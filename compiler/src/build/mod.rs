@@ -946,6 +946,12 @@ impl Artifacts {
 fn hash_code_generator(target: &TargetDescription, h: &mut impl Hasher) {
     target.hash(h);
     crate::target::LLVM_VERSION.hash(h);
+    hash_kiln_binary(h);
+}
+
+/// kiln's version and the running binary (a rebuilt kiln, or a build script
+/// linking another, may generate other code under the same version).
+fn hash_kiln_binary(h: &mut impl Hasher) {
     env!("CARGO_PKG_VERSION").hash(h);
     if let Ok(exe) = std::env::current_exe() {
         std::fs::metadata(&exe).map(|m| (m.len(), m.modified().ok())).ok().hash(h);
@@ -1178,7 +1184,8 @@ fn compile_c(b: &cc::Build, dir: &Path, source: &str, triple: &str) -> Result<Pa
             std::env::var_os(&name).hash(&mut h);
         }
     }
-    env!("CARGO_PKG_VERSION").hash(&mut h);
+    // The flags `archive` gives cc are kiln's code.
+    hash_kiln_binary(&mut h);
     let key = format!("{:016x}", h.finish());
     let key_file = dir.join(format!("{object}.key"));
     if dir.join(&object).exists() && std::fs::read_to_string(&key_file).ok().as_deref() == Some(key.as_str()) {
