@@ -189,10 +189,10 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     let anchor_name = anchor.map_or("", |(_, n)| n);
     let padded_anchor = matches!(anchor_name, "nn.conv2d" | "nn.contrib_winograd_input_transform");
-    let winograd_stages = [crate::topi::WINOGRAD_TILE_STAGE, crate::topi::WINOGRAD_RIGHT_STAGE];
     let materialize = |t: &Tensor| {
         (padded_anchor && t.name() == "pad")
-            || (anchor_name == "nn.contrib_winograd_input_transform" && winograd_stages.contains(&t.name()))
+            || (anchor_name == "nn.contrib_winograd_input_transform"
+                && crate::topi::WINOGRAD_INPUT_STAGES.contains(&t.name()))
     };
     let mut prim = te::lower_with(name, &inputs, &outputs, &materialize).map_err(|e| err(e.to_string()))?;
     prim.attrs.insert("anchor".into(), anchor_name.to_string());

@@ -1145,10 +1145,14 @@ fn gnu_archive_target(triple: &str) -> bool {
 /// Whether the environment names an archiver (cc's `AR`, `AR_<target>`,
 /// `TARGET_AR`), which then builds the library as before.
 fn ar_overridden(triple: &str) -> bool {
-    let names =
-        ["AR".to_string(), "TARGET_AR".to_string(), format!("AR_{triple}"), format!("AR_{}", triple.replace('-', "_"))];
     #[allow(clippy::disallowed_methods)]
-    names.iter().any(|n| std::env::var_os(n).is_some())
+    ["AR", "TARGET_AR"].iter().flat_map(|v| cc_env_names(v, triple)).any(|n| std::env::var_os(n).is_some())
+}
+
+/// The names under which cc reads its setting `var` for `triple`: plain,
+/// `<var>_<triple>` and `<var>_<triple with underscores>`.
+fn cc_env_names(var: &str, triple: &str) -> [String; 3] {
+    [var.to_string(), format!("{var}_{triple}"), format!("{var}_{}", triple.replace('-', "_"))]
 }
 
 /// Write the GNU archive `path` of the named objects `members`, with its
@@ -1177,9 +1181,8 @@ fn compile_c(b: &cc::Build, dir: &Path, source: &str, triple: &str) -> Result<Pa
     let mut h = std::collections::hash_map::DefaultHasher::new();
     std::fs::read(dir.join(source)).map_err(|e| format!("reading {source}: {e}"))?.hash(&mut h);
     triple.hash(&mut h);
-    let underscored = triple.replace('-', "_");
     for var in ["CC", "CFLAGS", "TARGET_CC", "TARGET_CFLAGS", "CRATE_CC_NO_DEFAULTS", "PATH"] {
-        for name in [var.to_string(), format!("{var}_{triple}"), format!("{var}_{underscored}")] {
+        for name in cc_env_names(var, triple) {
             #[allow(clippy::disallowed_methods)]
             std::env::var_os(&name).hash(&mut h);
         }

@@ -230,11 +230,11 @@ fn fill_loops(f: &PrimFunc, b: &Buffer) -> Vec<Var> {
 /// The materialized stages of a kernel not placed yet (a convolution's
 /// padded input; the Winograd input transform's tile and right factor).
 pub(crate) fn materialized(f: &PrimFunc) -> Vec<Buffer> {
-    const STAGES: [&str; 3] = ["pad", crate::topi::WINOGRAD_TILE_STAGE, crate::topi::WINOGRAD_RIGHT_STAGE];
     let mut out = Vec::new();
     f.body.visit(&mut |s| {
         if let Stmt::Allocate { buffer, .. } = s {
-            if buffer.scope() == Scope::Local && STAGES.contains(&buffer.name()) {
+            let name = buffer.name();
+            if buffer.scope() == Scope::Local && (name == "pad" || crate::topi::WINOGRAD_INPUT_STAGES.contains(&name)) {
                 out.push(buffer.clone());
             }
         }

@@ -26,7 +26,7 @@ mod nn;
 mod reduce;
 mod transform;
 mod winograd;
-pub(crate) use winograd::{WINOGRAD_RIGHT_STAGE, WINOGRAD_TILE_STAGE};
+pub(crate) use winograd::WINOGRAD_INPUT_STAGES;
 
 /// A TE value: one tensor, or a tuple of them.
 #[derive(Clone, Debug)]

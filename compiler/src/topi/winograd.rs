@@ -125,8 +125,10 @@ fn input_transform(x: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpEr
 
 /// The names of the input transform's intermediate stages (see
 /// [`input_transform`]), which its CPU schedule places.
-pub(crate) const WINOGRAD_TILE_STAGE: &str = "winograd_tile";
-pub(crate) const WINOGRAD_RIGHT_STAGE: &str = "winograd_right";
+const WINOGRAD_TILE_STAGE: &str = "winograd_tile";
+const WINOGRAD_RIGHT_STAGE: &str = "winograd_right";
+/// Both, for the lowering that keeps them and the schedules that find them.
+pub(crate) const WINOGRAD_INPUT_STAGES: [&str; 2] = [WINOGRAD_TILE_STAGE, WINOGRAD_RIGHT_STAGE];
 
 /// `Y[r·m + s, k, p] = (Aᵀ·M·A)[r, s]` of tile `p`.
 fn output_transform(mt: &Tensor, attrs: &Attrs, out: &Type) -> Result<Tensor, OpError> {

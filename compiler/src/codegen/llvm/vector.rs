@@ -45,10 +45,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// `buf[Ramp(base, s)]` for any other constant stride (a residual read
-    /// from NCHW by a channel-vectorized epilogue): one load per lane, at a
-    /// constant offset from the first lane's address — not each lane's index
-    /// expression again, which LLVM's induction-variable and CSE passes had
-    /// to fold.
+    /// from NCHW by a channel-vectorized epilogue): one load per lane, each
+    /// at [`Self::lane_address`].
     fn lane_loads(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
         let Expr::Ramp { base, stride, lanes } = idx else { return Ok(None) };
         let Some(s) = stride.as_int() else { return Ok(None) };
@@ -59,13 +57,27 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let first = self.address(buf, std::slice::from_ref(base))?;
         let mut v = self.vector_type(buf.elem(), *lanes as u32).get_undef();
         for k in 0..*lanes {
-            let offset = [self.i64c(k as i64 * s)];
-            // SAFETY (of the generated code): lane k's index is base + k·s, in bounds as the load is.
-            let ptr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, first, &offset, "lane_addr"))? };
+            let ptr = self.lane_address(buf, first, k, s)?;
             let lane = self.e(compat::load(&self.b, elem, ptr, "lane"))?;
             v = self.e(self.b.build_insert_element(v, lane, self.i64c(k as i64), "lane"))?;
         }
         Ok(Some(v.into()))
+    }
+
+    /// Lane `k`'s address in `buf` for a ramp of constant stride `s` whose
+    /// first lane is at `first`: a constant offset, not the lane's index
+    /// expression again (which LLVM's induction-variable and CSE passes had
+    /// to fold, a large part of a convolution kernel's compile time).
+    fn lane_address(
+        &self,
+        buf: &Buffer,
+        first: PointerValue<'ctx>,
+        k: u16,
+        s: i64,
+    ) -> Result<PointerValue<'ctx>, CodegenError> {
+        let offset = [self.i64c(k as i64 * s)];
+        // SAFETY (of the generated code): lane k's index is base + k·s, in bounds as the access is.
+        unsafe { self.e(compat::in_bounds_gep(&self.b, elem_type(self.ctx, buf.elem()), first, &offset, "lane_addr")) }
     }
 
     /// `buf[Ramp(base, s)]` for a small constant stride `s` (a stride-2
@@ -294,21 +306,16 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // value is still computed once as a vector and each lane stored from
         // it — computed lane by lane, an epilogue would run on scalars.
         let v = v.into_vector_value();
-        // A constant stride: the first lane's address once, the others a
-        // constant offset from it — not each lane's index expression again
-        // (LLVM's induction-variable and CSE passes had to fold those, a
-        // large part of a convolution kernel's compile time).
+        // A constant stride: the first lane's address once, the others at
+        // `lane_address`.
         let strided = match idx {
             Expr::Ramp { base, stride, .. } => stride.as_int().map(|s| (base, s)),
             _ => None,
         };
         if let Some((base, stride)) = strided {
             let first = self.address(buf, std::slice::from_ref(base))?;
-            let elem = elem_type(self.ctx, buf.elem());
             for k in 0..lanes {
-                let offset = [self.i64c(k as i64 * stride)];
-                // SAFETY (of the generated code): lane k's index is base + k·stride, in bounds as the store is.
-                let ptr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, first, &offset, "lane_addr"))? };
+                let ptr = self.lane_address(buf, first, k, stride)?;
                 let lane = self.e(self.b.build_extract_element(v, self.i64c(k as i64), "lane"))?;
                 self.e(self.b.build_store(ptr, lane))?;
             }
