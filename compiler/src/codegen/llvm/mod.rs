@@ -399,11 +399,11 @@ pub fn compile_object_jobs(
     let results: Vec<Slot> = (0..jobs.len()).map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|scope| {
         for _ in 0..threads.clamp(1, jobs.len().max(1)) {
-            scope.spawn(|| loop {
-                let Some(&k) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) else { break };
-                let job = &jobs[k];
-                let result = compile(job);
-                *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+            scope.spawn(|| {
+                while let Some(&k) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                    let result = compile(&jobs[k]);
+                    *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                }
             });
         }
     });
