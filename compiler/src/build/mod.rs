@@ -1137,9 +1137,7 @@ fn c_compiler(dir: &Path, target: &str) -> cc::Build {
     // Outside a build script cc needs the target spelled out.
     #[allow(clippy::disallowed_methods)]
     if std::env::var("TARGET").is_err() {
-        let host = crate::target::host_triple();
-        let triple = crate::target::target_option(target, "-mtriple=").map_or(host.to_string(), cc_triple);
-        b.target(&triple).host(host);
+        b.target(&c_triple(target)).host(crate::target::host_triple());
     }
     b
 }
