@@ -50,7 +50,11 @@ for m in re.finditer(r"\s*([\d.]+) us\s+([\d.]+)%\s+(\d+)×\s+(\w+)", text):
     shapes = signatures.get(kernel)
     line = f"{us:9.1f} us {calls:2d}× {kernel:44s}"
     if shapes and "conv2d" in kernel and len(shapes) >= 3:
-        x, w, y = shapes[0], shapes[1], shapes[-1]
+        # The weight: the packed (5-D) parameter where there is one — a fused
+        # prologue (a residual add before a downsampling convolution) puts
+        # other parameters first — else the second; the input just before it.
+        k = next((i for i, s in enumerate(shapes[1:-1], 1) if len(s) == 5), 1)
+        x, w, y = shapes[k - 1], shapes[k], shapes[-1]
         out_channels = w[0] * (w[4] if len(w) == 5 else 1)
         per_output = int(np.prod(w)) // out_channels
         flops = 2 * int(np.prod(y)) * per_output * calls
