@@ -393,7 +393,9 @@ pub fn compile_object_jobs(
     // Workers take the largest jobs first (the last to start should be a
     // short one); each result keeps its job's place.
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&k| std::cmp::Reverse(jobs[k].funcs.iter().map(|f| statement_count(&f.body)).sum::<usize>()));
+    order.sort_by_cached_key(|&k| {
+        std::cmp::Reverse(jobs[k].funcs.iter().map(|f| statement_count(&f.body)).sum::<usize>())
+    });
     let next = std::sync::atomic::AtomicUsize::new(0);
     type Slot = std::sync::Mutex<Option<Result<Vec<u8>, CodegenError>>>;
     let results: Vec<Slot> = (0..jobs.len()).map(|_| std::sync::Mutex::new(None)).collect();
