@@ -7,6 +7,7 @@
 //! an oracle: simple and at least as precise as the kernels it checks.
 
 use std::fmt;
+use std::sync::Arc;
 
 use half::f16;
 
@@ -17,7 +18,9 @@ use crate::dtype::DataType;
 pub struct Tensor {
     dtype: DataType,
     shape: Vec<usize>,
-    data: Vec<u8>,
+    /// Shared: a clone (a folded reshape, an argument handed to an operator's
+    /// reference implementation) copies no bytes.
+    data: Arc<Vec<u8>>,
 }
 
 impl fmt::Debug for Tensor {
@@ -50,13 +53,13 @@ impl Tensor {
     pub fn from_bytes(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Option<Tensor> {
         // Checked: a hostile shape's byte count may not fit a usize.
         let bytes = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
-        (bytes == Some(data.len())).then_some(Tensor { dtype, shape, data })
+        (bytes == Some(data.len())).then(|| Tensor { dtype, shape, data: Arc::new(data) })
     }
 
     /// A tensor of zeros.
     pub fn zeros(dtype: DataType, shape: Vec<usize>) -> Tensor {
         let n = numel(&shape) * dtype.size_bytes();
-        Tensor { dtype, shape, data: vec![0; n] }
+        Tensor { dtype, shape, data: Arc::new(vec![0; n]) }
     }
 
     /// A tensor whose elements are `values` converted to `dtype` (floats are
@@ -65,16 +68,23 @@ impl Tensor {
     pub fn from_f64(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> Tensor {
         assert_eq!(values.len(), numel(&shape), "Tensor::from_f64: {} values for shape {shape:?}", values.len());
         let mut data = Vec::with_capacity(values.len() * dtype.size_bytes());
-        for &v in values {
-            encode(dtype, v, &mut data);
+        if dtype == DataType::F32 {
+            // The common case without the per-element dispatch (constant folding of weights).
+            data.extend(values.iter().flat_map(|&v| (v as f32).to_le_bytes()));
+        } else {
+            for &v in values {
+                encode(dtype, v, &mut data);
+            }
         }
-        Tensor { dtype, shape, data }
+        Tensor { dtype, shape, data: Arc::new(data) }
     }
 
     /// A `float32` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
     pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Tensor {
-        let v: Vec<f64> = values.iter().map(|&x| x as f64).collect();
-        Tensor::from_f64(DataType::F32, shape, &v)
+        assert_eq!(values.len(), numel(&shape), "Tensor::from_f32: {} values for shape {shape:?}", values.len());
+        let mut data = Vec::with_capacity(values.len() * 4);
+        data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        Tensor { dtype: DataType::F32, shape, data: Arc::new(data) }
     }
 
     /// An `int64` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
@@ -122,13 +132,24 @@ impl Tensor {
 
     /// Every element as `f64`, row-major.
     pub fn to_f64_vec(&self) -> Vec<f64> {
+        if self.dtype == DataType::F32 {
+            return self.f32_values().map(f64::from).collect();
+        }
         let w = self.dtype.size_bytes();
         self.data.chunks_exact(w).map(|c| decode(self.dtype, c)).collect()
     }
 
     /// Every element as `f32`, row-major.
     pub fn to_f32_vec(&self) -> Vec<f32> {
+        if self.dtype == DataType::F32 {
+            return self.f32_values().collect();
+        }
         self.to_f64_vec().into_iter().map(|x| x as f32).collect()
+    }
+
+    /// The elements of a `float32` tensor, decoded without a per-element dtype dispatch.
+    fn f32_values(&self) -> impl Iterator<Item = f32> + '_ {
+        self.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
     }
 
     /// The same data under another shape with the same element count.

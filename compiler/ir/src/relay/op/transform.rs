@@ -175,14 +175,50 @@ fn rel_transpose(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
 pub(crate) fn permuted(x: &Tensor, perm: &[usize]) -> Tensor {
     let out_shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
     let in_strides = strides(x.shape());
-    let size = x.dtype().size_bytes();
-    let src = x.bytes();
-    let mut out = vec![0u8; src.len()];
-    for_each_index(&out_shape, |idx, o| {
-        let i: usize = idx.iter().zip(perm).map(|(&v, &p)| v * in_strides[p]).sum();
-        out[o * size..(o + 1) * size].copy_from_slice(&src[i * size..(i + 1) * size]);
-    });
+    // The source stride of each output axis.
+    let step: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    let out = match x.dtype().size_bytes() {
+        1 => gather_elements::<1>(x.bytes(), &out_shape, &step),
+        2 => gather_elements::<2>(x.bytes(), &out_shape, &step),
+        4 => gather_elements::<4>(x.bytes(), &out_shape, &step),
+        _ => gather_elements::<8>(x.bytes(), &out_shape, &step),
+    };
     Tensor::from_bytes(x.dtype(), out_shape, out).expect("as many bytes as the input's")
+}
+
+/// The elements of `src` (each `N` bytes) read in the row-major order of
+/// `shape`, element `idx` at `Σ idx[k]·step[k]`: the source offset moves
+/// by odometer, one add per element of the innermost axis.
+fn gather_elements<const N: usize>(src: &[u8], shape: &[usize], step: &[usize]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(src.len());
+    let total: usize = shape.iter().product();
+    let Some((&inner, outer)) = shape.split_last() else {
+        out.extend_from_slice(&src[..N.min(src.len())]);
+        return out;
+    };
+    if total == 0 {
+        return out;
+    }
+    let inner_step = step[outer.len()];
+    let mut idx = vec![0usize; outer.len()];
+    let mut base = 0usize;
+    for _ in 0..total / inner {
+        for t in 0..inner {
+            let i = (base + t * inner_step) * N;
+            let element: [u8; N] = src[i..i + N].try_into().expect("N bytes");
+            out.extend_from_slice(&element);
+        }
+        for k in (0..outer.len()).rev() {
+            idx[k] += 1;
+            base += step[k];
+            if idx[k] < outer[k] {
+                break;
+            }
+            base -= step[k] * outer[k];
+            idx[k] = 0;
+        }
+    }
+    out
 }
 
 fn eval_transpose(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
@@ -620,4 +656,46 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::required("shape", AttrKind::Ints))
         .attr(AttrSpec::dtype("dtype", DataType::F32)),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The odometer walk of [`permuted`] equals the definition (output
+    /// element `idx` is input element `idx` permuted back), for every
+    /// permutation of a rank-4 shape with a unit axis, and each element size.
+    #[test]
+    fn permuted_matches_the_definition() {
+        let shape = [2, 3, 1, 4];
+        let perms = (0..4usize.pow(4)).map(|mut code| {
+            (0..4)
+                .map(|_| {
+                    let d = code % 4;
+                    code /= 4;
+                    d
+                })
+                .collect::<Vec<usize>>()
+        });
+        let perms: Vec<Vec<usize>> = perms.filter(|p| (0..4).all(|d| p.contains(&d))).collect::<Vec<_>>();
+        assert_eq!(perms.len(), 24);
+        for dtype in [DataType::U8, DataType::F16, DataType::F32, DataType::F64] {
+            let values: Vec<f64> = (0..numel(&shape)).map(|v| v as f64).collect();
+            let x = Tensor::from_f64(dtype, shape.to_vec(), &values);
+            for perm in &perms {
+                let y = permuted(&x, perm);
+                let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+                assert_eq!(y.shape(), &out_shape[..]);
+                let in_strides = strides(&shape);
+                let mut want = Vec::new();
+                for_each_index(&out_shape, |idx, _| {
+                    want.push(values[idx.iter().zip(perm).map(|(&v, &p)| v * in_strides[p]).sum::<usize>()]);
+                });
+                assert_eq!(y.to_f64_vec(), want, "{dtype} {perm:?}");
+            }
+        }
+        // A scalar and an empty tensor.
+        assert_eq!(permuted(&Tensor::scalar(DataType::F32, 2.5), &[]).to_f64_vec(), vec![2.5]);
+        assert_eq!(permuted(&Tensor::zeros(DataType::F32, vec![2, 0]), &[1, 0]).shape(), &[0, 2]);
+    }
 }

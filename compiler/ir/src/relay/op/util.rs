@@ -128,6 +128,28 @@ pub(crate) fn for_each_broadcast_pair(a: &[usize], b: &[usize], to: &[usize], mu
     };
     let (sa, sb) = (step(a), step(b));
     let total: usize = to.iter().product();
+    if total == 0 {
+        return;
+    }
+    // Merge each axis into the one outside it where both operands walk them
+    // as one (a weight times a per-channel scale: [O, I·H·W] by [O, 1]), so
+    // the innermost run is long and the odometer below rarely turns.
+    let (mut to, mut sa, mut sb) = (to.to_vec(), sa, sb);
+    let mut k = to.len();
+    while k > 1 {
+        k -= 1;
+        let (n, m) = (to[k], to[k - 1]);
+        if n == 1 || (sa[k - 1] == sa[k] * n && sb[k - 1] == sb[k] * n) || m == 1 {
+            let (ia, ib) = if n == 1 { (sa[k - 1], sb[k - 1]) } else { (sa[k], sb[k]) };
+            to[k - 1] = m * n;
+            sa[k - 1] = ia;
+            sb[k - 1] = ib;
+            to.remove(k);
+            sa.remove(k);
+            sb.remove(k);
+        }
+    }
+    let (to, n) = (&to[..], to.len());
     let inner = to.last().copied().unwrap_or(1).max(1);
     let (ia, ib) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
     let mut idx = vec![0usize; n];

@@ -22,6 +22,7 @@ use super::nn::{ints_n, window_out};
 use super::util::{float_dtype, shape_str, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
 use crate::attrs::{AttrSpec, Attrs};
+use crate::dtype::DataType;
 use crate::relay::ty::{check_size, Type};
 use crate::relay::value::Value;
 use crate::tensor::Tensor;
@@ -157,22 +158,43 @@ fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
 fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let w = tensor_val(args, 0)?;
     let ty = rel_weight_transform(&[Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
+    let ty = ty.as_tensor().ok_or("not a tensor")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
-    let (k, c, a) = (w.shape()[0], w.shape()[1], t.alpha);
     let g = w.to_f64_vec();
-    let mut u = vec![0.0; a * a * k * c];
-    for kc in 0..k * c {
+    // Computed in f64 either way; a float32 result is rounded as it is stored
+    // (no f64 copy of ResNet-18's 38 MB of transformed weights).
+    Ok(Value::Tensor(if ty.dtype == DataType::F32 {
+        Tensor::from_f32(ty.shape.clone(), &transform_weights(&g, w.shape(), &t, |v| v as f32))
+    } else {
+        Tensor::from_f64(ty.dtype, ty.shape.clone(), &transform_weights(&g, w.shape(), &t, |v| v))
+    }))
+}
+
+/// `G·g·Gᵀ` of every 3 × 3 kernel of the OIHW weights `g` (of `shape`),
+/// laid out `[α, α, O, I]`, each element converted by `store`.
+fn transform_weights<T: Copy + Default>(
+    g: &[f64],
+    shape: &[usize],
+    t: &WinogradMatrices,
+    store: impl Fn(f64) -> T,
+) -> Vec<T> {
+    let (kc_count, a) = (shape[0] * shape[1], t.alpha);
+    let mut u = vec![T::default(); a * a * kc_count];
+    // G·g (α × 3) of one kernel, reused: no allocation per (O, I) pair.
+    let mut gg = vec![0.0; a * 3];
+    for kc in 0..kc_count {
         let g = &g[kc * 9..kc * 9 + 9];
         // G·g (α × 3), then (G·g)·Gᵀ.
-        let gg: Vec<f64> = (0..a * 3).map(|e| (0..3).map(|r| t.g[e / 3][r] * g[r * 3 + e % 3]).sum()).collect();
+        for (e, v) in gg.iter_mut().enumerate() {
+            *v = (0..3).map(|r| t.g[e / 3][r] * g[r * 3 + e % 3]).sum();
+        }
         for xi in 0..a {
             for nu in 0..a {
-                u[(xi * a + nu) * k * c + kc] = (0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum();
+                u[(xi * a + nu) * kc_count + kc] = store((0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum());
             }
         }
     }
-    let ty = ty.as_tensor().ok_or("not a tensor")?;
-    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
+    u
 }
 
 // ---- input transform --------------------------------------------------------------
