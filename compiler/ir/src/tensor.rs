@@ -14,13 +14,25 @@ use half::f16;
 use crate::dtype::DataType;
 
 /// A dense, row-major tensor with a static shape.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Tensor {
     dtype: DataType,
     shape: Vec<usize>,
     /// Shared: a clone (a folded reshape, an argument handed to an operator's
     /// reference implementation) copies no bytes.
     data: Arc<Vec<u8>>,
+}
+
+impl std::hash::Hash for Tensor {
+    /// The data enters the hasher as one 64-bit digest (foldhash, fixed
+    /// seed): equal tensors hash equally, and a key over a model's weights
+    /// costs a pass of a fast hash instead of SipHash over every byte.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        use std::hash::BuildHasher;
+        self.dtype.hash(state);
+        self.shape.hash(state);
+        state.write_u64(foldhash::quality::FixedState::with_seed(0x6b69_6c6e).hash_one(self.data.as_slice()));
+    }
 }
 
 impl fmt::Debug for Tensor {

@@ -1075,10 +1075,33 @@ pub fn read_safetensors(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>,
 
 /// Write only when the contents differ, so mtimes stay put for unchanged files.
 fn write_if_changed(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if std::fs::read(path).ok().as_deref() == Some(bytes) {
+    if same_contents(path, bytes) {
         return Ok(());
     }
     std::fs::write(path, bytes)
+}
+
+/// Whether the file `path` holds exactly `bytes`: the size first, then the
+/// contents a chunk at a time, stopping at the first difference (a new
+/// weights' object differs in its first chunk; reading all 75 MB of the old
+/// one took as long as writing the new).
+fn same_contents(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else { return false };
+    if file.metadata().map(|m| m.len()).ok() != Some(bytes.len() as u64) {
+        return false;
+    }
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = chunk.len().min(rest.len());
+        if file.read_exact(&mut chunk[..n]).is_err() || chunk[..n] != rest[..n] {
+            return false;
+        }
+        rest = &rest[n..];
+    }
+    // Nothing past the end (the file grew since its size was read).
+    file.read(&mut chunk[..1]).is_ok_and(|n| n == 0)
 }
 
 /// The file of object `k` of model `name`: `<name>.o`, then `<name>.1.o`, ….
@@ -1182,16 +1205,25 @@ fn cc_env_names(var: &str, triple: &str) -> [String; 3] {
 }
 
 /// Write the GNU archive `path` of the named objects `members`, with its
-/// symbol table, in one pass.
+/// symbol table, in one pass — streamed into the file (no copy of the
+/// weights in memory), written aside and renamed, so that a build stopped
+/// halfway leaves no truncated library.
 fn write_gnu_archive(path: &Path, members: &[(String, &[u8])]) -> Result<(), String> {
     use ar_archive_writer::{write_archive_to_stream, ArchiveKind, NewArchiveMember, DEFAULT_OBJECT_READER};
     let members: Vec<NewArchiveMember> = (members.iter())
         .map(|(name, bytes)| NewArchiveMember::new(*bytes, &DEFAULT_OBJECT_READER, name.clone()))
         .collect();
-    let mut out = std::io::Cursor::new(Vec::new());
-    write_archive_to_stream(&mut out, &members, ArchiveKind::Gnu, false, false)
-        .map_err(|e| format!("building the static library {}: {e}", path.display()))?;
-    write_if_changed(path, out.get_ref()).map_err(|e| format!("writing {}: {e}", path.display()))
+    let tmp = path.with_extension("a.tmp");
+    let written = std::fs::File::create(&tmp).and_then(|file| {
+        let mut out = std::io::BufWriter::new(file);
+        write_archive_to_stream(&mut out, &members, ArchiveKind::Gnu, false, false)?;
+        std::io::Write::flush(&mut out)
+    });
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("writing the static library {}: {e}", path.display()));
+    }
+    Ok(())
 }
 
 /// Compile `dir/<source>` into `dir/<source stem>.o` with `b`'s compiler and

@@ -68,7 +68,10 @@ pub fn import_with(
     input_shapes: &[(String, Vec<usize>)],
     bound: &[(String, Tensor)],
 ) -> Result<IRModule, OnnxError> {
-    let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
+    let mut model = ModelProto::decode(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
+    // The initializers' raw bytes move into their tensors: the weights are not copied again.
+    let raw: Vec<Option<Vec<u8>>> =
+        (model.graph.iter_mut()).flat_map(|g| g.initializer.iter_mut().map(|init| init.raw_data.take())).collect();
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Corrupt("the model has no graph".into()))?;
     let opset = default_opset(&model)?;
     let mut im = Importer::new(opset);
@@ -79,10 +82,11 @@ pub fn import_with(
             false => Ok(()),
         }
     };
-    for init in &graph.initializer {
+    for (init, raw) in graph.initializer.iter().zip(raw) {
         let name = init.name();
         named(name, "an initializer")?;
-        let t = proto::tensor(init).map_err(|m| OnnxError::Corrupt(format!("initializer `{name}`: {m}")))?;
+        let t =
+            proto::tensor_with_raw(init, raw).map_err(|m| OnnxError::Corrupt(format!("initializer `{name}`: {m}")))?;
         if !defined.insert(name) {
             return Err(OnnxError::Corrupt(format!("initializer `{name}` is defined twice")));
         }

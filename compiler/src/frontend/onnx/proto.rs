@@ -77,6 +77,12 @@ pub(crate) fn checked_shape(dims: &[i64], dt: DataType) -> Result<Vec<usize>, St
 
 /// A host tensor from an initializer or a `Constant` value.
 pub(crate) fn tensor(t: &TensorProto) -> Result<Tensor, String> {
+    tensor_with_raw(t, t.raw_data.clone())
+}
+
+/// [`tensor`] with the proto's `raw_data` taken out of it beforehand (`raw`):
+/// the bytes become the tensor's without a copy.
+pub(crate) fn tensor_with_raw(t: &TensorProto, raw: Option<Vec<u8>>) -> Result<Tensor, String> {
     let name = t.name();
     if t.data_location == Some(DataLocation::External as i32) {
         return Err(format!("tensor `{name}` keeps its data in an external file, which kiln does not read"));
@@ -87,11 +93,10 @@ pub(crate) fn tensor(t: &TensorProto) -> Result<Tensor, String> {
     })?;
     let shape = checked_shape(&t.dims, dt)?;
     let n: usize = shape.iter().product();
-    let raw = t.raw_data();
-    if !raw.is_empty() {
-        return Tensor::from_bytes(dt, shape.clone(), raw.to_vec()).ok_or_else(|| {
-            format!("tensor `{name}`: {} bytes of raw data do not fit shape {shape:?} of {dt}", raw.len())
-        });
+    if let Some(raw) = raw.filter(|r| !r.is_empty()) {
+        let len = raw.len();
+        return Tensor::from_bytes(dt, shape.clone(), raw)
+            .ok_or_else(|| format!("tensor `{name}`: {len} bytes of raw data do not fit shape {shape:?} of {dt}"));
     }
     if dt == DataType::F16 {
         // float16 values are stored as their bit patterns in int32_data.
