@@ -239,10 +239,11 @@ fn new_weights_reuse_the_kernel_objects() {
     assert!(parts >= 1);
     assert!(first.timings.contains(&format!("kernel objects: {parts} compiled, 0 reused")), "{}", first.timings);
     let entries = || std::fs::read_dir(&cache).expect("a cache").count();
-    assert_eq!(entries(), parts, "one entry per kernel object");
+    assert_eq!(entries(), parts + 1, "one entry per kernel object, and the fused module's");
     let second = with(0.25);
     assert!(!second.reused, "new weights are a new build");
     assert!(second.timings.contains(&format!("kernel objects: 0 compiled, {parts} reused")), "{}", second.timings);
+    assert!(second.timings.contains("no TIR pass ran"), "{}", second.timings);
     // The weights' object changed; the kernels' did not.
     assert_ne!(first.objects[0], second.objects[0]);
     assert_eq!(first.objects[1..], second.objects[1..]);
@@ -251,5 +252,43 @@ fn new_weights_reuse_the_kernel_objects() {
     other.relay_file(MLP).weights(WEIGHTS).target("llvm -mcpu=skylake-avx512").out_dir(d.path()).cargo_metadata(false);
     let third = other.compile().expect("build");
     assert!(third.timings.contains(&format!("{parts} compiled, 0 reused")), "{}", third.timings);
-    assert_eq!(entries(), parts, "the entries of an earlier build of the model are removed");
+    assert_eq!(entries(), parts + 1, "the entries of an earlier build of the model are removed");
+}
+
+/// A rebuild whose fused module is unchanged takes its scheduled kernels
+/// from the cache without running the TIR passes, and writes what a build
+/// from scratch writes, byte for byte — the glue's choice of thread pool
+/// per kernel (a property of the scheduled kernels) included.
+#[test]
+fn a_rebuild_without_the_tir_passes_writes_what_a_fresh_build_writes() {
+    const CONV: &str = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 28, 28), float32], %w: Tensor[(32, 32, 3, 3), float32], %b: Tensor[(32), float32]) {
+  nn.relu(nn.bias_add(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]), %b))
+}
+"#;
+    let build = |dir: &std::path::Path, v: f32| {
+        let weight: Vec<f32> = (0..32 * 32 * 9).map(|i| v * ((i % 7) as f32 - 3.0)).collect();
+        let mut b = Build::new("conv");
+        b.module(kiln::relay::parse_module(CONV).expect("parses"))
+            .weight("w", Tensor::from_f32(vec![32, 32, 3, 3], &weight))
+            .weight("b", Tensor::full(DataType::F32, vec![32], f64::from(v)))
+            .target("llvm -mcpu=haswell")
+            .out_dir(dir)
+            .cargo_metadata(false);
+        b.compile().expect("build")
+    };
+    let (d, fresh_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = build(d.path(), 0.5);
+    assert!(first.plan.kernels.iter().any(|k| k.body.has_parallel_loop()), "a kernel runs on the pool");
+    let second = build(d.path(), 0.25);
+    assert!(second.timings.contains("no TIR pass ran"), "{}", second.timings);
+    let fresh = build(fresh_dir.path(), 0.25);
+    assert!(!fresh.timings.contains("no TIR pass ran"), "{}", fresh.timings);
+    assert_eq!(
+        (&second.glue, &second.header, &second.c_api, &second.report),
+        (&fresh.glue, &fresh.header, &fresh.c_api, &fresh.report)
+    );
+    assert_eq!(second.objects, fresh.objects);
+    let lib = |dir: &std::path::Path| std::fs::read(dir.join("kiln/libkiln_conv.a")).expect("the library");
+    assert_eq!(lib(d.path()), lib(fresh_dir.path()));
 }

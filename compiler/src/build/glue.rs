@@ -109,7 +109,7 @@ pub fn rust_glue(
                 quote!(arena.add(#offset))
             }
         });
-        let (name, f, parallel) = (&k.name, format_ident!("{}_packed", k.name), k.body.has_parallel_loop());
+        let (name, f, parallel) = (&k.name, format_ident!("{}_packed", k.name), runs_parallel(k));
         quote! { #rt::Error::check(#name, call(#f, &[#(#args),*], #parallel))?; }
     });
     let owned = with_std.then(|| {
@@ -426,5 +426,18 @@ mod tests {
         syn::parse_file(&glue).expect("the glue parses");
         assert!(glue.contains("pub mod r#match {") && glue.contains("r#type: &[f32; 2]"), "{glue}");
         assert!(glue.contains("pub const TYPE_SHAPE: [usize; 1] = [2];"), "{glue}");
+    }
+}
+
+/// The attribute that says whether a kernel runs on the thread pool, set on
+/// the unscheduled kernels of a build that reused its scheduled ones from
+/// the kernel cache; without it, a kernel's parallel loops say.
+pub(super) const PARALLEL_ATTR: &str = "kiln.parallel";
+
+/// Whether the kernel `k` runs on the thread pool.
+fn runs_parallel(k: &crate::tir::PrimFunc) -> bool {
+    match k.attrs.get(PARALLEL_ATTR) {
+        Some(v) => v == "true",
+        None => k.body.has_parallel_loop(),
     }
 }

@@ -513,6 +513,11 @@ impl Build {
         knobs: BTreeMap<String, crate::schedule::Knobs>,
         out_dir: Option<&Path>,
     ) -> Result<Artifacts, Error> {
+        // What steers lowering and scheduling besides the fused module (the
+        // lowered-module entries of the kernel cache are keyed by both).
+        let mut settings = std::collections::hash_map::DefaultHasher::new();
+        (&knobs, &self.target, self.opt_level, &self.disabled, &self.name).hash(&mut settings);
+        let settings = settings.finish();
         let mut ctx = PassContext::new()
             .with_opt_level(self.opt_level)
             .with_extension(crate::schedule::ScheduleTuning::applying(knobs));
@@ -529,10 +534,38 @@ impl Build {
             return self.generate_cuda(m, ctx, timing);
         }
         let pipelines = Pipelines::cpu().map_err(|e| self.compile_err(e))?;
-        let (fused, mut plan, mut timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
+        let description = TargetDescription::resolve(&self.target);
+        // Objects of LLVM targets go through the kernel cache under `out_dir`.
+        let cache = out_dir
+            .filter(|_| self.target.trim() != "c")
+            .map(|d| kernel_cache::KernelCache::new(d, &self.name, &description));
+        // Pictures need the scheduled kernels: a build drawing them lowers.
+        let lowering_cache = cache.as_ref().filter(|_| !self.viz).map(|c| (c, settings));
+        let (fused, mut plan, mut timings, lowering) =
+            self.passes_and_plan(m, ctx, &timing, &pipelines, lowering_cache)?;
         // Kernel symbols carry the model's name: several models link into one binary.
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
+        }
+        if let Some(reused) = &lowering.reused {
+            // The lowered kernels stand for the scheduled ones: what the glue
+            // and the report read of those comes from the entry.
+            if reused.kernels.len() != plan.kernels.len() {
+                return Err(
+                    self.model_err("the kernel cache's entry does not match the plan; delete its kernel-cache folder")
+                );
+            }
+            for (k, facts) in plan.kernels.iter_mut().zip(&reused.kernels) {
+                if k.name != facts.name {
+                    return Err(self.model_err(
+                        "the kernel cache's entry does not match the plan; delete its kernel-cache folder",
+                    ));
+                }
+                k.attrs.insert(glue::PARALLEL_ATTR.into(), facts.parallel.to_string());
+                if let Some(note) = &facts.tuning {
+                    k.attrs.insert("tuning".into(), note.clone());
+                }
+            }
         }
         let pictures = if self.viz {
             let graph = crate::viz::KernelGraph::of_module(&self.name, &fused, Some(&plan), None)
@@ -541,7 +574,6 @@ impl Build {
         } else {
             None
         };
-        let description = TargetDescription::resolve(&self.target);
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
@@ -554,7 +586,7 @@ impl Build {
                 if let Some(dir) = out_dir.filter(|_| !c_api.is_empty()) {
                     scope.spawn(|| prebuild_c_api(dir, &self.name, &c_api, &self.target));
                 }
-                self.llvm_objects(&plan, &symbols, &description, out_dir)
+                self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering)
             })?;
             timings.push_str(&reuse);
             (objects, None)
@@ -591,18 +623,33 @@ impl Build {
 
     /// The user's passes, the target's pipelines and the executor plan, in
     /// one entered `ctx`; with the pass timing report, rendered before the
-    /// context is left (which clears it).
+    /// context is left (which clears it). With a kernel `cache` (and the
+    /// hash of the build's other settings), a fused module found among its
+    /// lowered-module entries is planned without the TIR passes: its
+    /// kernels come back as lowered, unscheduled, and their objects from
+    /// the cache.
     fn passes_and_plan(
         &self,
         m: IRModule,
         ctx: Arc<PassContext>,
         timing: &crate::transform::instrument::PassTimingInstrument,
         pipelines: &Pipelines,
-    ) -> Result<(IRModule, ExecutorPlan, String), Error> {
+        cache: Option<(&kernel_cache::KernelCache, u64)>,
+    ) -> Result<(IRModule, ExecutorPlan, String, Lowering), Error> {
         ctx.scope(|ctx| {
             let m = self.user_passes(m, ctx)?;
-            let (fused, plan) = optimize_and_plan_in(m, ctx, pipelines)?;
-            Ok((fused, plan, timing.render()))
+            let fused = apply(&pipelines.relay, m, ctx)?;
+            let key = cache.map(|(c, settings)| c.lowered_key(&fused, settings));
+            let reused = cache.zip(key.as_deref()).and_then(|((c, _), k)| c.lowered(k));
+            let plan = match reused {
+                Some(_) => plan_executor(&fused).map_err(|e| PassError::Failed {
+                    pass: "LowerTE".into(),
+                    context: String::new(),
+                    error: BodyError::new(e),
+                })?,
+                None => lower_and_schedule(&fused, ctx, &pipelines.tir)?,
+            };
+            Ok((fused, plan, timing.render(), Lowering { key, reused }))
         })
         .map_err(|e| self.compile_err(e))
     }
@@ -616,24 +663,37 @@ impl Build {
         &self,
         plan: &ExecutorPlan,
         symbols: &[(String, &[u8])],
-        description: &TargetDescription,
-        out_dir: Option<&Path>,
+        cache: Option<&kernel_cache::KernelCache>,
+        lowering: Lowering,
     ) -> Result<(Vec<Vec<u8>>, String), Error> {
         use crate::codegen::llvm::{compile_object_jobs, partition_kernels, DataSymbol, LlvmTarget, ObjectJob};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
+        let data_job = ObjectJob { module: format!("{}.data", self.name), funcs: &[], data: &data };
+        if let Some(reused) = lowering.reused {
+            // The fused module compiled before: its kernel objects as they were.
+            let start = std::time::Instant::now();
+            let mut all = compile_object_jobs(&[data_job], &target, 1).map_err(|e| self.model_err(e.to_string()))?;
+            let line = format!(
+                "kernel objects: 0 compiled, {} reused from the kernel cache (fused module unchanged: no TIR pass \
+                 ran); weights' object {:.0} ms\n",
+                reused.objects.len(),
+                start.elapsed().as_secs_f64() * 1e3
+            );
+            all.extend(reused.objects);
+            return Ok((all, line));
+        }
         // Cargo's job count where it runs the build script, else this machine's cores.
         let threads = env_var("NUM_JOBS", false)
             .and_then(|n| n.parse().ok())
             .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
             .unwrap_or(1);
-        let cache = out_dir.map(|d| kernel_cache::KernelCache::new(d, &self.name, description));
         let parts = partition_kernels(&plan.kernels);
         let keys: Vec<Option<String>> = parts.iter().map(|p| cache.as_ref().map(|c| c.key(p))).collect();
         let mut objects: Vec<Option<Vec<u8>>> =
             keys.iter().map(|k| k.as_deref().and_then(|k| cache.as_ref().and_then(|c| c.get(k)))).collect();
         let reused = objects.iter().filter(|o| o.is_some()).count();
-        let mut jobs = vec![ObjectJob { module: format!("{}.data", self.name), funcs: &[], data: &data }];
+        let mut jobs = vec![data_job];
         let missing: Vec<usize> = (0..parts.len()).filter(|&k| objects[k].is_none()).collect();
         for &k in &missing {
             jobs.push(ObjectJob { module: format!("{}.{k}", self.name), funcs: &parts[k], data: &[] });
@@ -650,8 +710,15 @@ impl Build {
             }
             objects[k] = Some(object);
         }
-        if let Some(c) = &cache {
-            c.prune(&keys.iter().flatten().cloned().collect::<Vec<_>>());
+        if let Some(c) = cache {
+            let object_keys: Vec<String> = keys.iter().flatten().cloned().collect();
+            if let Some(lowered_key) = &lowering.key {
+                let kernels: Vec<kernel_cache::KernelFacts> =
+                    plan.kernels.iter().map(kernel_cache::KernelFacts::of).collect();
+                // As with objects, an entry that cannot be written only costs the next build its time.
+                let _ = c.put_lowered(lowered_key, &object_keys, &kernels);
+            }
+            c.prune(&object_keys, lowering.key.as_deref().unwrap_or(""));
         }
         let mut all = vec![data_object];
         all.extend(objects.into_iter().flatten());
@@ -668,8 +735,8 @@ impl Build {
         &self,
         _: &ExecutorPlan,
         _: &[(String, &[u8])],
-        _: &TargetDescription,
-        _: Option<&Path>,
+        _: Option<&kernel_cache::KernelCache>,
+        _: Lowering,
     ) -> Result<(Vec<Vec<u8>>, String), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
@@ -687,7 +754,7 @@ impl Build {
         let target =
             crate::codegen::llvm::CudaTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let pipelines = Pipelines::gpu().map_err(|e| self.compile_err(e))?;
-        let (_, mut plan, timings) = self.passes_and_plan(m, ctx, &timing, &pipelines)?;
+        let (_, mut plan, timings, _) = self.passes_and_plan(m, ctx, &timing, &pipelines, None)?;
         for k in &mut plan.kernels {
             k.name = format!("{}_{}", self.name, k.name);
         }
@@ -942,6 +1009,15 @@ impl Artifacts {
         }
         Ok(())
     }
+}
+
+/// How a build's kernels were lowered: the key of its fused module among
+/// the kernel cache's lowered-module entries (with a cache), and that
+/// entry's kernels where it was found (the TIR passes did not run).
+#[derive(Debug)]
+struct Lowering {
+    key: Option<String>,
+    reused: Option<kernel_cache::LoweredKernels>,
 }
 
 /// Hash what turns the same kernels into other code: the target (`native`

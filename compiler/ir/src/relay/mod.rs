@@ -20,7 +20,7 @@ pub use interp::{eval_expr, eval_function};
 pub use module::IRModule;
 pub use op::{op_registry, OpDef, OpId, OpMap, OpPattern};
 pub use parser::{parse_module, parse_module_file, TEXT_VERSION};
-pub use printer::{print_expr, print_module};
+pub use printer::{print_expr, print_module, print_module_structure};
 pub use structural::{structural_eq, structural_hash};
 pub use ty::{FuncType, TensorType, Type, TypeId};
 pub use value::Value;

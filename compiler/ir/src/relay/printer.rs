@@ -499,6 +499,11 @@ impl<'a> Printer<'a> {
     }
 
     fn metadata(&mut self) {
+        self.metadata_with(true);
+    }
+
+    /// The `#[metadata]` section: each constant's type, and its bytes as hex when `values`.
+    fn metadata_with(&mut self, values: bool) {
         if self.meta.is_empty() {
             return;
         }
@@ -506,14 +511,29 @@ impl<'a> Printer<'a> {
         for (k, &c) in self.meta.iter().enumerate() {
             let t = self.store.constant_data(c);
             let ty = super::ty::TensorType::new(t.shape().to_vec(), t.dtype());
-            let hex: String = t.bytes().iter().map(|b| format!("{b:02x}")).collect();
-            let _ = writeln!(self.out, "relay.Constant[{k}]: {ty} = \"{hex}\"");
+            if values {
+                let hex: String = t.bytes().iter().map(|b| format!("{b:02x}")).collect();
+                let _ = writeln!(self.out, "relay.Constant[{k}]: {ty} = \"{hex}\"");
+            } else {
+                let _ = writeln!(self.out, "relay.Constant[{k}]: {ty}");
+            }
         }
     }
 }
 
 /// The whole module as Relay text.
 pub fn print_module(m: &IRModule) -> String {
+    print_module_with(m, true)
+}
+
+/// [`print_module`] with each non-scalar constant's type but not its bytes
+/// (scalars still print in place): the module's structure, for keys that
+/// must not change when only the weights do. Not parseable back.
+pub fn print_module_structure(m: &IRModule) -> String {
+    print_module_with(m, false)
+}
+
+fn print_module_with(m: &IRModule, values: bool) -> String {
     let mut p = Printer::new(&m.store);
     p.out.push_str(VERSION_HEADER);
     p.out.push('\n');
@@ -529,7 +549,7 @@ pub fn print_module(m: &IRModule) -> String {
         p.out.push_str(&crate::tir::print_prim_func(f));
         p.out.push_str("*/\n");
     }
-    p.metadata();
+    p.metadata_with(values);
     p.out
 }
 

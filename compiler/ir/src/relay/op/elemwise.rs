@@ -76,10 +76,17 @@ fn binary_exact(
         return binary(args, f64_op);
     }
     let shape = broadcast_shapes(a.shape(), b.shape())?;
-    let (av, bv) = (a.to_f32_vec(), b.to_f32_vec());
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_broadcast_pair(a.shape(), b.shape(), &shape, |i, j| out.push(f32_op(av[i], bv[j])));
-    Ok(Value::Tensor(Tensor::from_f32(shape, &out)))
+    // Operands read and the result written as bytes in place: one allocation
+    // (a weight times its batch-norm scale is megabytes).
+    let (ab, bb) = (a.bytes(), b.bytes());
+    let at = |bytes: &[u8], i: usize| {
+        f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
+    };
+    let mut out = Vec::with_capacity(shape.iter().product::<usize>() * 4);
+    for_each_broadcast_pair(a.shape(), b.shape(), &shape, |i, j| {
+        out.extend_from_slice(&f32_op(at(ab, i), at(bb, j)).to_le_bytes())
+    });
+    Ok(Value::Tensor(Tensor::from_bytes(DataType::F32, shape, out).ok_or("result size")?))
 }
 
 fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {

@@ -160,41 +160,57 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
     let ty = rel_weight_transform(&[Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
+    let (kc_count, a) = (w.shape()[0] * w.shape()[1], t.alpha);
+    // Computed in f64 either way. A float32 weight is read, and its result
+    // written, as bytes in place: no f64 copies of ResNet-18's 38 MB of
+    // transformed weights.
+    if ty.dtype == DataType::F32 {
+        let bytes = w.bytes();
+        let mut u = vec![0u8; a * a * kc_count * 4];
+        transform_kernels(
+            kc_count,
+            &t,
+            |kc, g| {
+                for (r, v) in g.iter_mut().enumerate() {
+                    let i = (kc * 9 + r) * 4;
+                    *v = f32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]) as f64;
+                }
+            },
+            |o, v| u[o * 4..o * 4 + 4].copy_from_slice(&(v as f32).to_le_bytes()),
+        );
+        return Ok(Value::Tensor(Tensor::from_bytes(ty.dtype, ty.shape.clone(), u).ok_or("result size")?));
+    }
     let g = w.to_f64_vec();
-    // Computed in f64 either way; a float32 result is rounded as it is stored
-    // (no f64 copy of ResNet-18's 38 MB of transformed weights).
-    Ok(Value::Tensor(if ty.dtype == DataType::F32 {
-        Tensor::from_f32(ty.shape.clone(), &transform_weights(&g, w.shape(), &t, |v| v as f32))
-    } else {
-        Tensor::from_f64(ty.dtype, ty.shape.clone(), &transform_weights(&g, w.shape(), &t, |v| v))
-    }))
+    let mut u = vec![0.0; a * a * kc_count];
+    transform_kernels(kc_count, &t, |kc, k| k.copy_from_slice(&g[kc * 9..kc * 9 + 9]), |o, v| u[o] = v);
+    Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
 }
 
-/// `G·g·Gᵀ` of every 3 × 3 kernel of the OIHW weights `g` (of `shape`),
-/// laid out `[α, α, O, I]`, each element converted by `store`.
-fn transform_weights<T: Copy + Default>(
-    g: &[f64],
-    shape: &[usize],
+/// `G·g·Gᵀ` of each of `kc_count` 3 × 3 kernels (OIHW order, kernel `kc`
+/// read by `load`), the result laid out `[α, α, O·I]` and given to `store`
+/// by flat index.
+fn transform_kernels(
+    kc_count: usize,
     t: &WinogradMatrices,
-    store: impl Fn(f64) -> T,
-) -> Vec<T> {
-    let (kc_count, a) = (shape[0] * shape[1], t.alpha);
-    let mut u = vec![T::default(); a * a * kc_count];
+    mut load: impl FnMut(usize, &mut [f64; 9]),
+    mut store: impl FnMut(usize, f64),
+) {
+    let a = t.alpha;
+    let mut g = [0.0; 9];
     // G·g (α × 3) of one kernel, reused: no allocation per (O, I) pair.
     let mut gg = vec![0.0; a * 3];
     for kc in 0..kc_count {
-        let g = &g[kc * 9..kc * 9 + 9];
+        load(kc, &mut g);
         // G·g (α × 3), then (G·g)·Gᵀ.
         for (e, v) in gg.iter_mut().enumerate() {
             *v = (0..3).map(|r| t.g[e / 3][r] * g[r * 3 + e % 3]).sum();
         }
         for xi in 0..a {
             for nu in 0..a {
-                u[(xi * a + nu) * kc_count + kc] = store((0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum());
+                store((xi * a + nu) * kc_count + kc, (0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum());
             }
         }
     }
-    u
 }
 
 // ---- input transform --------------------------------------------------------------
