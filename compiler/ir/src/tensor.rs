@@ -7,7 +7,7 @@
 //! an oracle: simple and at least as precise as the kernels it checks.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use half::f16;
 
@@ -19,19 +19,53 @@ pub struct Tensor {
     dtype: DataType,
     shape: Vec<usize>,
     /// Shared: a clone (a folded reshape, an argument handed to an operator's
-    /// reference implementation) copies no bytes.
-    data: Arc<Vec<u8>>,
+    /// reference implementation) copies no bytes, nor hashes them again.
+    data: Arc<Bytes>,
 }
 
-impl std::hash::Hash for Tensor {
-    /// The data enters the hasher as one 64-bit digest (foldhash, fixed
-    /// seed): equal tensors hash equally, and a key over a model's weights
-    /// costs a pass of a fast hash instead of SipHash over every byte.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+/// A tensor's bytes, with their digest once it has been computed (the bytes
+/// never change: every tensor that shares them hashes them once).
+#[derive(Debug)]
+struct Bytes {
+    bytes: Vec<u8>,
+    digest: OnceLock<u64>,
+}
+
+impl Bytes {
+    fn new(bytes: Vec<u8>) -> Arc<Bytes> {
+        Arc::new(Bytes { bytes, digest: OnceLock::new() })
+    }
+
+    /// A 64-bit digest of the bytes (foldhash, fixed seed).
+    fn digest(&self) -> u64 {
         use std::hash::BuildHasher;
+        *self
+            .digest
+            .get_or_init(|| foldhash::quality::FixedState::with_seed(0x6b69_6c6e).hash_one(self.bytes.as_slice()))
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        // Digests already computed that differ settle it without reading the bytes.
+        match (self.digest.get(), other.digest.get()) {
+            (Some(a), Some(b)) if a != b => false,
+            _ => self.bytes == other.bytes,
+        }
+    }
+}
+
+impl Eq for Bytes {}
+
+impl std::hash::Hash for Tensor {
+    /// The data enters the hasher as one 64-bit digest of all its bytes
+    /// (foldhash, fixed seed, computed once per shared buffer): equal
+    /// tensors hash equally, and a key over a model's weights costs one pass
+    /// of a fast hash instead of SipHash over every byte at every use.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.dtype.hash(state);
         self.shape.hash(state);
-        state.write_u64(foldhash::quality::FixedState::with_seed(0x6b69_6c6e).hash_one(self.data.as_slice()));
+        state.write_u64(self.data.digest());
     }
 }
 
@@ -65,13 +99,13 @@ impl Tensor {
     pub fn from_bytes(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Option<Tensor> {
         // Checked: a hostile shape's byte count may not fit a usize.
         let bytes = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
-        (bytes == Some(data.len())).then(|| Tensor { dtype, shape, data: Arc::new(data) })
+        (bytes == Some(data.len())).then(|| Tensor { dtype, shape, data: Bytes::new(data) })
     }
 
     /// A tensor of zeros.
     pub fn zeros(dtype: DataType, shape: Vec<usize>) -> Tensor {
         let n = numel(&shape) * dtype.size_bytes();
-        Tensor { dtype, shape, data: Arc::new(vec![0; n]) }
+        Tensor { dtype, shape, data: Bytes::new(vec![0; n]) }
     }
 
     /// A tensor whose elements are `values` converted to `dtype` (floats are
@@ -88,7 +122,7 @@ impl Tensor {
                 encode(dtype, v, &mut data);
             }
         }
-        Tensor { dtype, shape, data: Arc::new(data) }
+        Tensor { dtype, shape, data: Bytes::new(data) }
     }
 
     /// A `float32` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
@@ -96,7 +130,7 @@ impl Tensor {
         assert_eq!(values.len(), numel(&shape), "Tensor::from_f32: {} values for shape {shape:?}", values.len());
         let mut data = Vec::with_capacity(values.len() * 4);
         data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-        Tensor { dtype: DataType::F32, shape, data: Arc::new(data) }
+        Tensor { dtype: DataType::F32, shape, data: Bytes::new(data) }
     }
 
     /// An `int64` tensor of `values`, row-major; `values.len()` must equal the shape's element count.
@@ -133,13 +167,13 @@ impl Tensor {
 
     /// The data: the elements row-major, each as little-endian bytes of the dtype.
     pub fn bytes(&self) -> &[u8] {
-        &self.data
+        &self.data.bytes
     }
 
     /// The element at flat index `i`, as `f64`.
     pub fn get_f64(&self, i: usize) -> f64 {
         let w = self.dtype.size_bytes();
-        decode(self.dtype, &self.data[i * w..(i + 1) * w])
+        decode(self.dtype, &self.data.bytes[i * w..(i + 1) * w])
     }
 
     /// Every element as `f64`, row-major.
@@ -148,7 +182,7 @@ impl Tensor {
             return self.f32_values().map(f64::from).collect();
         }
         let w = self.dtype.size_bytes();
-        self.data.chunks_exact(w).map(|c| decode(self.dtype, c)).collect()
+        self.data.bytes.chunks_exact(w).map(|c| decode(self.dtype, c)).collect()
     }
 
     /// Every element as `f32`, row-major.
@@ -161,7 +195,7 @@ impl Tensor {
 
     /// The elements of a `float32` tensor, decoded without a per-element dtype dispatch.
     fn f32_values(&self) -> impl Iterator<Item = f32> + '_ {
-        self.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        self.data.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
     }
 
     /// The same data under another shape with the same element count.

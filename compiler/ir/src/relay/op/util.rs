@@ -115,7 +115,32 @@ pub(crate) fn broadcast_index_map(from: &[usize], to: &[usize]) -> Vec<usize> {
 /// Calls `f(i, j)` for every element of `to`, row-major, with its flat
 /// indices into inputs of shapes `a` and `b` broadcast to `to` — what
 /// [`broadcast_index_map`] gives for each, without materializing the maps.
+/// (The operators walk [`for_each_broadcast_run`]; this spells out what it means.)
+#[cfg(test)]
 pub(crate) fn for_each_broadcast_pair(a: &[usize], b: &[usize], to: &[usize], mut f: impl FnMut(usize, usize)) {
+    for_each_broadcast_run(a, b, to, |run| {
+        for t in 0..run.len {
+            f(run.a + t * run.a_step, run.b + t * run.b_step);
+        }
+    });
+}
+
+/// A run of consecutive output elements along which both operands'
+/// indices move by fixed steps: element `t` of it reads `a + t·a_step` and
+/// `b + t·b_step` (a step of 0 repeats a broadcast element).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BroadcastRun {
+    pub a: usize,
+    pub a_step: usize,
+    pub b: usize,
+    pub b_step: usize,
+    pub len: usize,
+}
+
+/// [`for_each_broadcast_pair`] a run at a time, in row-major order: a
+/// caller can then compute a run as one loop over slices (a weight times a
+/// per-channel scale is a long run of steps 1 and 0).
+pub(crate) fn for_each_broadcast_run(a: &[usize], b: &[usize], to: &[usize], mut f: impl FnMut(BroadcastRun)) {
     let n = to.len();
     let step = |from: &[usize]| -> Vec<usize> {
         let fs = strides(from);
@@ -156,9 +181,7 @@ pub(crate) fn for_each_broadcast_pair(a: &[usize], b: &[usize], to: &[usize], mu
     let (mut fa, mut fb) = (0usize, 0usize);
     for _ in 0..total / inner {
         // The last axis in one run, then the next multi-index of the others.
-        for t in 0..inner {
-            f(fa + t * ia, fb + t * ib);
-        }
+        f(BroadcastRun { a: fa, a_step: ia, b: fb, b_step: ib, len: inner });
         for k in (0..n.saturating_sub(1)).rev() {
             idx[k] += 1;
             fa += sa[k];
