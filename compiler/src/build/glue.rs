@@ -388,6 +388,19 @@ pub fn cuda_weights(plan: &ExecutorPlan) -> Vec<u8> {
     blob
 }
 
+/// The attribute that says whether a kernel runs on the thread pool, set on
+/// the unscheduled kernels of a build that reused its scheduled ones from
+/// the kernel cache; without it, a kernel's parallel loops say.
+pub(super) const PARALLEL_ATTR: &str = "kiln.parallel";
+
+/// Whether the kernel `k` runs on the thread pool.
+fn runs_parallel(k: &crate::tir::PrimFunc) -> bool {
+    match k.attrs.get(PARALLEL_ATTR) {
+        Some(v) => v == "true",
+        None => k.body.has_parallel_loop(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,18 +439,5 @@ mod tests {
         syn::parse_file(&glue).expect("the glue parses");
         assert!(glue.contains("pub mod r#match {") && glue.contains("r#type: &[f32; 2]"), "{glue}");
         assert!(glue.contains("pub const TYPE_SHAPE: [usize; 1] = [2];"), "{glue}");
-    }
-}
-
-/// The attribute that says whether a kernel runs on the thread pool, set on
-/// the unscheduled kernels of a build that reused its scheduled ones from
-/// the kernel cache; without it, a kernel's parallel loops say.
-pub(super) const PARALLEL_ATTR: &str = "kiln.parallel";
-
-/// Whether the kernel `k` runs on the thread pool.
-fn runs_parallel(k: &crate::tir::PrimFunc) -> bool {
-    match k.attrs.get(PARALLEL_ATTR) {
-        Some(v) => v == "true",
-        None => k.body.has_parallel_loop(),
     }
 }
