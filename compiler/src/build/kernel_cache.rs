@@ -20,6 +20,9 @@
 //! Entries of the model that the build no longer uses are removed; another
 //! model's are left alone (several models may share one directory).
 
+// Without LLVM there are no kernel objects: the cache is made, never filled.
+#![cfg_attr(not(feature = "llvm"), allow(dead_code))]
+
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 

@@ -39,7 +39,6 @@
 
 pub mod c_api;
 pub mod glue;
-#[cfg(feature = "llvm")]
 mod kernel_cache;
 mod library;
 mod report;
@@ -1020,6 +1019,7 @@ impl Artifacts {
 /// the kernel cache's lowered-module entries (with a cache), and that
 /// entry's kernels where it was found (the TIR passes did not run).
 #[derive(Debug)]
+#[cfg_attr(not(feature = "llvm"), allow(dead_code))]
 struct Lowering {
     key: Option<String>,
     reused: Option<kernel_cache::LoweredKernels>,
