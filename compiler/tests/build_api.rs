@@ -22,7 +22,7 @@ fn same_inputs_same_bytes_and_reuse() {
     let a = build(d1.path()).compile().expect("build");
     let b = build(d2.path()).compile().expect("build");
     assert!(!a.reused && !b.reused);
-    for f in ["mlp.rs", "mlp.h", "mlp.json", "mlp.o", "libkiln_mlp.a"] {
+    for f in ["mlp.rs", "mlp.h", "mlp.json", "libkiln_mlp.a"] {
         let x = std::fs::read(d1.path().join("kiln").join(f)).expect(f);
         let y = std::fs::read(d2.path().join("kiln").join(f)).expect(f);
         assert!(x == y, "{f} differs between two identical builds");
@@ -136,11 +136,27 @@ fn cuda_target_embeds_ptx_and_lays_out_the_weights() {
     }
 }
 
-/// The ELF machine of an object file (`e_machine`, little-endian at byte 18).
+/// The ELF machine (`e_machine`, little-endian at byte 18) of every object
+/// in the static library `path`, which must agree; the library's GNU
+/// archive members follow 60-byte headers (size in bytes 48..58, decimal),
+/// the symbol table `/` and the name table `//` being no objects.
 fn elf_machine(path: &std::path::Path) -> u16 {
-    let bytes = std::fs::read(path).expect("object");
-    assert!(bytes.starts_with(b"\x7fELF"), "{} is not ELF", path.display());
-    u16::from_le_bytes([bytes[18], bytes[19]])
+    let bytes = std::fs::read(path).expect("library");
+    assert!(bytes.starts_with(b"!<arch>\n"), "{} is not an archive", path.display());
+    let (mut at, mut machines) = (8, Vec::new());
+    while at + 60 <= bytes.len() {
+        let header = &bytes[at..at + 60];
+        let name = std::str::from_utf8(&header[..16]).expect("member name").trim_end();
+        let size: usize = std::str::from_utf8(&header[48..58]).expect("size").trim().parse().expect("size");
+        let member = &bytes[at + 60..at + 60 + size];
+        if name != "/" && name != "//" {
+            assert!(member.starts_with(b"\x7fELF"), "member {name} of {} is not ELF", path.display());
+            machines.push(u16::from_le_bytes([member[18], member[19]]));
+        }
+        at += 60 + size + size % 2;
+    }
+    assert!(!machines.is_empty() && machines.iter().all(|&m| m == machines[0]), "{machines:?}");
+    machines[0]
 }
 
 /// A cross build as a build script sees it — cargo's `TARGET` names another
@@ -177,11 +193,11 @@ fn a_cross_build_follows_cargos_target() {
     // A named CPU of the target.
     let (ok, log) = run_child(Some("llvm -mcpu=neoverse-n1"));
     assert!(ok && log.contains("cross build done"), "{log}");
-    assert_eq!(elf_machine(&d.path().join("kiln/mlp.o")), EM_AARCH64);
+    assert_eq!(elf_machine(&d.path().join("kiln/libkiln_mlp.a")), EM_AARCH64);
     // No target: cargo's triple, a portable CPU and cargo's features.
     let (ok, log) = run_child(None);
     assert!(ok && log.contains("cross build done"), "{log}");
-    assert_eq!(elf_machine(&d.path().join("kiln/mlp.o")), EM_AARCH64);
+    assert_eq!(elf_machine(&d.path().join("kiln/libkiln_mlp.a")), EM_AARCH64);
     let report = report();
     assert!(
         report.contains("llvm -mcpu=generic -mtriple=aarch64-unknown-linux-gnu -mattr=+fp-armv8,+neon"),

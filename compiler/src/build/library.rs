@@ -64,7 +64,7 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
     for source in sources {
         objects.push(compile_c(&b, dir, &source, &triple)?);
     }
-    if gnu_archive_target(&triple) && !ar_overridden(&triple) {
+    if archives_from_memory(target) {
         // The model's objects from memory (the weights' is most of the bytes), the C API's from its file.
         let mut c_objects = Vec::new();
         for object in &objects[a.objects.len()..] {
@@ -84,6 +84,14 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
         lib.target(crate::target::host_triple()).host(crate::target::host_triple());
     }
     lib.try_compile(lib_name).map_err(|e| format!("building the static library: {e}"))
+}
+
+/// Whether [`archive`] writes the library of `target` itself, from the
+/// objects in memory (a GNU archive, no `AR` override); else cc's archiver
+/// builds it from the object files.
+pub(super) fn archives_from_memory(target: &str) -> bool {
+    let triple = c_triple(target);
+    gnu_archive_target(&triple) && !ar_overridden(&triple)
 }
 
 /// cc's settings for the C sources of a build in `dir` for kiln's `target`.

@@ -940,7 +940,18 @@ impl Build {
             }
         } else {
             let a = build.generate_with(build.prepared(model, &weights)?, dump, knobs, Some(&dir))?;
-            a.write_to(&dir)?;
+            // The library is written from the objects in memory where kiln
+            // writes it itself: no loose copies of them (75 MB of ResNet-18's
+            // weights written twice), and none left from an older build.
+            let loose_objects = cuda || !library::archives_from_memory(&build.target);
+            a.write_files(&dir, loose_objects)?;
+            if !loose_objects {
+                for k in 0.. {
+                    if std::fs::remove_file(dir.join(object_file(&self.name, k))).is_err() {
+                        break;
+                    }
+                }
+            }
             if !cuda {
                 archive(&a, &dir, &lib_name, &build.target).map_err(|m| self.model_err(m))?;
             }
@@ -977,6 +988,11 @@ impl Build {
 impl Artifacts {
     /// Write `<model>.rs`, `.h`, `.json` and the object (`.o`) or C source (`.c`) into `dir`.
     pub fn write_to(&self, dir: &Path) -> Result<(), Error> {
+        self.write_files(dir, true)
+    }
+
+    /// [`Artifacts::write_to`], the object files only when `objects`.
+    fn write_files(&self, dir: &Path, objects: bool) -> Result<(), Error> {
         let io = |path: &Path, e: std::io::Error| Error::Io {
             model: self.name.clone(),
             path: path.display().to_string(),
@@ -988,7 +1004,7 @@ impl Artifacts {
             (dir.join(format!("{}.h", self.name)), self.header.as_bytes()),
             (dir.join(format!("{}.json", self.name)), self.report.as_bytes()),
         ];
-        for (k, o) in self.objects.iter().enumerate() {
+        for (k, o) in self.objects.iter().enumerate().filter(|_| objects) {
             files.push((dir.join(object_file(&self.name, k)), o));
         }
         if let Some(c) = &self.c_source {
