@@ -530,6 +530,7 @@ impl Build {
         crate::target::configure_context(&self.target, &mut ctx);
         let timing = Arc::new(crate::transform::instrument::PassTimingInstrument::new());
         let mut instruments: Vec<Arc<dyn PassInstrument>> = vec![timing.clone()];
+        let dumping = dump_ir.is_some();
         if let Some(dir) = dump_ir {
             instruments.push(Arc::new(DumpIr::new(dir)));
         }
@@ -543,8 +544,9 @@ impl Build {
         let cache = out_dir
             .filter(|_| self.target.trim() != "c")
             .map(|d| kernel_cache::KernelCache::new(d, &self.name, &description));
-        // Pictures need the scheduled kernels: a build drawing them lowers.
-        let lowering_cache = cache.as_ref().filter(|_| !self.viz).map(|c| (c, settings));
+        // Pictures need the scheduled kernels, and an IR dump the TIR passes'
+        // output: a build drawing or dumping lowers.
+        let lowering_cache = cache.as_ref().filter(|_| !self.viz && !dumping).map(|c| (c, settings));
         let (fused, mut plan, mut timings, lowering) =
             self.passes_and_plan(m, ctx, &timing, &pipelines, lowering_cache)?;
         // Kernel symbols carry the model's name: several models link into one binary.
