@@ -1,7 +1,7 @@
 //! Data movement and creation: `reshape`, `transpose`, `concatenate`, `split`,
 //! `squeeze`, `expand_dims`, `strided_slice`, `nn.batch_flatten`, `zeros`, `ones`, `full`.
 
-use super::util::{flat, for_each_index, norm_axis, shape_str, tensor_arg, tensor_val};
+use super::util::{flat, for_each_index, for_each_row, norm_axis, shape_str, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
 use crate::attrs::{AttrKind, AttrSpec, AttrValue, Attrs};
 use crate::dtype::DataType;
@@ -191,33 +191,21 @@ pub(crate) fn permuted(x: &Tensor, perm: &[usize]) -> Tensor {
 /// by odometer, one add per element of the innermost axis.
 fn gather_elements<const N: usize>(src: &[u8], shape: &[usize], step: &[usize]) -> Vec<u8> {
     let mut out = Vec::with_capacity(src.len());
-    let total: usize = shape.iter().product();
+    if shape.contains(&0) {
+        return out;
+    }
     let Some((&inner, outer)) = shape.split_last() else {
         out.extend_from_slice(&src[..N.min(src.len())]);
         return out;
     };
-    if total == 0 {
-        return out;
-    }
     let inner_step = step[outer.len()];
-    let mut idx = vec![0usize; outer.len()];
-    let mut base = 0usize;
-    for _ in 0..total / inner {
+    for_each_row(outer, [&step[..outer.len()]], |[base]| {
         for t in 0..inner {
             let i = (base + t * inner_step) * N;
             let element: [u8; N] = src[i..i + N].try_into().expect("N bytes");
             out.extend_from_slice(&element);
         }
-        for k in (0..outer.len()).rev() {
-            idx[k] += 1;
-            base += step[k];
-            if idx[k] < outer[k] {
-                break;
-            }
-            base -= step[k] * outer[k];
-            idx[k] = 0;
-        }
-    }
+    });
     out
 }
 

@@ -83,33 +83,52 @@ pub(crate) fn broadcast_index_map(from: &[usize], to: &[usize]) -> Vec<usize> {
     if from == to {
         return (0..total).collect();
     }
-    let n = to.len();
+    let step = broadcast_steps(from, to.len());
+    let mut out = Vec::with_capacity(total);
+    let (inner, inner_step) = (to.last().copied().unwrap_or(1), step.last().copied().unwrap_or(0));
+    for_each_row(&to[..to.len().saturating_sub(1)], [&step], |[row]| {
+        out.extend((0..inner).map(|t| row + t * inner_step));
+    });
+    out
+}
+
+/// The offset into an input of shape `from`, broadcast to a rank-`n`
+/// output, that one step along each output axis moves: 0 where the input
+/// repeats (a missing or size-1 axis).
+fn broadcast_steps(from: &[usize], n: usize) -> Vec<usize> {
     let fs = strides(from);
-    // The input offset one step along each output axis moves: 0 where the
-    // input repeats (a missing or size-1 axis).
-    let step: Vec<usize> = (0..n)
+    (0..n)
         .map(|k| match (k + from.len()).checked_sub(n) {
             Some(d) if from[d] != 1 => fs[d],
             _ => 0,
         })
-        .collect();
-    let mut out = Vec::with_capacity(total);
-    let mut idx = vec![0usize; n];
-    let mut flat = 0usize;
-    for _ in 0..total {
-        out.push(flat);
-        // Next multi-index, last axis fastest; the offset follows incrementally.
-        for k in (0..n).rev() {
+        .collect()
+}
+
+/// Calls `f` once per row of the row-major index space `outer` (once when
+/// it is empty), with each of `K` operands' offsets there: the sum over
+/// axes of index × that operand's step. The offsets move by odometer, one
+/// add per axis that turns.
+pub(crate) fn for_each_row<const K: usize>(outer: &[usize], steps: [&[usize]; K], mut f: impl FnMut([usize; K])) {
+    let rows: usize = outer.iter().product();
+    let mut idx = vec![0usize; outer.len()];
+    let mut at = [0usize; K];
+    for _ in 0..rows {
+        f(at);
+        for k in (0..outer.len()).rev() {
             idx[k] += 1;
-            flat += step[k];
-            if idx[k] < to[k] {
+            for (o, s) in at.iter_mut().zip(&steps) {
+                *o += s[k];
+            }
+            if idx[k] < outer[k] {
                 break;
             }
-            flat -= step[k] * to[k];
+            for (o, s) in at.iter_mut().zip(&steps) {
+                *o -= s[k] * outer[k];
+            }
             idx[k] = 0;
         }
     }
-    out
 }
 
 /// Calls `f(i, j)` for every element of `to`, row-major, with its flat
@@ -141,25 +160,14 @@ pub(crate) struct BroadcastRun {
 /// caller can then compute a run as one loop over slices (a weight times a
 /// per-channel scale is a long run of steps 1 and 0).
 pub(crate) fn for_each_broadcast_run(a: &[usize], b: &[usize], to: &[usize], mut f: impl FnMut(BroadcastRun)) {
-    let n = to.len();
-    let step = |from: &[usize]| -> Vec<usize> {
-        let fs = strides(from);
-        (0..n)
-            .map(|k| match (k + from.len()).checked_sub(n) {
-                Some(d) if from[d] != 1 => fs[d],
-                _ => 0,
-            })
-            .collect()
-    };
-    let (sa, sb) = (step(a), step(b));
     let total: usize = to.iter().product();
     if total == 0 {
         return;
     }
+    let (mut to, mut sa, mut sb) = (to.to_vec(), broadcast_steps(a, to.len()), broadcast_steps(b, to.len()));
     // Merge each axis into the one outside it where both operands walk them
     // as one (a weight times a per-channel scale: [O, I·H·W] by [O, 1]), so
-    // the innermost run is long and the odometer below rarely turns.
-    let (mut to, mut sa, mut sb) = (to.to_vec(), sa, sb);
+    // the innermost run is long and the rows below are few.
     let mut k = to.len();
     while k > 1 {
         k -= 1;
@@ -174,26 +182,10 @@ pub(crate) fn for_each_broadcast_run(a: &[usize], b: &[usize], to: &[usize], mut
             sb.remove(k);
         }
     }
-    let (to, n) = (&to[..], to.len());
-    let inner = to.last().copied().unwrap_or(1).max(1);
-    let (ia, ib) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
-    let mut idx = vec![0usize; n];
-    let (mut fa, mut fb) = (0usize, 0usize);
-    for _ in 0..total / inner {
-        // The last axis in one run, then the next multi-index of the others.
-        f(BroadcastRun { a: fa, a_step: ia, b: fb, b_step: ib, len: inner });
-        for k in (0..n.saturating_sub(1)).rev() {
-            idx[k] += 1;
-            fa += sa[k];
-            fb += sb[k];
-            if idx[k] < to[k] {
-                break;
-            }
-            fa -= sa[k] * to[k];
-            fb -= sb[k] * to[k];
-            idx[k] = 0;
-        }
-    }
+    let outer = to.len().saturating_sub(1);
+    let len = to.last().copied().unwrap_or(1);
+    let (a_step, b_step) = (sa.last().copied().unwrap_or(0), sb.last().copied().unwrap_or(0));
+    for_each_row(&to[..outer], [&sa[..outer], &sb[..outer]], |[a, b]| f(BroadcastRun { a, a_step, b, b_step, len }));
 }
 
 /// Calls `f(multi_index, flat_index)` for every element of `shape`, row-major.
