@@ -59,19 +59,10 @@ impl Build {
             k.name = format!("{}_{}", self.name, k.name);
         }
         if let Some(reused) = &lowering.reused {
-            // The lowered kernels stand for the scheduled ones: what the glue
-            // and the report read of those comes from the entry.
-            if reused.kernels.len() != plan.kernels.len() {
-                return Err(
-                    self.model_err("the kernel cache's entry does not match the plan; delete its kernel-cache folder")
-                );
-            }
+            // The lowered kernels stand for the scheduled ones (the entry was
+            // checked to name them): what the glue and the report read of
+            // those comes from the entry.
             for (k, facts) in plan.kernels.iter_mut().zip(&reused.kernels) {
-                if k.name != facts.name {
-                    return Err(self.model_err(
-                        "the kernel cache's entry does not match the plan; delete its kernel-cache folder",
-                    ));
-                }
                 k.attrs.insert(glue::PARALLEL_ATTR.into(), facts.parallel.to_string());
                 if let Some(note) = &facts.tuning {
                     k.attrs.insert("tuning".into(), note.clone());
@@ -151,13 +142,26 @@ impl Build {
             let m = self.user_passes(m, ctx)?;
             let fused = apply(&pipelines.relay, m, ctx)?;
             let key = cache.map(|(c, settings)| c.lowered_key(&fused, settings));
-            let reused = cache.zip(key.as_deref()).and_then(|((c, _), k)| c.lowered(k));
-            let plan = match reused {
-                Some(_) => plan_executor(&fused).map_err(|e| PassError::Failed {
+            let mut reused = cache.zip(key.as_deref()).and_then(|((c, _), k)| c.lowered(k));
+            let mut plan = None;
+            if let Some(entry) = &reused {
+                let lowered = plan_executor(&fused).map_err(|e| PassError::Failed {
                     pass: "LowerTE".into(),
                     context: String::new(),
                     error: BodyError::new(e),
-                })?,
+                })?;
+                // An entry that does not name these kernels (in order) is a miss.
+                let names = |p: &ExecutorPlan| {
+                    p.kernels.iter().map(|k| format!("{}_{}", self.name, k.name)).collect::<Vec<_>>()
+                };
+                if names(&lowered).iter().eq(entry.kernels.iter().map(|f| &f.name)) {
+                    plan = Some(lowered);
+                } else {
+                    reused = None;
+                }
+            }
+            let plan = match plan {
+                Some(plan) => plan,
                 None => lower_and_schedule(&fused, ctx, &pipelines.tir)?,
             };
             Ok((fused, plan, timing.render(), Lowering { key, reused }))
@@ -166,9 +170,10 @@ impl Build {
     }
 
     /// The objects of an LLVM target: the weights' (`symbols`) first, then
-    /// the kernels' groups — each from the kernel cache under `out_dir` where
-    /// it holds them, else compiled (in parallel) and stored there. Also a
-    /// line for the timings saying how many were reused.
+    /// the kernels' groups — all of them from `cache` where `lowering` found
+    /// the fused module's entry, else each from `cache` where it holds it,
+    /// else compiled (in parallel) and stored there. Also a line for the
+    /// timings saying how many were reused.
     #[cfg(feature = "llvm")]
     fn llvm_objects(
         &self,
@@ -200,9 +205,9 @@ impl Build {
             .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
             .unwrap_or(1);
         let parts = partition_kernels(&plan.kernels);
-        let keys: Vec<Option<String>> = parts.iter().map(|p| cache.as_ref().map(|c| c.key(p))).collect();
+        let keys: Vec<Option<String>> = parts.iter().map(|p| cache.map(|c| c.key(p))).collect();
         let mut objects: Vec<Option<Vec<u8>>> =
-            keys.iter().map(|k| k.as_deref().and_then(|k| cache.as_ref().and_then(|c| c.get(k)))).collect();
+            keys.iter().map(|k| k.as_deref().and_then(|k| cache.and_then(|c| c.get(k)))).collect();
         let reused = objects.iter().filter(|o| o.is_some()).count();
         let mut jobs = vec![data_job];
         let missing: Vec<usize> = (0..parts.len()).filter(|&k| objects[k].is_none()).collect();
@@ -215,7 +220,7 @@ impl Build {
         let llvm_ms = llvm_start.elapsed().as_secs_f64() * 1e3;
         let data_object = compiled.next().unwrap_or_default();
         for (&k, object) in missing.iter().zip(compiled) {
-            if let (Some(c), Some(key)) = (&cache, &keys[k]) {
+            if let (Some(c), Some(key)) = (cache, &keys[k]) {
                 // A cache that cannot be written only costs the next build its time.
                 let _ = c.put(key, &object);
             }
@@ -252,7 +257,6 @@ impl Build {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
 
-    /// The hash of everything that determines the artifacts.
     /// A `cuda` build: GPU-scheduled kernels as PTX, glue around
     /// `kiln_runtime::cuda::CudaModel`, the weights as a device-layout blob.
     #[cfg(feature = "llvm")]

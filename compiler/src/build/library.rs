@@ -64,7 +64,7 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
     for source in sources {
         objects.push(compile_c(&b, dir, &source, &triple)?);
     }
-    if archives_from_memory(target) {
+    if writes_gnu_archive(&triple) {
         // The model's objects from memory (the weights' is most of the bytes), the C API's from its file.
         let mut c_objects = Vec::new();
         for object in &objects[a.objects.len()..] {
@@ -90,8 +90,12 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
 /// objects in memory (a GNU archive, no `AR` override); else cc's archiver
 /// builds it from the object files.
 pub(super) fn archives_from_memory(target: &str) -> bool {
-    let triple = c_triple(target);
-    gnu_archive_target(&triple) && !ar_overridden(&triple)
+    writes_gnu_archive(&c_triple(target))
+}
+
+/// [`archives_from_memory`] for the C triple `triple`.
+fn writes_gnu_archive(triple: &str) -> bool {
+    gnu_archive_target(triple) && !ar_overridden(triple)
 }
 
 /// cc's settings for the C sources of a build in `dir` for kiln's `target`.

@@ -83,44 +83,46 @@ fn binary_exact(
     let mut out = vec![0u8; shape.iter().product::<usize>() * 4];
     let mut at = 0;
     for_each_broadcast_run(a.shape(), b.shape(), &shape, |r| {
-        let dst = &mut out[at * 4..(at + r.len) * 4];
+        let dst = out[at * 4..(at + r.len) * 4].chunks_exact_mut(4);
         at += r.len;
-        let value = |bytes: &[u8], i: usize| {
-            f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
-        };
-        let (a_run, b_run) = (r.len * r.a_step.min(1), r.len * r.b_step.min(1));
-        let le = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         match (r.a_step, r.b_step) {
             (1, 0) => {
-                let y = value(bb, r.b);
-                for (o, x) in dst.chunks_exact_mut(4).zip(ab[r.a * 4..(r.a + a_run) * 4].chunks_exact(4)) {
-                    o.copy_from_slice(&f32_op(le(x), y).to_le_bytes());
+                let y = f32_at(bb, r.b);
+                for (o, x) in dst.zip(f32_run(ab, r.a, r.len).chunks_exact(4)) {
+                    o.copy_from_slice(&f32_op(f32_at(x, 0), y).to_le_bytes());
                 }
             }
             (0, 1) => {
-                let x = value(ab, r.a);
-                for (o, y) in dst.chunks_exact_mut(4).zip(bb[r.b * 4..(r.b + b_run) * 4].chunks_exact(4)) {
-                    o.copy_from_slice(&f32_op(x, le(y)).to_le_bytes());
+                let x = f32_at(ab, r.a);
+                for (o, y) in dst.zip(f32_run(bb, r.b, r.len).chunks_exact(4)) {
+                    o.copy_from_slice(&f32_op(x, f32_at(y, 0)).to_le_bytes());
                 }
             }
             (1, 1) => {
-                for ((o, x), y) in (dst.chunks_exact_mut(4))
-                    .zip(ab[r.a * 4..(r.a + a_run) * 4].chunks_exact(4))
-                    .zip(bb[r.b * 4..(r.b + b_run) * 4].chunks_exact(4))
-                {
-                    o.copy_from_slice(&f32_op(le(x), le(y)).to_le_bytes());
+                let pairs = f32_run(ab, r.a, r.len).chunks_exact(4).zip(f32_run(bb, r.b, r.len).chunks_exact(4));
+                for (o, (x, y)) in dst.zip(pairs) {
+                    o.copy_from_slice(&f32_op(f32_at(x, 0), f32_at(y, 0)).to_le_bytes());
                 }
             }
             _ => {
-                for (t, o) in dst.chunks_exact_mut(4).enumerate() {
-                    o.copy_from_slice(
-                        &f32_op(value(ab, r.a + t * r.a_step), value(bb, r.b + t * r.b_step)).to_le_bytes(),
-                    );
+                for (t, o) in dst.enumerate() {
+                    let (x, y) = (f32_at(ab, r.a + t * r.a_step), f32_at(bb, r.b + t * r.b_step));
+                    o.copy_from_slice(&f32_op(x, y).to_le_bytes());
                 }
             }
         }
     });
     Ok(Value::Tensor(Tensor::from_bytes(DataType::F32, shape, out).ok_or("result size")?))
+}
+
+/// Element `i` of little-endian float32 `bytes`.
+fn f32_at(bytes: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
+}
+
+/// The bytes of elements `start..start + len` of little-endian float32 `bytes`.
+fn f32_run(bytes: &[u8], start: usize, len: usize) -> &[u8] {
+    &bytes[start * 4..(start + len) * 4]
 }
 
 fn unary(args: &[Value], f: impl Fn(f64) -> f64) -> Result<Value, OpError> {
