@@ -15,7 +15,10 @@ Environment: KILN=path/to/kiln uses that binary instead of building `kiln` in re
 MODELS=a,b runs only those models.
 Needs: pip install onnxruntime numpy.
 Prints the CPU (model name and its vector features) and a markdown table: median latency per
-model, 1 and 2 threads, with kiln's ratio to ONNX Runtime measured in the same run.
+model, 1 and 2 threads, with kiln's ratio to ONNX Runtime measured in the same run, and each
+latency as GFLOP/s (the model's convolution and matrix-product work, counted from the ONNX graph
+as a direct computation would do it) next to the CPU's fp32 FMA peak measured in the same rounds
+(`kiln peak`).
 """
 import argparse
 import os
@@ -43,8 +46,8 @@ KILN = os.environ.get("KILN") or os.path.join(ROOT, "target", "release", "kiln")
 CASES = [
     ("mlp", os.path.join(MODELS, "mlp.onnx"), os.path.join(MODELS, "mlp.input.npy"), 200),
     ("lenet", os.path.join(MODELS, "lenet.onnx"), os.path.join(MODELS, "lenet.input.npy"), 200),
-    ("resnet18", os.path.join(MODELS, "resnet18.onnx"), os.path.join(MODELS, "resnet18.input.npy"), 5),
-    ("mobilenetv2", os.path.join(MODELS, "mobilenetv2.onnx"), os.path.join(MODELS, "mobilenetv2.input.npy"), 5),
+    ("resnet18", os.path.join(MODELS, "resnet18.onnx"), os.path.join(MODELS, "resnet18.input.npy"), 10),
+    ("mobilenetv2", os.path.join(MODELS, "mobilenetv2.onnx"), os.path.join(MODELS, "mobilenetv2.input.npy"), 20),
     ("gpt_tiny", os.path.join(MODELS, "gpt_tiny.onnx"), os.path.join(MODELS, "gpt_tiny.input.npy"), 20),
     ("yolov8n", os.path.join(REAL, "yolov8n.onnx"), os.path.join(REAL, "yolov8n.input.images.npy"), 10),
     ("pplcnet", os.path.join(REAL, "pplcnet.onnx"), os.path.join(REAL, "pplcnet.input.x.npy"), 20),
@@ -74,6 +77,48 @@ def kiln_median_us(model, input_name, inp, threads, runs, tuning=None):
         args += ["--tuning", tuning]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return float(re.search(r"median ([0-9.]+) us", out).group(1))
+
+
+def model_gflop(model, x):
+    """Floating-point operations of one run, in GFLOP: 2 per multiply-add of every Conv, Gemm and
+    MatMul (as a direct computation does them; Winograd does fewer), with shapes inferred for the
+    input's shape."""
+    import onnx
+    from onnx import numpy_helper, shape_inference
+
+    m = onnx.load(model)
+    graph_input = next(i for i in m.graph.input if i.name not in {t.name for t in m.graph.initializer})
+    for d, n in zip(graph_input.type.tensor_type.shape.dim, x.shape):
+        d.ClearField("dim_param")
+        d.dim_value = n
+    m = shape_inference.infer_shapes(m)
+    shapes = {t.name: list(t.dims) for t in m.graph.initializer}
+    for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            shapes[v.name] = [d.dim_value for d in dims]
+    for node in m.graph.node:
+        if node.op_type == "Constant":
+            shapes[node.output[0]] = list(numpy_helper.to_array(node.attribute[0].t).shape)
+    flops = 0
+    for node in m.graph.node:
+        out = shapes.get(node.output[0])
+        if out is None:
+            continue
+        if node.op_type == "Conv":
+            w = shapes[node.input[1]]
+            flops += 2 * int(np.prod(out)) * int(np.prod(w[1:]))
+        elif node.op_type in ("Gemm", "MatMul"):
+            a = shapes[node.input[0]]
+            transposed = node.op_type == "Gemm" and any(at.name == "transA" and at.i for at in node.attribute)
+            flops += 2 * int(np.prod(out)) * (a[-2] if transposed else a[-1])
+    return flops / 1e9
+
+
+def fma_peak(threads):
+    """This CPU's fp32 FMA peak in GFLOP/s on `threads` threads, measured now (`kiln peak`)."""
+    out = subprocess.run([KILN, "peak", "--threads", str(threads)], check=True, capture_output=True, text=True).stdout
+    return float(re.findall(r"peak: ([0-9.]+) GFLOP/s", out)[-1])
 
 
 def cpu_description():
@@ -113,15 +158,19 @@ def main():
         input_name = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).get_inputs()[0].name
         log = os.path.join(OPTS.tuning, f"{name}.json") if OPTS.tuning else None
         log = log if log and os.path.exists(log) else None
-        row, tuned = [name], []
+        gflop = model_gflop(model, x)
+        work = f"{gflop:.2f} GFLOP" if gflop >= 0.1 else f"{gflop * 1e3:.2f} MFLOP"
+        row, tuned = [f"{name} ({work})"], []
         for threads in (1, 2):
-            k, o, t = float("inf"), float("inf"), float("inf")
+            k, o, t, peak = float("inf"), float("inf"), float("inf"), 0.0
             for _ in range(max(1, OPTS.rounds)):
+                peak = max(peak, fma_peak(threads))
                 k = min(k, kiln_median_us(model, input_name, inp, threads, runs))
                 o = min(o, ort_median_us(model, x, threads, runs))
                 if log:
                     t = min(t, kiln_median_us(model, input_name, inp, threads, runs, log))
-            row += [f"{k:.1f} µs ({k / o:.2f}× ORT)", f"{o:.1f} µs"]
+            rate = lambda us: f"{gflop / us * 1e6:.1f} GFLOP/s = {100 * gflop / us * 1e6 / peak:.0f}% of {peak:.0f}"
+            row += [f"{k:.1f} µs ({k / o:.2f}× ORT; {rate(k)})", f"{o:.1f} µs ({rate(o)})"]
             if OPTS.tuning:
                 tuned.append(f"{t:.1f} µs ({k / t:.2f}× faster, {t / o:.2f}× ORT)" if log else "no log")
         print("| " + " | ".join(row + tuned) + " |")

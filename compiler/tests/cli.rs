@@ -33,7 +33,7 @@ fn print_annotates_types() {
 fn every_command_has_help_and_wrong_options_are_errors() {
     let (code, out, _) = kiln(&["--help"]);
     assert_eq!(code, 0);
-    for cmd in ["print", "opt", "build", "run", "bench", "tune", "passes"] {
+    for cmd in ["print", "opt", "build", "run", "bench", "tune", "passes", "peak"] {
         assert!(out.contains(&format!("  {cmd} ")), "{cmd} missing from:\n{out}");
         let (code, help, err) = kiln(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}: {err}");
@@ -423,4 +423,17 @@ fn tune_writes_a_log_that_run_applies() {
     let (code, _, err) = kiln(&["tune", MLP, "--budget", "soon"]);
     assert_eq!(code, 1);
     assert!(err.contains("expected a time such as 90s, 10m or 1h, not `soon`"), "{err}");
+}
+
+/// `kiln peak` measures the FMA peak on each thread count, naming the
+/// instruction set it timed; a benchmark divides by it.
+#[test]
+fn peak_prints_gflops_per_thread_count() {
+    let (code, out, err) = kiln(&["peak", "--threads", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let rates: Vec<f64> =
+        out.lines().filter_map(|l| l.strip_prefix("fp32 FMA peak: ")?.split(' ').next()?.parse().ok()).collect();
+    assert_eq!(rates.len(), 2, "{out}");
+    assert!(rates.iter().all(|&r| r > 0.1), "{out}");
+    assert!(out.contains("on 1 thread(s)") && out.contains("on 2 thread(s)"), "{out}");
 }

@@ -26,6 +26,11 @@ fn main() {
         &common::sweep::REFERENCE_MODELS,
         model_matches_onnx_runtime,
     );
+    trials.extend(common::sweep::model_trials(
+        "profile_classes_and_flops_follow_the_layers",
+        &["resnet18", "mobilenetv2"],
+        profile_classes_and_flops_follow_the_layers,
+    ));
     for name in ["resnet18", "mobilenetv2"] {
         for format in ["qdq", "qop"] {
             let test = format!("quantized_model_matches_onnx_runtime_within_one_step::{name}_{format}");
@@ -40,6 +45,67 @@ fn main() {
         one_dimensional_conv_and_pool_run_as_2d,
     ]);
     libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit()
+}
+
+/// What `kiln bench --profile` groups by: every convolution of the model is
+/// in the class its weight says (MobileNetV2: 1 stem, 17 depthwise, 34
+/// 1 × 1; ResNet-18: 1 stem, 3 downsampling 1 × 1), and each direct
+/// convolution's counted operations are its definition's — 2 per
+/// multiply-add, plus at most 3 per output element for its epilogue (bias,
+/// residual, a scale), over rows rounded up to whole vectors where a tile
+/// computes lanes it does not store — so that the profile's FLOP shares mean
+/// something.
+fn profile_classes_and_flops_follow_the_layers(name: &str, m: IRModule, _: Tensor, _: Tensor) -> Result<(), Failed> {
+    use kiln::backend::aot::Storage;
+    use kiln::backend::profile::{kernel_class, kernel_flops, KernelClass};
+    let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
+    let flops = kernel_flops(&plan);
+    let mut calls = std::collections::BTreeMap::<KernelClass, usize>::new();
+    for call in &plan.calls {
+        let class = kernel_class(&plan, call);
+        *calls.entry(class).or_default() += 1;
+        let kernel = &plan.kernels[call.kernel];
+        if kernel.attrs.get("anchor").map(String::as_str) != Some("nn.conv2d") {
+            continue;
+        }
+        // The weight (OIHW, or OIHW<k>o packed): products per output element.
+        let weight = call
+            .args
+            .iter()
+            .map(|&t| &plan.tensors[t])
+            .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5))
+            .ok_or_else(|| format!("{}: no constant weight", kernel.name))?;
+        let per_output = (weight.shape[1] * weight.shape[2] * weight.shape[3]) as u64;
+        let out_shape = &plan.tensors[*call.args.last().unwrap()].shape;
+        let outputs = out_shape.iter().product::<usize>() as u64;
+        // A tile may compute a row rounded up to whole vectors (a 28-wide
+        // depthwise row as 32 lanes) and store only the row.
+        let width = *out_shape.last().unwrap() as u64;
+        let computed = outputs / width * width.next_multiple_of(16);
+        let (least, most) = (2 * per_output * outputs, (2 * per_output + 3) * computed);
+        let got = flops[call.kernel];
+        assert!(
+            (least..=most).contains(&got),
+            "{name}: {} ({class:?}) counts {got} operations, not within [{least}, {most}]",
+            kernel.name
+        );
+    }
+    let count = |c: KernelClass| calls.get(&c).copied().unwrap_or(0);
+    match name {
+        "mobilenetv2" => {
+            assert_eq!(
+                (count(KernelClass::Stem), count(KernelClass::Depthwise), count(KernelClass::Pointwise)),
+                (1, 17, 34),
+                "{calls:?}"
+            );
+            assert_eq!(count(KernelClass::Dense), 1, "{calls:?}");
+        }
+        _ => {
+            assert_eq!((count(KernelClass::Stem), count(KernelClass::Pointwise)), (1, 3), "{calls:?}");
+            assert!(count(KernelClass::Winograd) > 0, "{calls:?}");
+        }
+    }
+    Ok(())
 }
 
 /// A reference model compiled (LLVM JIT) and run on 2 threads: its output

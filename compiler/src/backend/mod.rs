@@ -7,6 +7,7 @@ pub mod cuda;
 pub mod host;
 pub mod lower_te;
 pub mod plan_memory;
+pub mod profile;
 pub mod run_error;
 
 pub use run_error::RunError;

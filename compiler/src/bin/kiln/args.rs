@@ -46,6 +46,13 @@ pub enum Command {
     Tune(TuneOptions),
     /// List the registered passes
     Passes,
+    /// Measure this CPU's fp32 multiply-add peak (GFLOP/s) on 1 to N threads, for comparing a
+    /// model's GFLOP/s with what the machine does in the same run
+    Peak {
+        /// The most threads to measure on (default: every CPU this process may use)
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Draw the compiled model: its kernels (fused operators, anchor in red, tensor types on the
     /// edges), or with --memory its memory plan; -o NAME.svg, .dot or .html (pans and zooms)
     Viz(VizOptions),

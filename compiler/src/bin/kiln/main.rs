@@ -4,6 +4,7 @@
 //! exit code 1 — never a panic.
 
 mod args;
+mod peak;
 mod progress;
 mod tune;
 mod viz;
@@ -544,9 +545,11 @@ fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Re
 /// median time (`per_call[i]`: the samples of plan call `i`), slowest first.
 fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut [Vec<f64>]) {
     let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
+    let mut call_us = Vec::with_capacity(plan.calls.len());
     for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
         samples.sort_by(f64::total_cmp);
         let median = samples[samples.len() / 2];
+        call_us.push(median);
         let name = &plan.kernels[call.kernel].name;
         match by_kernel.iter_mut().find(|(n, ..)| n == name) {
             Some(e) => {
@@ -560,6 +563,40 @@ fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut 
     let total: f64 = by_kernel.iter().map(|k| k.1).sum();
     for (name, us, calls) in &by_kernel {
         out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
+    }
+    print_class_shares(plan, &call_us);
+}
+
+/// `--profile`'s second table: per class of kernel, its share of the time
+/// next to its share of the floating-point work, and their ratio (above 1, a
+/// class takes more of the time than of the work).
+fn print_class_shares(plan: &kiln::backend::aot::ExecutorPlan, call_us: &[f64]) {
+    let shares = kiln::backend::profile::class_shares(plan, call_us);
+    let (us, flops): (f64, u64) = shares.iter().fold((0.0, 0), |(t, f), s| (t + s.us, f + s.flops));
+    if us <= 0.0 || flops == 0 {
+        return;
+    }
+    out(&format!(
+        "\nby class ({:.3} GFLOP as executed: Winograd's are fewer than a direct convolution's)\n",
+        flops as f64 / 1e9
+    ));
+    out(&format!(
+        "{:>14} {:>12} {:>7} {:>11} {:>13} {:>9}\n",
+        "class", "time", "time %", "FLOP %", "time / FLOP", "GFLOP/s"
+    ));
+    for s in &shares {
+        let (time_share, work_share) = (s.us / us, s.flops as f64 / flops as f64);
+        let ratio = if work_share > 0.0 { format!("{:.2}", time_share / work_share) } else { "-".into() };
+        let rate = if s.us > 0.0 { s.flops as f64 / s.us / 1e3 } else { 0.0 };
+        out(&format!(
+            "{:>14} {:>9.1} us {:>6.1}% {:>10.1}% {:>13} {:>9.1}\n",
+            s.class.name(),
+            s.us,
+            100.0 * time_share,
+            100.0 * work_share,
+            ratio,
+            rate
+        ));
     }
 }
 
@@ -658,6 +695,9 @@ fn run(command: Command) -> Result<(), String> {
         Command::Run(r) => run_model(&CompileArgs::run(r), false),
         Command::Bench(b) => run_model(&CompileArgs::bench(b), true),
         Command::Tune(t) => tune::tune(t),
+        Command::Peak { threads } => {
+            peak::peak(threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())))
+        }
         Command::Print { file, input_shape } => {
             let m = read_module_with_shapes(&file, &input_shape, &[])?;
             out(&print_module(&m));

@@ -1,0 +1,133 @@
+//! What `kiln bench --profile` says about a plan's kernels beyond their
+//! times: each call's class of work (stem, depthwise, 1 × 1, …) and the
+//! floating-point operations it executes, so that a class taking more of the
+//! time than of the work stands out.
+
+use super::aot::{ExecutorPlan, KernelCall, Storage};
+
+/// The kinds of kernel a profile groups by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelClass {
+    /// A convolution over at most 4 input channels (an image's RGB).
+    Stem,
+    /// One input channel per group.
+    Depthwise,
+    /// A 1 × 1 convolution.
+    Pointwise,
+    /// Any other convolution computed directly (3 × 3, 7 × 7, grouped).
+    SpatialConv,
+    /// The transforms and batched products of a Winograd convolution.
+    Winograd,
+    /// A product with a constant weight (dense, matmul, a linear layer).
+    Dense,
+    /// Products of two activations and the softmax between them.
+    Attention,
+    /// Pooling.
+    Pooling,
+    /// Element-wise and layout kernels, normalizations, reductions.
+    Other,
+}
+
+impl KernelClass {
+    /// The name the profile prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Stem => "stem",
+            KernelClass::Depthwise => "depthwise",
+            KernelClass::Pointwise => "1x1",
+            KernelClass::SpatialConv => "spatial conv",
+            KernelClass::Winograd => "winograd",
+            KernelClass::Dense => "dense",
+            KernelClass::Attention => "attention",
+            KernelClass::Pooling => "pooling",
+            KernelClass::Other => "other",
+        }
+    }
+}
+
+/// The class of `call`: from its kernel's anchor operator, and for a
+/// convolution from its constant weight's shape (`OIHW` or packed
+/// `OIHW<k>o`: input channels per group at 1, the window at 2 and 3).
+pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
+    let kernel = &plan.kernels[call.kernel];
+    let anchor = kernel.attrs.get("anchor").map_or("", String::as_str);
+    let is_constant = |t: usize| matches!(plan.tensors[t].storage, Storage::Constant(_));
+    match anchor {
+        "nn.conv2d" => {
+            let groups = kernel.attrs.get("conv2d.groups").and_then(|g| g.parse::<usize>().ok()).unwrap_or(1);
+            let weight = call.args[..call.args.len().saturating_sub(kernel.num_outputs)]
+                .iter()
+                .map(|&t| &plan.tensors[t])
+                .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5));
+            match weight.map(|w| (w.shape[1], w.shape[2], w.shape[3])) {
+                Some((1, ..)) if groups > 1 => KernelClass::Depthwise,
+                Some((channels, ..)) if channels <= 4 && groups == 1 => KernelClass::Stem,
+                Some((_, 1, 1)) => KernelClass::Pointwise,
+                _ => KernelClass::SpatialConv,
+            }
+        }
+        "nn.contrib_winograd_input_transform"
+        | "nn.contrib_winograd_output_transform"
+        | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,
+        "nn.batch_matmul" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack" => {
+            let inputs = &call.args[..call.args.len().saturating_sub(kernel.num_outputs)];
+            if inputs.iter().any(|&t| produced_by_winograd_transform(plan, t)) {
+                KernelClass::Winograd
+            } else if inputs.iter().any(|&t| is_constant(t)) {
+                KernelClass::Dense
+            } else {
+                KernelClass::Attention
+            }
+        }
+        "nn.softmax" | "nn.log_softmax" => KernelClass::Attention,
+        a if a.contains("pool") => KernelClass::Pooling,
+        _ => KernelClass::Other,
+    }
+}
+
+/// Whether tensor `t` is written by a Winograd input transform (the batched
+/// product that reads it is the convolution's middle step).
+fn produced_by_winograd_transform(plan: &ExecutorPlan, t: usize) -> bool {
+    let t = plan.tensors[t].alias_of.unwrap_or(t);
+    plan.calls.iter().any(|c| {
+        let k = &plan.kernels[c.kernel];
+        k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_winograd_input_transform")
+            && c.args[c.args.len().saturating_sub(k.num_outputs)..].contains(&t)
+    })
+}
+
+/// The floating-point operations of one call of each kernel
+/// ([`kiln_ir::tir::float_ops`]), 0 where a loop's trip count is not constant.
+pub fn kernel_flops(plan: &ExecutorPlan) -> Vec<u64> {
+    plan.kernels.iter().map(|k| kiln_ir::tir::float_ops(k).unwrap_or(0)).collect()
+}
+
+/// One class's line of the profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassShare {
+    pub class: KernelClass,
+    /// Microseconds over its calls.
+    pub us: f64,
+    /// Floating-point operations over its calls.
+    pub flops: u64,
+}
+
+/// Time and work per class, given each call's time (`call_us[i]` for
+/// `plan.calls[i]`), largest time first.
+pub fn class_shares(plan: &ExecutorPlan, call_us: &[f64]) -> Vec<ClassShare> {
+    let flops = kernel_flops(plan);
+    let mut shares: Vec<ClassShare> = Vec::new();
+    for (call, &us) in plan.calls.iter().zip(call_us) {
+        let class = kernel_class(plan, call);
+        let work = flops[call.kernel];
+        match shares.iter_mut().find(|s| s.class == class) {
+            Some(s) => {
+                s.us += us;
+                s.flops += work;
+            }
+            None => shares.push(ClassShare { class, us, flops: work }),
+        }
+    }
+    shares.sort_by(|a, b| b.us.total_cmp(&a.us));
+    shares
+}
