@@ -43,141 +43,181 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     // `columns_last_in_writeback`).
     let mut columns_last = false;
     let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
-    let ow_o = match (block, pointwise) {
-        (Some(k), _) => {
-            let blocks = oce / k.max(1);
-            let rule = packed_conv_tile(blocks, owe, unit.registers as i64);
-            let tile = PackedConvTile {
-                channel_vectors: knobs.rows.unwrap_or(rule.channel_vectors),
-                columns: knobs.cols.unwrap_or(rule.columns),
-            };
-            let (v, c) = (tile.channel_vectors, tile.columns);
-            if v < 1 || c < 1 || blocks % v != 0 || owe % c != 0 || v * c + v + 1 > unit.registers as i64 {
-                return Err(err(&s, &format!("a {v} × {c} tile does not fit {blocks} channel blocks × {owe} columns")));
-            }
-            let (oc_o, oc_i) = s.split(oc, k as usize)?;
-            let (oc_oo, oc_oi) = s.split(&oc_o, tile.channel_vectors as usize)?;
-            let (ow_o, ow_i) = s.split(ow, tile.columns as usize)?;
-            let weight_bytes = oce * reduction_extent(s.func()) * 4;
-            let padded_bytes: i64 =
-                materialized(s.func()).iter().map(|b| b.shape().iter().product::<usize>() as i64 * 4).sum();
-            let pixels = extent(&s, oh).unwrap_or(1) * owe;
-            let one_by_one = reduction_loops(s.func()).iter().filter(|(_, e)| *e > 1).count() == 1;
-            let fits_stack = padded_bytes <= PADDED_IMAGE_BYTES;
-            let rule_order =
-                if weight_bytes > WEIGHT_STATIONARY_BYTES && fits_stack && pixels <= WEIGHT_STATIONARY_PIXELS {
-                    ConvOrder::ChannelsPaddedOnce
-                } else if one_by_one
-                    && pixels <= SMALL_MAP_PIXELS
-                    && pixels <= oce
-                    && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
-                {
-                    ConvOrder::ChannelsInPlace
-                } else {
-                    ConvOrder::Rows
+    // The loop whose body is the register tile.
+    let ow_o = 'strategy: {
+        match (block, pointwise) {
+            (Some(k), _) => {
+                let blocks = oce / k.max(1);
+                let registers = unit.registers as i64;
+                let pixels = extent(&s, oh).unwrap_or(1) * owe;
+                let one_by_one = reduction_loops(s.func()).iter().filter(|(_, e)| *e > 1).count() == 1;
+                // A 1 × 1, stride-1, unpadded convolution is a matrix product over
+                // the pixels: its tile's columns may run across rows, where a
+                // narrow row (14 wide) allows only 1 × 14 tiles on AVX2 (15 loads
+                // per 14 FMAs) and 196 pixels allow 3 × 4 (7 per 12). By the rule
+                // only: a tuning record's columns are a row's.
+                let rows_tile = packed_conv_tile(blocks, owe, registers);
+                let pixels_tile = packed_conv_tile(blocks, pixels, registers);
+                let fuse_pixels = knobs.rows.is_none()
+                    && knobs.cols.is_none()
+                    && knobs.order != Some(ConvOrder::ChannelsPaddedOnce)
+                    && one_by_one
+                    && stride_one(s.func())
+                    && tile_cost_in_row(&pixels_tile, pixels, registers) < tile_cost_in_row(&rows_tile, owe, registers);
+                let (rule, width) = if fuse_pixels { (pixels_tile, pixels) } else { (rows_tile, owe) };
+                let tile = PackedConvTile {
+                    channel_vectors: knobs.rows.unwrap_or(rule.channel_vectors),
+                    columns: knobs.cols.unwrap_or(rule.columns),
                 };
-            let order = knobs.order.unwrap_or(rule_order);
-            columns_last = writeback_along_columns(order, tile, unit);
-            match order {
-                // The padded image is a kernel-local (stack) buffer.
-                ConvOrder::ChannelsPaddedOnce if !fits_stack => {
-                    return Err(err(&s, "the padded image is too large to compute once"))
+                let (v, c) = (tile.channel_vectors, tile.columns);
+                if v < 1 || c < 1 || blocks % v != 0 || width % c != 0 || v * c + v + 1 > registers {
+                    return Err(err(
+                        &s,
+                        &format!("a {v} × {c} tile does not fit {blocks} channel blocks × {owe} columns"),
+                    ));
                 }
-                ConvOrder::ChannelsInPlace if !one_by_one => {
-                    return Err(err(&s, "only a 1 × 1 convolution reads its input in place"))
-                }
-                _ => {}
-            }
-            match order {
-                // Weights larger than half the L2 cache on a small map (the
-                // 7 × 7 rows of late layers, 9.4 MB of weights in ResNet-18's
-                // last stage) would stream from L3 once per output row for
-                // only a row of work: keep each block of output channels in
-                // cache over every row instead, pad the whole image once, and
-                // run the channel blocks in parallel (7 rows split badly over
-                // threads, 32 channel blocks do not). On 14 × 14 maps the
-                // padded image no longer sits near L1 and this loses (Zen 3).
-                ConvOrder::ChannelsPaddedOnce => {
-                    let n = outer.last();
-                    s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
-                    // Without a batch loop the padded image stays where it was lowered.
-                    pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
-                    par = vec![oc_oo];
-                }
-                // A 1 × 1 convolution on a small map with more output channels
-                // than pixels (MobileNetV2's expansions on 14 × 14): channel
-                // tiles in parallel too, each reading the input image (no
-                // larger than its weights) in place. Split by rows, two
-                // threads wrote interleaved rows of every output plane and
-                // ran slower than one (96 → 576 channels: 614 µs on 1 thread,
-                // 684 µs on 2).
-                ConvOrder::ChannelsInPlace => {
-                    s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                let (oc_o, oc_i) = s.split(oc, k as usize)?;
+                let (oc_oo, oc_oi) = s.split(&oc_o, tile.channel_vectors as usize)?;
+                let weight_bytes = oce * reduction_extent(s.func()) * 4;
+                let padded_bytes: i64 =
+                    materialized(s.func()).iter().map(|b| b.shape().iter().product::<usize>() as i64 * 4).sum();
+                let fits_stack = padded_bytes <= PADDED_IMAGE_BYTES;
+                if fuse_pixels {
+                    // Pixel tiles in the Rows order (pixel blocks outermost and
+                    // in parallel) or channel tiles outermost, as the rule says
+                    // for the rows; the input read in place either way.
+                    let px = s.fuse(oh, ow)?;
+                    let (px_o, px_i) = s.split(&px, tile.columns as usize)?;
+                    let channels_first = knobs.order.unwrap_or(
+                        if pixels <= SMALL_MAP_PIXELS
+                            && pixels <= oce
+                            && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
+                        {
+                            ConvOrder::ChannelsInPlace
+                        } else {
+                            ConvOrder::Rows
+                        },
+                    ) == ConvOrder::ChannelsInPlace;
+                    columns_last = true;
                     pad_at = PaddedImage::Inlined;
-                    par = vec![oc_oo];
+                    let root = if channels_first {
+                        s.reorder(&[oc_oo.clone(), px_o.clone(), px_i, oc_oi, oc_i])?;
+                        par = vec![oc_oo];
+                        px_o
+                    } else {
+                        s.reorder(&[px_o.clone(), oc_oo.clone(), px_i, oc_oi, oc_i])?;
+                        par = vec![px_o];
+                        oc_oo
+                    };
+                    break 'strategy root;
                 }
-                // Per column one broadcast input, used by every channel vector.
-                ConvOrder::Rows => {
-                    s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?;
-                    // An unpadded 1 × 1 convolution's "padded" row is a copy
-                    // of the input row: read it in place instead (MobileNetV2's
-                    // 56 × 56 and 28 × 28 projections 6–11 % faster on Zen 3,
-                    // as `kiln tune` found with `channels_in_place`).
-                    if one_by_one && unpadded(s.func()) {
-                        pad_at = PaddedImage::Inlined;
+                let (ow_o, ow_i) = s.split(ow, tile.columns as usize)?;
+                let rule_order =
+                    if weight_bytes > WEIGHT_STATIONARY_BYTES && fits_stack && pixels <= WEIGHT_STATIONARY_PIXELS {
+                        ConvOrder::ChannelsPaddedOnce
+                    } else if one_by_one
+                        && pixels <= SMALL_MAP_PIXELS
+                        && pixels <= oce
+                        && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
+                    {
+                        ConvOrder::ChannelsInPlace
+                    } else {
+                        ConvOrder::Rows
+                    };
+                let order = knobs.order.unwrap_or(rule_order);
+                columns_last = writeback_along_columns(order, tile, unit);
+                match order {
+                    // The padded image is a kernel-local (stack) buffer.
+                    ConvOrder::ChannelsPaddedOnce if !fits_stack => {
+                        return Err(err(&s, "the padded image is too large to compute once"))
                     }
+                    ConvOrder::ChannelsInPlace if !one_by_one => {
+                        return Err(err(&s, "only a 1 × 1 convolution reads its input in place"))
+                    }
+                    _ => {}
                 }
+                match order {
+                    // Weights larger than half the L2 cache on a small map (the
+                    // 7 × 7 rows of late layers, 9.4 MB of weights in ResNet-18's
+                    // last stage) would stream from L3 once per output row for
+                    // only a row of work: keep each block of output channels in
+                    // cache over every row instead, pad the whole image once, and
+                    // run the channel blocks in parallel (7 rows split badly over
+                    // threads, 32 channel blocks do not). On 14 × 14 maps the
+                    // padded image no longer sits near L1 and this loses (Zen 3).
+                    ConvOrder::ChannelsPaddedOnce => {
+                        let n = outer.last();
+                        s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                        // Without a batch loop the padded image stays where it was lowered.
+                        pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
+                        par = vec![oc_oo];
+                    }
+                    // A 1 × 1 convolution on a small map with more output channels
+                    // than pixels (MobileNetV2's expansions on 14 × 14): channel
+                    // tiles in parallel too, each reading the input image (no
+                    // larger than its weights) in place. Split by rows, two
+                    // threads wrote interleaved rows of every output plane and
+                    // ran slower than one (96 → 576 channels: 614 µs on 1 thread,
+                    // 684 µs on 2).
+                    ConvOrder::ChannelsInPlace => {
+                        s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                        pad_at = PaddedImage::Inlined;
+                        par = vec![oc_oo];
+                    }
+                    // Per column one broadcast input, used by every channel vector.
+                    ConvOrder::Rows => s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?,
+                }
+                ow_o
             }
-            ow_o
-        }
-        (None, Some(rule)) => {
-            let tile = PointwiseTile {
-                rows: knobs.rows.unwrap_or_else(|| divisor_at_most(oce, rule.rows)),
-                pixels: knobs.cols.map_or(rule.pixels, |v| v * lanes),
-            };
-            let pixels = extent(&s, oh).unwrap_or(1) * owe;
-            let vectors = tile.pixels / lanes;
-            if tile.rows < 1
-                || vectors < 1
-                || oce % tile.rows != 0
-                || pixels % tile.pixels != 0
-                || tile.rows * vectors + vectors + 1 > unit.registers as i64
-                || knobs.order.is_some()
-            {
-                return Err(err(&s, &format!("a {} × {vectors}-vector pointwise tile does not fit", tile.rows)));
+            (None, Some(rule)) => {
+                let tile = PointwiseTile {
+                    rows: knobs.rows.unwrap_or_else(|| divisor_at_most(oce, rule.rows)),
+                    pixels: knobs.cols.map_or(rule.pixels, |v| v * lanes),
+                };
+                let pixels = extent(&s, oh).unwrap_or(1) * owe;
+                let vectors = tile.pixels / lanes;
+                if tile.rows < 1
+                    || vectors < 1
+                    || oce % tile.rows != 0
+                    || pixels % tile.pixels != 0
+                    || tile.rows * vectors + vectors + 1 > unit.registers as i64
+                    || knobs.order.is_some()
+                {
+                    return Err(err(&s, &format!("a {} × {vectors}-vector pointwise tile does not fit", tile.rows)));
+                }
+                // Pointwise over whole vectors of pixels: rows and columns fused
+                // into one run of pixels (contiguous in the input and the
+                // output), tiles of channel rows × pixel vectors, pixel blocks
+                // outermost (a block of every input channel stays in L1 across
+                // all the channel rows) and in parallel. No padded stage.
+                let px = s.fuse(oh, ow)?;
+                let (oc_o, oc_i) = s.split(oc, tile.rows as usize)?;
+                let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
+                s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
+                pad_at = PaddedImage::At(px_o.clone());
+                par = vec![px_o];
+                oc_o
             }
-            // Pointwise over whole vectors of pixels: rows and columns fused
-            // into one run of pixels (contiguous in the input and the
-            // output), tiles of channel rows × pixel vectors, pixel blocks
-            // outermost (a block of every input channel stays in L1 across
-            // all the channel rows) and in parallel. No padded stage.
-            let px = s.fuse(oh, ow)?;
-            let (oc_o, oc_i) = s.split(oc, tile.rows as usize)?;
-            let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
-            s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
-            pad_at = PaddedImage::At(px_o.clone());
-            par = vec![px_o];
-            oc_o
-        }
-        (None, None) => {
-            if knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some() {
-                return Err(err(&s, "the general convolution tile has no knobs"));
+            (None, None) => {
+                if knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some() {
+                    return Err(err(&s, "the general convolution tile has no knobs"));
+                }
+                // Whole vector registers where the row allows it (a 14-lane vector
+                // costs split loads); any divisor up to 16 otherwise; as many
+                // channel rows as leave a register for each row vector of the
+                // weight broadcast and one for the input.
+                let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
+                let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, 16));
+                if owb < 4 && owe > 16 {
+                    owb = 16;
+                }
+                let vectors_per_row = (owb + lanes - 1) / lanes;
+                let rows = ((unit.registers as i64 - vectors_per_row - 1) / vectors_per_row).clamp(1, 8);
+                let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, rows) as usize)?;
+                let (ow_o, ow_i) = s.split(ow, owb as usize)?;
+                s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_i, ow_i])?;
+                ow_o
             }
-            // Whole vector registers where the row allows it (a 14-lane vector
-            // costs split loads); any divisor up to 16 otherwise; as many
-            // channel rows as leave a register for each row vector of the
-            // weight broadcast and one for the input.
-            let pow2 = [16, 8].into_iter().find(|&w| owe % w == 0);
-            let mut owb = pow2.unwrap_or_else(|| divisor_at_most(owe, 16));
-            if owb < 4 && owe > 16 {
-                owb = 16;
-            }
-            let vectors_per_row = (owb + lanes - 1) / lanes;
-            let rows = ((unit.registers as i64 - vectors_per_row - 1) / vectors_per_row).clamp(1, 8);
-            let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, rows) as usize)?;
-            let (ow_o, ow_i) = s.split(ow, owb as usize)?;
-            s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_i, ow_i])?;
-            ow_o
         }
     };
     if let PaddedImage::At(at) = &pad_at {
@@ -369,11 +409,16 @@ fn columns_last_in_writeback(s: &mut Schedule, tile: &ReductionTile) -> Result<(
     s.vectorize(col)
 }
 
-/// Whether every materialized padded stage of `f` has its input's shape (no
-/// padding: the stage would only copy the input).
-fn unpadded(f: &PrimFunc) -> bool {
-    let pads = materialized(f);
-    !pads.is_empty() && pads.iter().all(|pad| f.params.iter().any(|p| p.shape() == pad.shape()))
+/// Whether `f`, a packed 1 × 1 convolution, has stride 1: its input stage
+/// (`pad[n, oh, c, ow]`, see `topi::nn::input_rows`) has the input's rows and
+/// columns, so that output pixel `p` of a plane reads input pixel `p`.
+fn stride_one(f: &PrimFunc) -> bool {
+    let stages = materialized(f);
+    !stages.is_empty()
+        && stages.iter().all(|stage| {
+            let rows = stage.shape();
+            f.params.iter().any(|p| matches!(p.shape(), [n, c, h, w] if rows == [*n, *h, *c, *w]))
+        })
 }
 
 /// Whether a packed tile with a cheap epilogue writes back along the columns.
@@ -415,31 +460,35 @@ struct PackedConvTile {
     columns: i64,
 }
 
-/// The tile with the fewest loads per FMA whose accumulators, weight vectors
-/// and one broadcast input fit the vector registers: `channel_vectors` must
-/// divide the `channel_blocks` and `columns` the row width (no tails inside a
-/// tile). At least 8 accumulators hide the FMA latency when the row allows.
-/// AVX2 (16 registers) gets 2 × 4 on 56- and 28-wide rows and 1 × 14 or
-/// 1 × 7 on late stages; AVX-512 (32) 2 × 14 on 112-, 56- and 28-wide rows
-/// (3 × 8 where the channel blocks are a multiple of 3), 3 × 7 or 2 × 14 on
-/// 14-wide ones.
-fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
+/// Loads per FMA of a packed tile over a `row` of columns, with penalties for
+/// too few accumulators to cover the FMA latency and for short tiles.
+fn tile_cost_in_row(t: &PackedConvTile, row: i64, registers: i64) -> f64 {
     // A weight vector costs twice a broadcast on AVX-512 (32 registers): a
     // tile's weights outgrow L1 sooner there, where the broadcasts (one
     // padded input row) stay. ResNet-18's stem (3 channels, 7 × 7, stride 2)
     // took 4 × 4 tiles, each re-reading 37.6 KB of weights from L2: 3.3 ms;
     // 2 × 14 read half of them, over 3.5 times fewer tiles: 1.9 ms.
     let weight_load_cost = if registers >= 32 { 2 } else { 1 };
-    let cost = |t: &PackedConvTile| {
-        let acc = t.channel_vectors * t.columns;
-        // Loads per FMA, with a penalty for too few accumulators to cover the latency.
-        let loads = (weight_load_cost * t.channel_vectors + t.columns) as f64 / acc as f64;
-        // Measured on Zen 3: 2 × 4 beats 1 × 14 on 56- and 28-wide rows, but
-        // 4 × 2 loses to 1 × 14 on 14-wide ones (four weight vectors per
-        // step stream from L2): at least 4 columns per tile.
-        let short = t.columns < 4 && t.columns < row;
-        loads + if acc < 8 || short { 1.0 } else { 0.0 }
-    };
+    let acc = t.channel_vectors * t.columns;
+    let loads = (weight_load_cost * t.channel_vectors + t.columns) as f64 / acc as f64;
+    // Measured on Zen 3: 2 × 4 beats 1 × 14 on 56- and 28-wide rows, but
+    // 4 × 2 loses to 1 × 14 on 14-wide ones (four weight vectors per
+    // step stream from L2): at least 4 columns per tile.
+    let short = t.columns < 4 && t.columns < row;
+    loads + if acc < 8 || short { 1.0 } else { 0.0 }
+}
+
+/// The tile with the fewest loads per FMA whose accumulators, weight vectors
+/// and one broadcast input fit the vector registers: `channel_vectors` must
+/// divide the `channel_blocks` and `columns` the row width (no tails inside a
+/// tile). At least 8 accumulators hide the FMA latency when the row allows.
+/// AVX2 (16 registers) gets 2 × 4 on 56- and 28-wide rows and 1 × 14 or
+/// 1 × 7 on late stages (a stride-1 1 × 1 convolution on a 14 × 14 map
+/// tiles its 196 pixels instead: 3 × 4 or 2 × 4); AVX-512 (32) 2 × 14 on 112-, 56- and 28-wide rows
+/// (3 × 8 where the channel blocks are a multiple of 3), 3 × 7 or 2 × 14 on
+/// 14-wide ones.
+fn packed_conv_tile(channel_blocks: i64, row: i64, registers: i64) -> PackedConvTile {
+    let cost = |t: &PackedConvTile| tile_cost_in_row(t, row, registers);
     // Accumulators + weight vectors + one broadcast: v·c + v + 1 ≤ registers.
     // (One accumulator more spills, and its store-to-load round trip then
     // bounds every reduction step: twice the time.) The first of equals wins.
