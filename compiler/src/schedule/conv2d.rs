@@ -88,16 +88,10 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     // for the rows; the input read in place either way.
                     let px = s.fuse(oh, ow)?;
                     let (px_o, px_i) = s.split(&px, tile.columns as usize)?;
-                    let channels_first = knobs.order.unwrap_or(
-                        if pixels <= SMALL_MAP_PIXELS
-                            && pixels <= oce
-                            && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
-                        {
-                            ConvOrder::ChannelsInPlace
-                        } else {
-                            ConvOrder::Rows
-                        },
-                    ) == ConvOrder::ChannelsInPlace;
+                    let channels_first = knobs.order.map_or_else(
+                        || channel_tiles_first(pixels, oce, extent(&s, &oc_oo).unwrap_or(1)),
+                        |o| o == ConvOrder::ChannelsInPlace,
+                    );
                     columns_last = true;
                     pad_at = PaddedImage::Inlined;
                     let root = if channels_first {
@@ -115,11 +109,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 let rule_order =
                     if weight_bytes > WEIGHT_STATIONARY_BYTES && fits_stack && pixels <= WEIGHT_STATIONARY_PIXELS {
                         ConvOrder::ChannelsPaddedOnce
-                    } else if one_by_one
-                        && pixels <= SMALL_MAP_PIXELS
-                        && pixels <= oce
-                        && extent(&s, &oc_oo).unwrap_or(1) >= MIN_CHANNEL_TILES
-                    {
+                    } else if one_by_one && channel_tiles_first(pixels, oce, extent(&s, &oc_oo).unwrap_or(1)) {
                         ConvOrder::ChannelsInPlace
                     } else {
                         ConvOrder::Rows
@@ -407,6 +397,12 @@ fn columns_last_in_writeback(s: &mut Schedule, tile: &ReductionTile) -> Result<(
         s.unroll(c)?;
     }
     s.vectorize(col)
+}
+
+/// Whether a 1 × 1 convolution over `pixels` walks its `channel_tiles`
+/// tiles of `channels` outermost (`ChannelsInPlace`): see [`SMALL_MAP_PIXELS`].
+fn channel_tiles_first(pixels: i64, channels: i64, channel_tiles: i64) -> bool {
+    pixels <= SMALL_MAP_PIXELS && pixels <= channels && channel_tiles >= MIN_CHANNEL_TILES
 }
 
 /// Whether `f`, a packed 1 × 1 convolution, has stride 1: its input stage
