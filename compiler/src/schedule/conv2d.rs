@@ -157,7 +157,8 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     // Per column one broadcast input, used by every channel vector.
                     ConvOrder::Rows => {
                         s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?;
-                        if one_by_one && owe >= WIDE_ROW && stride_one(s.func()) {
+                        let projection = reduction_extent(s.func()) > oce;
+                        if one_by_one && projection && owe >= WIDE_ROW && stride_one(s.func()) {
                             pad_at = PaddedImage::Inlined;
                         }
                     }
@@ -451,14 +452,15 @@ const PADDED_IMAGE_BYTES: i64 = 512 * 1024;
 const SMALL_MAP_PIXELS: i64 = 196;
 /// ...when it has at least this many channel tiles to share out.
 const MIN_CHANNEL_TILES: i64 = 8;
-/// A stride-1 1 × 1 convolution over rows at least this wide reads its
-/// input rows in place: a tile's columns are consecutive floats of a row
-/// already, and the row repack (`topi::nn::input_rows`, for 7- and 14-wide
-/// rows) only copies every channel's row before each output row. MobileNetV2's
-/// packed 112-, 56- and 28-wide 1 × 1 convolutions 2–19 % faster on Zen 3
-/// (per-kernel minima, two interleaved A/B runs; 96 → 24 on 56 × 56 the most);
-/// YOLOv8n's 80- and 40-wide ones within noise, and its 20-wide 384 → 128
-/// possibly slower (the row repack stays below 28 columns).
+/// A stride-1 1 × 1 projection (more input than output channels) over rows
+/// at least this wide reads its input rows in place: a tile's columns are
+/// consecutive floats of a row already, and the row repack
+/// (`topi::nn::input_rows`, for 7- and 14-wide rows) only copies every input
+/// channel's row before each output row, for few output channels. Per-kernel
+/// minima on Zen 3, interleaved with the repack: MobileNetV2's 56- and
+/// 28-wide projections 8–19 % faster (96 → 24 the most); PP-LCNet's square
+/// 64 → 64 and 128 → 128 ones 5–15 % slower in one of two runs, YOLOv8n's
+/// 20-wide 384 → 128 possibly slower: those keep the repack.
 const WIDE_ROW: i64 = 28;
 
 /// The register tile of a convolution over a packed `OIHW<k>o` weight.
