@@ -56,8 +56,7 @@ fn main() {
 /// computes lanes it does not store — so that the profile's FLOP shares mean
 /// something.
 fn profile_classes_and_flops_follow_the_layers(name: &str, m: IRModule, _: Tensor, _: Tensor) -> Result<(), Failed> {
-    use kiln::backend::aot::Storage;
-    use kiln::backend::profile::{kernel_class, kernel_flops, KernelClass};
+    use kiln::backend::profile::{conv_weight, kernel_class, kernel_flops, KernelClass};
     let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
     let flops = kernel_flops(&plan);
     let mut calls = std::collections::BTreeMap::<KernelClass, usize>::new();
@@ -69,12 +68,7 @@ fn profile_classes_and_flops_follow_the_layers(name: &str, m: IRModule, _: Tenso
             continue;
         }
         // The weight (OIHW, or OIHW<k>o packed): products per output element.
-        let weight = call
-            .args
-            .iter()
-            .map(|&t| &plan.tensors[t])
-            .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5))
-            .ok_or_else(|| format!("{}: no constant weight", kernel.name))?;
+        let weight = conv_weight(&plan, call).ok_or_else(|| format!("{}: no constant weight", kernel.name))?;
         let per_output = (weight.shape[1] * weight.shape[2] * weight.shape[3]) as u64;
         let out_shape = &plan.tensors[*call.args.last().unwrap()].shape;
         let outputs = out_shape.iter().product::<usize>() as u64;

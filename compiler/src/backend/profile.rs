@@ -3,7 +3,7 @@
 //! floating-point operations it executes, so that a class taking more of the
 //! time than of the work stands out.
 
-use super::aot::{ExecutorPlan, KernelCall, Storage};
+use super::aot::{ExecutorPlan, KernelCall, Storage, TensorSlot};
 
 /// The kinds of kernel a profile groups by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,15 +51,10 @@ impl KernelClass {
 pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
     let kernel = &plan.kernels[call.kernel];
     let anchor = kernel.attrs.get("anchor").map_or("", String::as_str);
-    let is_constant = |t: usize| matches!(plan.tensors[t].storage, Storage::Constant(_));
     match anchor {
         "nn.conv2d" => {
             let groups = kernel.attrs.get("conv2d.groups").and_then(|g| g.parse::<usize>().ok()).unwrap_or(1);
-            let weight = call.args[..call.args.len().saturating_sub(kernel.num_outputs)]
-                .iter()
-                .map(|&t| &plan.tensors[t])
-                .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5));
-            match weight.map(|w| (w.shape[1], w.shape[2], w.shape[3])) {
+            match conv_weight(plan, call).map(|w| (w.shape[1], w.shape[2], w.shape[3])) {
                 Some((1, ..)) if groups > 1 => KernelClass::Depthwise,
                 Some((channels, ..)) if channels <= 4 && groups == 1 => KernelClass::Stem,
                 Some((_, 1, 1)) => KernelClass::Pointwise,
@@ -70,10 +65,10 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
         | "nn.contrib_winograd_output_transform"
         | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,
         "nn.batch_matmul" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack" => {
-            let inputs = &call.args[..call.args.len().saturating_sub(kernel.num_outputs)];
+            let inputs = call_inputs(plan, call);
             if inputs.iter().any(|&t| produced_by_winograd_transform(plan, t)) {
                 KernelClass::Winograd
-            } else if inputs.iter().any(|&t| is_constant(t)) {
+            } else if inputs.iter().any(|&t| matches!(plan.tensors[t].storage, Storage::Constant(_))) {
                 KernelClass::Dense
             } else {
                 KernelClass::Attention
@@ -83,6 +78,20 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
         a if a.contains("pool") => KernelClass::Pooling,
         _ => KernelClass::Other,
     }
+}
+
+/// The weight of a convolution call: its first constant input of rank 4
+/// (`OIHW`) or 5 (packed `OIHW<k>o`); `None` for a run-time weight.
+pub fn conv_weight<'p>(plan: &'p ExecutorPlan, call: &KernelCall) -> Option<&'p TensorSlot> {
+    call_inputs(plan, call)
+        .iter()
+        .map(|&t| &plan.tensors[t])
+        .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5))
+}
+
+/// The tensors `call` reads (its arguments before the kernel's outputs).
+fn call_inputs<'c>(plan: &ExecutorPlan, call: &'c KernelCall) -> &'c [usize] {
+    &call.args[..call.args.len().saturating_sub(plan.kernels[call.kernel].num_outputs)]
 }
 
 /// Whether tensor `t` is written by a Winograd input transform (the batched

@@ -51,6 +51,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 let registers = unit.registers as i64;
                 let pixels = extent(&s, oh).unwrap_or(1) * owe;
                 let one_by_one = reduction_loops(s.func()).iter().filter(|(_, e)| *e > 1).count() == 1;
+                let unit_stride_1x1 = one_by_one && stride_one(s.func());
                 // A 1 × 1, stride-1, unpadded convolution is a matrix product over
                 // the pixels: its tile's columns may run across rows, where a
                 // narrow row (14 wide) allows only 1 × 14 tiles on AVX2 (15 loads
@@ -61,8 +62,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 let fuse_pixels = knobs.rows.is_none()
                     && knobs.cols.is_none()
                     && knobs.order != Some(ConvOrder::ChannelsPaddedOnce)
-                    && one_by_one
-                    && stride_one(s.func())
+                    && unit_stride_1x1
                     && tile_cost_in_row(&pixels_tile, pixels, registers) < tile_cost_in_row(&rows_tile, owe, registers);
                 let (rule, width) = if fuse_pixels { (pixels_tile, pixels) } else { (rows_tile, owe) };
                 let tile = PackedConvTile {
@@ -158,7 +158,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     ConvOrder::Rows => {
                         s.reorder(&[oh.clone(), oc_oo, ow_o.clone(), ow_i, oc_oi, oc_i])?;
                         let projection = reduction_extent(s.func()) > oce;
-                        if one_by_one && projection && owe >= WIDE_ROW && stride_one(s.func()) {
+                        if unit_stride_1x1 && projection && owe >= WIDE_ROW {
                             pad_at = PaddedImage::Inlined;
                         }
                     }

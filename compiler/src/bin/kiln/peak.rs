@@ -16,65 +16,97 @@ const CHAINS: usize = 12;
 
 /// `kiln peak`: prints the peak at each thread count up to `threads`.
 pub fn peak(threads: usize) -> Result<(), String> {
-    let (isa, _) = widest();
+    let isa = Isa::widest();
     for n in 1..=threads.max(1) {
-        let gflops = (0..5).map(|_| measure(n)).fold(0.0, f64::max);
-        println!("fp32 FMA peak: {gflops:.1} GFLOP/s on {n} thread(s) ({isa})");
+        let gflops = (0..5).map(|_| measure(isa, n)).fold(0.0, f64::max);
+        println!("fp32 FMA peak: {gflops:.1} GFLOP/s on {n} thread(s) ({})", isa.name());
     }
     Ok(())
 }
 
 /// GFLOP/s of `threads` threads each running one timed call.
-fn measure(threads: usize) -> f64 {
-    let (_, lanes) = widest();
+fn measure(isa: Isa, threads: usize) -> f64 {
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| std::hint::black_box(chains()));
+            s.spawn(|| std::hint::black_box(isa.chains()));
         }
     });
     let seconds = start.elapsed().as_secs_f64();
-    (threads as u64 * STEPS * CHAINS as u64 * 2 * lanes as u64) as f64 / seconds / 1e9
+    (threads as u64 * STEPS * CHAINS as u64 * 2 * isa.lanes() as u64) as f64 / seconds / 1e9
 }
 
-/// The instruction set timed and its fp32 lanes.
-fn widest() -> (&'static str, usize) {
+/// The instruction set timed: the widest this CPU has.
+#[derive(Clone, Copy)]
+enum Isa {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return ("AVX-512", 16);
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return ("AVX2 + FMA", 8);
-        }
-    }
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
     #[cfg(target_arch = "aarch64")]
-    {
-        return ("NEON", 4);
-    }
-    #[allow(unreachable_code)]
-    ("scalar", 1)
+    Neon,
+    #[cfg_attr(target_arch = "aarch64", allow(dead_code))]
+    Scalar,
 }
 
-/// One timed call on the widest vectors; returns a value so the work is kept.
-fn chains() -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { x86::avx512() };
+impl Isa {
+    fn widest() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { x86::avx2() };
+        #[cfg(target_arch = "aarch64")]
+        {
+            return Isa::Neon;
+        }
+        #[allow(unreachable_code)]
+        Isa::Scalar
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => "AVX-512",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => "AVX2 + FMA",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "NEON",
+            Isa::Scalar => "scalar",
         }
     }
-    #[cfg(target_arch = "aarch64")]
-    {
-        return aarch64::neon();
+
+    /// fp32 lanes per vector.
+    fn lanes(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => 16,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => 8,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => 4,
+            Isa::Scalar => 1,
+        }
     }
-    #[allow(unreachable_code)]
-    scalar()
+
+    /// One timed call; returns a value so the work is kept.
+    fn chains(self) -> f32 {
+        match self {
+            // SAFETY: `widest` chose this only on a CPU with AVX-512F.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { x86::avx512() },
+            // SAFETY: `widest` chose this only on a CPU with AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { x86::avx2() },
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => aarch64::neon(),
+            Isa::Scalar => scalar(),
+        }
+    }
 }
 
 fn scalar() -> f32 {
