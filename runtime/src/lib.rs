@@ -11,10 +11,14 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "std")]
+mod arena;
 pub mod cpu;
 #[cfg(feature = "std")]
 mod pool;
 
+#[cfg(feature = "std")]
+pub use arena::{OwnedArena, HUGE_PAGE};
 #[cfg(feature = "std")]
 pub use pool::ThreadPool;
 
@@ -154,40 +158,6 @@ pub fn align_arena(buf: &mut [u8], bytes: usize) -> Result<&mut [u8], Error> {
         return Err(Error::ArenaTooSmall { needed: bytes + ARENA_ALIGN - 1, given });
     }
     Ok(&mut buf[skip..skip + bytes])
-}
-
-/// An owned, 64-byte-aligned arena.
-///
-/// ```
-/// let mut arena = kiln_runtime::OwnedArena::new(1000);
-/// let bytes = arena.bytes_mut();
-/// assert!(bytes.len() >= 1000 && bytes.as_ptr() as usize % kiln_runtime::ARENA_ALIGN == 0);
-/// ```
-#[cfg(feature = "std")]
-#[derive(Debug)]
-pub struct OwnedArena {
-    blocks: std::vec::Vec<Block>,
-}
-
-/// 64 bytes with 64-byte alignment: a `Vec<Block>` is an aligned byte buffer.
-#[cfg(feature = "std")]
-#[repr(C, align(64))]
-#[derive(Clone, Copy, Debug)]
-struct Block([u8; ARENA_ALIGN]);
-
-#[cfg(feature = "std")]
-impl OwnedArena {
-    /// A zeroed arena of at least `bytes` bytes.
-    pub fn new(bytes: usize) -> Self {
-        OwnedArena { blocks: std::vec![Block([0u8; ARENA_ALIGN]); bytes.div_ceil(ARENA_ALIGN).max(1)] }
-    }
-
-    /// The arena as bytes, 64-byte aligned.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.blocks.len() * ARENA_ALIGN;
-        // SAFETY: the blocks are contiguous initialized bytes.
-        unsafe { core::slice::from_raw_parts_mut(self.blocks.as_mut_ptr() as *mut u8, len) }
-    }
 }
 
 /// Include the glue kiln generated for `model` in `build.rs`:

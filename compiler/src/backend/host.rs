@@ -23,36 +23,48 @@ impl KernelLibrary for crate::codegen::llvm::Jit {
     }
 }
 
-/// 64 bytes with 64-byte alignment: a `Vec<Block>` is an aligned byte buffer.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Block([u8; ARENA_ALIGN]);
-
-/// A 64-byte-aligned, zeroed byte buffer.
+/// A zeroed, 64-byte-aligned buffer of `len` bytes (huge pages from 2 MiB:
+/// see [`kiln_runtime::OwnedArena`]).
 struct Aligned {
-    words: Vec<Block>,
+    buf: kiln_runtime::OwnedArena,
     len: usize,
 }
 
 impl Aligned {
     fn new(len: usize) -> Self {
-        Aligned { words: vec![Block([0u8; ARENA_ALIGN]); len.div_ceil(ARENA_ALIGN).max(1)], len }
-    }
-    fn from_bytes(b: &[u8]) -> Self {
-        let mut a = Aligned::new(b.len());
-        a.bytes_mut().copy_from_slice(b);
-        a
+        Aligned { buf: kiln_runtime::OwnedArena::new(len), len }
     }
     fn ptr(&mut self) -> *mut u8 {
-        self.words.as_mut_ptr() as *mut u8
+        self.buf.as_mut_ptr()
     }
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `words` holds at least `len` initialized bytes.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+        &self.buf.bytes()[..self.len]
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, uniquely borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.len) }
+        &mut self.buf.bytes_mut()[..self.len]
+    }
+}
+
+/// Every constant of a plan in one buffer, each at a 64-byte-aligned offset:
+/// one huge-page region for the weights rather than a small allocation each.
+struct Constants {
+    buf: kiln_runtime::OwnedArena,
+    offsets: Vec<usize>,
+}
+
+impl Constants {
+    fn new(constants: &[Tensor]) -> Self {
+        let mut offsets = Vec::with_capacity(constants.len());
+        let mut end = 0;
+        for t in constants {
+            offsets.push(end);
+            end += t.bytes().len().next_multiple_of(ARENA_ALIGN);
+        }
+        let mut buf = kiln_runtime::OwnedArena::new(end);
+        for (t, &at) in constants.iter().zip(&offsets) {
+            buf.bytes_mut()[at..at + t.bytes().len()].copy_from_slice(t.bytes());
+        }
+        Constants { buf, offsets }
     }
 }
 
@@ -62,7 +74,7 @@ pub struct Executor<'p> {
     kernels: Vec<(PackedKernel, bool)>,
     arena: Aligned,
     ins: Vec<Aligned>,
-    consts: Vec<Aligned>,
+    consts: Constants,
     outs: Vec<Aligned>,
     pool: std::sync::Arc<kiln_runtime::ThreadPool>,
     /// Reused for every call's argument pointers (no allocation per run).
@@ -102,7 +114,7 @@ impl<'p> Executor<'p> {
             kernels,
             arena: Aligned::new(plan.arena_bytes),
             ins: plan.inputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
-            consts: plan.constants.iter().map(|t| Aligned::from_bytes(t.bytes())).collect(),
+            consts: Constants::new(&plan.constants),
             outs: plan.outputs.iter().map(|&t| Aligned::new(plan.tensors[t].bytes())).collect(),
             pool,
             args: Vec::new(),
@@ -140,13 +152,15 @@ impl<'p> Executor<'p> {
 
     fn run_call(&mut self, index: usize) -> Result<(), RunError> {
         let arena = self.arena.ptr();
+        let consts = self.consts.buf.as_mut_ptr();
         let call = &self.plan.calls[index];
         self.args.clear();
         for &t in &call.args {
             self.args.push(match self.plan.tensors[t].storage {
                 Storage::Input(i) => self.ins[i].ptr(),
                 Storage::Output(i) => self.outs[i].ptr(),
-                Storage::Constant(i) => self.consts[i].ptr(),
+                // SAFETY: each constant's offset lies within the constants' buffer.
+                Storage::Constant(i) => unsafe { consts.add(self.consts.offsets[i]) },
                 // SAFETY: offsets come from the memory plan, within `arena_bytes`.
                 Storage::Arena { offset } => unsafe { arena.add(offset) },
             });
