@@ -79,6 +79,7 @@ impl Build {
         let symbols: Vec<(String, &[u8])> =
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
+        let header = c_api::c_header(&self.name, &plan);
         let (objects, c_source) = if self.target.trim() == "c" {
             let src = crate::codegen::c::codegen_module_with_data(&plan.kernels, &symbols)
                 .map_err(|e| self.model_err(e.to_string()))?;
@@ -86,7 +87,7 @@ impl Build {
         } else {
             let (objects, reuse) = std::thread::scope(|scope| {
                 if let Some(dir) = out_dir.filter(|_| !c_api.is_empty()) {
-                    scope.spawn(|| prebuild_c_api(dir, &self.name, &c_api, &self.target));
+                    scope.spawn(|| prebuild_c_api(dir, &self.name, &c_api, &header, &self.target));
                 }
                 self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering)
             })?;
@@ -94,7 +95,6 @@ impl Build {
             (objects, None)
         };
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
-        let header = c_api::c_header(&self.name, &plan);
         let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),

@@ -123,10 +123,14 @@ fn c_triple(target: &str) -> String {
 /// Compile the C API source `c_api` of model `name` into its object in
 /// `dir` (the file `archive` then finds under the same key) — run beside
 /// LLVM, whose back end otherwise leaves the C compiler's ~0.3 s to the end
-/// of a cold build. A failure is left for `archive` to report.
-pub(super) fn prebuild_c_api(dir: &Path, name: &str, c_api: &str, target: &str) {
+/// of a cold build. The source includes the model's `header`, written here
+/// too (without it, a cold build's compile failed and `archive` compiled it
+/// again after LLVM). A failure is left for `archive` to report.
+pub(super) fn prebuild_c_api(dir: &Path, name: &str, c_api: &str, header: &str, target: &str) {
     let source = format!("{name}_api.c");
-    if write_if_changed(&dir.join(&source), c_api.as_bytes()).is_ok() {
+    if write_if_changed(&dir.join(format!("{name}.h")), header.as_bytes()).is_ok()
+        && write_if_changed(&dir.join(&source), c_api.as_bytes()).is_ok()
+    {
         let _ = compile_c(&c_compiler(dir, target), dir, &source, &c_triple(target));
     }
 }
