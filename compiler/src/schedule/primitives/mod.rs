@@ -108,6 +108,19 @@ fn guard_innermost(s: Stmt, cond: Expr) -> Stmt {
     }
 }
 
+/// `s` with each loop it declares over a new variable named `<name>_<suffix>`.
+fn fresh_loop_vars(s: Stmt, suffix: &str) -> Stmt {
+    s.map_post(&mut |s| match s {
+        Stmt::For(l) => {
+            let l = *l;
+            let var = Var::index(&format!("{}_{suffix}", l.var.name));
+            let map = HashMap::from([(l.var.id, Expr::var(&var))]);
+            loop_stmt(var, l.min, l.extent, l.kind, subst_stmt(l.body, &map))
+        }
+        s => s,
+    })
+}
+
 fn loop_stmt(var: Var, min: Expr, extent: Expr, kind: ForKind, body: Stmt) -> Stmt {
     Stmt::For(Box::new(For { var, min, extent, kind, body }))
 }
@@ -364,7 +377,9 @@ impl Schedule {
                 return Ok(main);
             }
             has_tail = true;
-            let tail_body = at(Expr::int(blocks * f) + Expr::var(&t));
+            // The copied body's loops get variables of their own: primitives
+            // find loops by variable, and a tail must be scheduled apart.
+            let tail_body = fresh_loop_vars(at(Expr::int(blocks * f) + Expr::var(&t)), "t");
             Ok(Stmt::seq(vec![main, loop_stmt(t, Expr::int(0), Expr::int(rest), ForKind::Serial, tail_body)]))
         })?;
         Ok((outer, inner, has_tail.then_some(tail)))
