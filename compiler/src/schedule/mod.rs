@@ -344,8 +344,10 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
             message: format!("a {mi} × {jb} tile does not fit {ie} × {je} outputs"),
         });
     }
-    if let Some(rows) = panel.filter(|_| !tuned).and_then(|p| panel_rows_with_tail(ie, p, unit)) {
-        return schedule_panel_rows(s, outer, (i, j), rows, (jb, je % jb == 0));
+    // Over a panel the last one may be a padded one; a product without one
+    // takes the wider tile only over whole column tiles.
+    if let Some(rows) = panel_rows_with_tail(ie, jb, unit).filter(|_| !tuned && (panel.is_some() || je % jb == 0)) {
+        return schedule_rows_with_tail(s, outer, (i, j), rows, (jb, je % jb == 0), panel.is_none());
     }
     let (i_o, i_i) = s.split(i, mi as usize)?;
     let (j_o, j_i) = s.split(j, jb as usize)?;
@@ -376,41 +378,45 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
     Ok(s.into_func())
 }
 
-/// The rows of a register tile over one packed panel of `panel` columns on a
-/// unit of 16 vector registers, where every register is needed: as many rows
-/// as leave one register for each of the panel's vectors and one broadcast
-/// (6 × 16 on AVX2: 12 accumulators), the `rows % tile` left over as a tail
-/// tile. The 4 × 16 tile of [`matmul_tile`] has 8 accumulators, which only
-/// just cover the FMA latency: a C model of GPT's 64 × 256 × 1024 product on
-/// Zen 3 ran 53 GFLOP/s with it, 93 with 6 × 16. None where the rule's
-/// tile stands (wider register files, or too few rows for a 6-row tile).
-fn panel_rows_with_tail(rows: i64, panel: i64, unit: VectorUnit) -> Option<i64> {
+/// The rows of a register tile of two vectors of columns (a packed panel
+/// of 16, or a 16-column tile of a product without one) on a unit of 16
+/// vector registers, where every register is needed: 6 rows (12
+/// accumulators, two for B's row and one broadcast), the `rows % 6` left
+/// over as a tail tile. The 4 × 16 tile of [`matmul_tile`] has 8
+/// accumulators, which only just cover the FMA latency: a C model of GPT's
+/// 64 × 256 × 1024 product on Zen 3 ran 53 GFLOP/s with it, 93 with 6 × 16.
+/// None where the rule's tile stands (wider register files, other column
+/// tiles, or no more rows than one tile).
+fn panel_rows_with_tail(rows: i64, columns: i64, unit: VectorUnit) -> Option<i64> {
     let lanes = unit.f32_lanes as i64;
-    if unit.registers > 16 || lanes < 8 || panel % lanes != 0 {
+    if unit.registers > 16 || lanes < 8 || columns != 2 * lanes {
         return None;
     }
-    let vectors = panel / lanes;
-    let tile = (unit.registers as i64 - vectors - 1) / vectors;
-    (tile > 4 && rows > tile).then_some(tile)
+    let tile = (unit.registers as i64 - 3) / 2;
+    (rows > tile).then_some(tile)
 }
 
-/// A product over packed panels with `rows`-row tiles and a tail tile for the
-/// rows left over (see [`panel_rows_with_tail`]): per panel (in parallel),
-/// the whole row tiles, then one tile of the remaining rows.
-/// `(panel, whole)`: the panel's width, and whether the columns fill whole
-/// panels (else the last one's write-back checks the tail).
-fn schedule_panel_rows(
+/// A product with `rows`-row tiles and a tail tile for the rows left over
+/// (see [`panel_rows_with_tail`]): per column tile (in parallel), the whole
+/// row tiles, then one tile of the remaining rows. `(columns, whole)`: the
+/// column tile's width, and whether the columns fill whole tiles (else, over
+/// a padded panel, the last one's write-back checks the tail). `copy_b`: B's
+/// column block is copied into a contiguous panel first (a product without
+/// a packed weight, where enough row tiles reuse it).
+fn schedule_rows_with_tail(
     mut s: Schedule,
     outer: &[Var],
     (i, j): (&Var, &Var),
     rows: i64,
-    (panel, whole_panels): (i64, bool),
+    (columns, whole): (i64, bool),
+    copy_b: bool,
 ) -> Result<PrimFunc, ScheduleError> {
-    let (j_o, j_i) = s.split(j, panel as usize)?;
+    let row_count = extent(&s, i).unwrap_or(1);
+    let (j_o, j_i) = s.split(j, columns as usize)?;
     s.reorder(&[j_o.clone(), i.clone(), j_i])?;
     let (i_o, _, tail) = s.split_with_tail(i, rows as usize)?;
     let decompose = |s: &mut Schedule, at: &Var| {
-        if whole_panels {
+        if whole {
             s.decompose_reduction(at, true)
         } else {
             s.decompose_reduction_whole_tiles(at)
@@ -424,6 +430,11 @@ fn schedule_panel_rows(
         let (t_o, _) = s.split(&t, extent_t as usize)?;
         let tile = decompose(&mut s, &t_o)?;
         tile_kinds(&mut s, &tile)?;
+    }
+    if copy_b && row_count / rows >= 4 {
+        if let Some(b) = column_operand(s.func(), &tile) {
+            s.cache_read(&b, &j_o)?;
+        }
     }
     let mut par: Vec<Var> = outer.to_vec();
     par.push(j_o);
