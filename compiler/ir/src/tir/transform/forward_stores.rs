@@ -33,12 +33,27 @@ fn reads_of(e: &Expr, buffer: u32, indices: &[Expr]) -> Option<usize> {
     count
 }
 
-/// Whether copying `e` into each of its readers costs nothing worth sharing.
+/// Whether copying `e` into each of its readers costs nothing worth sharing:
+/// a constant, a variable, or a load at pure index arithmetic (a strided
+/// read of a register tile, `acc[T.Ramp(0, 16, 5)]`), which LLVM loads once
+/// however often it appears — a SiLU epilogue reads its input twice, and
+/// unforwarded it stored a 5-lane vector to the output and read it back
+/// (YOLOv8n's small 1 × 1 convolutions).
 fn trivial(e: &Expr) -> bool {
     match e {
-        Expr::Load(_, idx) => idx.iter().all(trivial),
+        Expr::Load(_, idx) => idx.iter().all(pure_index),
         e => matches!(e, Expr::Int(..) | Expr::Float(..) | Expr::Var(_)),
     }
+}
+
+/// Index arithmetic only: no load or call anywhere in `e`.
+fn pure_index(e: &Expr) -> bool {
+    if matches!(e, Expr::Load(..) | Expr::Call(..)) {
+        return false;
+    }
+    let mut pure = true;
+    e.for_each_child(|c| pure &= pure_index(c));
+    pure
 }
 
 /// `e` with every read of `buffer` (all at the same indices) replaced by `value`.
@@ -195,6 +210,22 @@ mod tests {
         );
         assert!(out.contains("c[i] = (a[i] * T.float32(2.0))"), "{out}");
         assert!(out.contains("d[i] = c[i]"), "{out}");
+    }
+
+    /// A register tile's strided read (a column of a channel-vectorized
+    /// tile) is forwarded into an epilogue that reads it twice, as SiLU's
+    /// `x · sigmoid(x)` does: no 5-lane store to the output read back.
+    #[test]
+    fn a_strided_tile_read_is_forwarded_into_an_epilogue_reading_it_twice() {
+        let out = forward(
+            "def k(a: T.Buffer([32], \"float32\"), b: T.Buffer([5], \"float32\")):\n\
+             \x20   acc = T.alloc_buffer([32], \"float32\", scope=\"local\")\n\
+             \x20   acc[T.Ramp(0, 1, 32)] = a[T.Ramp(0, 1, 32)]\n\
+             \x20   b[T.Ramp(0, 1, 5)] = acc[T.Ramp(0, 4, 5)]\n\
+             \x20   b[T.Ramp(0, 1, 5)] = b[T.Ramp(0, 1, 5)] * T.exp(b[T.Ramp(0, 1, 5)])\n",
+        );
+        assert_eq!(out.matches("b[T.Ramp(0, 1, 5)] =").count(), 1, "{out}");
+        assert_eq!(out.matches("acc[T.Ramp(0, 4, 5)]").count(), 2, "{out}");
     }
 
     #[test]
