@@ -20,7 +20,9 @@
 //!   whole vectors with the window unrolled; rows that are not whole vectors
 //!   are computed to the next whole vector and written back to the row's end.
 //! - `nn.matmul`, `nn.dense`, `nn.batch_matmul`: rows × columns register
-//!   tiles the same way, the column tile vectorized; tiles in parallel.
+//!   tiles the same way, the column tile vectorized; tiles in parallel. On
+//!   AVX2 a two-vector column tile takes 6 rows and a tail tile for the rest
+//!   (every register used: `two_vector_tile_rows`).
 //! - the Winograd input and output transforms (`winograd.rs`): per channel,
 //!   a vector of tiles at a time, the tile positions unrolled.
 //! - other reductions: the reduction loops moved outside the last output
@@ -346,7 +348,7 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
     }
     // Over a panel the last one may be a padded one; a product without one
     // takes the wider tile only over whole column tiles.
-    if let Some(rows) = panel_rows_with_tail(ie, jb, unit).filter(|_| !tuned && (panel.is_some() || je % jb == 0)) {
+    if let Some(rows) = two_vector_tile_rows(ie, jb, unit).filter(|_| !tuned && (panel.is_some() || je % jb == 0)) {
         return schedule_rows_with_tail(s, outer, (i, j), rows, (jb, je % jb == 0), panel.is_none());
     }
     let (i_o, i_i) = s.split(i, mi as usize)?;
@@ -387,7 +389,7 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
 /// 64 × 256 × 1024 product on Zen 3 ran 53 GFLOP/s with it, 93 with 6 × 16.
 /// None where the rule's tile stands (wider register files, other column
 /// tiles, or no more rows than one tile).
-fn panel_rows_with_tail(rows: i64, columns: i64, unit: VectorUnit) -> Option<i64> {
+fn two_vector_tile_rows(rows: i64, columns: i64, unit: VectorUnit) -> Option<i64> {
     let lanes = unit.f32_lanes as i64;
     if unit.registers > 16 || lanes < 8 || columns != 2 * lanes {
         return None;
@@ -397,7 +399,7 @@ fn panel_rows_with_tail(rows: i64, columns: i64, unit: VectorUnit) -> Option<i64
 }
 
 /// A product with `rows`-row tiles and a tail tile for the rows left over
-/// (see [`panel_rows_with_tail`]): per column tile (in parallel), the whole
+/// (see [`two_vector_tile_rows`]): per column tile (in parallel), the whole
 /// row tiles, then one tile of the remaining rows. `(columns, whole)`: the
 /// column tile's width, and whether the columns fill whole tiles (else, over
 /// a padded panel, the last one's write-back checks the tail). `copy_b`: B's
