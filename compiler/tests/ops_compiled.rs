@@ -203,6 +203,26 @@ def @main(%y: Tensor[(1, 6, 32), float32], %w: Tensor[(64, 32), float32]) {
 }
 "#;
     check_compiled(rows, &["w"], true, &packed("dense_pack.panel", 1, true));
+    // Two images of 13 rows over one 16-column panel: on 8 lanes two 6-row
+    // tiles and a 1-row tail per image (the batch loop outside them).
+    let batched = r#"#[version = "0.0.5"]
+def @main(%y: Tensor[(2, 13, 32), float32], %w: Tensor[(32, 16), float32]) {
+  nn.relu(nn.matmul(%y, %w))
+}
+"#;
+    check_compiled(batched, &["w"], false, &|kernels, lanes| {
+        let mut tiles = Vec::new();
+        for k in kernels.iter().filter(|k| k.attrs.contains_key("dense_pack.panel")) {
+            k.body.visit(&mut |s| {
+                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+                    tiles.push(buffer.shape().to_vec());
+                }
+            });
+        }
+        if lanes == 8 {
+            assert_eq!(tiles, [vec![6, 16], vec![1, 16]], "register tiles with {lanes} lanes");
+        }
+    });
     // 8 rows × 40 columns: one vector of 8 divides 40, two do not; on 8 lanes
     // the weight is zero-padded to three panels of 16 (whole tiles, the
     // write-back checks the 40 columns), computed as a 6 × 16 tile (12
