@@ -166,21 +166,21 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
     // transformed weights.
     if ty.dtype == DataType::F32 {
         let bytes = w.bytes();
-        let mut u = vec![0u8; a * a * kc_count * 4];
         let load = |kc: usize, g: &mut [f64; 9]| {
             for (r, v) in g.iter_mut().enumerate() {
                 let i = (kc * 9 + r) * 4;
                 *v = f32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]) as f64;
             }
         };
-        transform_kernels(kc_count, &t, &load, &mut u, 4, |v, out| out.copy_from_slice(&(v as f32).to_le_bytes()));
+        let mut u = vec![[0u8; 4]; a * a * kc_count];
+        transform_kernels(kc_count, &t, &load, &mut u, |v| (v as f32).to_le_bytes());
+        let u = u.into_flattened();
         return Ok(Value::Tensor(Tensor::from_bytes(ty.dtype, ty.shape.clone(), u).ok_or("result size")?));
     }
     let g = w.to_f64_vec();
-    let mut u = vec![0u8; a * a * kc_count * 8];
+    let mut u = vec![0.0; a * a * kc_count];
     let load = |kc: usize, k: &mut [f64; 9]| k.copy_from_slice(&g[kc * 9..kc * 9 + 9]);
-    transform_kernels(kc_count, &t, &load, &mut u, 8, |v, out| out.copy_from_slice(&v.to_le_bytes()));
-    let u: Vec<f64> = u.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+    transform_kernels(kc_count, &t, &load, &mut u, |v| v);
     Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
 }
 
@@ -188,57 +188,57 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
 type LoadKernel<'a> = dyn Fn(usize, &mut [f64; 9]) + Sync + 'a;
 
 /// `G·g·Gᵀ` of each of `kc_count` 3 × 3 kernels (OIHW order, kernel `kc`
-/// read by `load`), laid out `[α, α, O·I]` in `out`: elements of `size`
-/// bytes, each written by `encode`. Split over up to four threads by ranges
-/// of kernels (ResNet-18's weights-only rebuild spent 0.13 s here on one);
-/// every value is computed alike whatever the split.
-fn transform_kernels(
+/// read by `load`), laid out `[α, α, O·I]` in `out`, each value as `encode`
+/// makes it (float32 bytes in place of a weight, or f64). Split over up to
+/// four threads by ranges of kernels (ResNet-18's weights-only rebuild spent
+/// 0.13 s here on one); every value is computed alike whatever the split.
+fn transform_kernels<T: Send>(
     kc_count: usize,
     t: &WinogradMatrices,
     load: &LoadKernel,
-    out: &mut [u8],
-    size: usize,
-    encode: fn(f64, &mut [u8]),
+    out: &mut [T],
+    encode: fn(f64) -> T,
 ) {
     const KERNELS_PER_THREAD: usize = 1 << 14;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.min(4).min(kc_count.div_ceil(KERNELS_PER_THREAD)).max(1);
     let per = kc_count.div_ceil(threads);
     // Thread i's part of every plane: kernels [i·per, (i + 1)·per).
-    let mut parts: Vec<Vec<&mut [u8]>> = (0..threads).map(|_| Vec::new()).collect();
-    for plane in out.chunks_mut(kc_count * size) {
+    let mut parts: Vec<Vec<&mut [T]>> = (0..threads).map(|_| Vec::new()).collect();
+    for plane in out.chunks_mut(kc_count) {
         let mut rest = plane;
         for part in &mut parts {
-            let (mine, tail) = rest.split_at_mut((per * size).min(rest.len()));
+            let (mine, tail) = rest.split_at_mut(per.min(rest.len()));
             part.push(mine);
             rest = tail;
         }
     }
     if threads == 1 {
         let part = parts.pop().unwrap_or_default();
-        return transform_range(0, part, t, load, size, encode);
+        return transform_range(0, part, t, load, encode);
     }
     std::thread::scope(|s| {
         for (i, part) in parts.into_iter().enumerate() {
-            s.spawn(move || transform_range(i * per, part, t, load, size, encode));
+            s.spawn(move || transform_range(i * per, part, t, load, encode));
         }
     });
 }
 
 /// [`transform_kernels`] for the kernels from `first` on, into each plane's slice in `planes`.
-fn transform_range(
+fn transform_range<T>(
     first: usize,
-    mut planes: Vec<&mut [u8]>,
+    mut planes: Vec<&mut [T]>,
     t: &WinogradMatrices,
     load: &LoadKernel,
-    size: usize,
-    encode: fn(f64, &mut [u8]),
+    encode: fn(f64) -> T,
 ) {
     let a = t.alpha;
-    let count = planes.first().map_or(0, |p| p.len() / size);
+    let count = planes.first().map_or(0, |p| p.len());
     let mut g = [0.0; 9];
     // G·g (α × 3) of one kernel, reused: no allocation per (O, I) pair.
     let mut gg = vec![0.0; a * 3];
+    // `k` indexes all α² planes at once, not one slice to iterate.
+    #[allow(clippy::needless_range_loop)]
     for k in 0..count {
         load(first + k, &mut g);
         // G·g (α × 3), then (G·g)·Gᵀ.
@@ -247,8 +247,7 @@ fn transform_range(
         }
         for xi in 0..a {
             for nu in 0..a {
-                let v = (0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum();
-                encode(v, &mut planes[xi * a + nu][k * size..(k + 1) * size]);
+                planes[xi * a + nu][k] = encode((0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum());
             }
         }
     }
@@ -465,18 +464,17 @@ mod tests {
                 *v = ((kc * 9 + r) % 97) as f64 / 31.0 - 1.5;
             }
         };
-        let encode: fn(f64, &mut [u8]) = |v, out| out.copy_from_slice(&(v as f32).to_le_bytes());
-        let size = t.alpha * t.alpha * kc_count * 4;
-        let mut split = vec![0u8; size];
-        transform_kernels(kc_count, &t, &load, &mut split, 4, encode);
-        let mut whole = vec![0u8; size];
-        transform_range(0, whole.chunks_mut(kc_count * 4).collect(), &t, &load, 4, encode);
+        let encode: fn(f64) -> [u8; 4] = |v| (v as f32).to_le_bytes();
+        let size = t.alpha * t.alpha * kc_count;
+        let mut split = vec![[0u8; 4]; size];
+        transform_kernels(kc_count, &t, &load, &mut split, encode);
+        let mut whole = vec![[0u8; 4]; size];
+        transform_range(0, whole.chunks_mut(kc_count).collect(), &t, &load, encode);
         assert!(split == whole, "the split transform differs from one range");
         // One value by the definition: (G·g·Gᵀ)[1][1] of kernel 5.
         let g: Vec<f64> = (0..9).map(|r| ((5 * 9 + r) % 97) as f64 / 31.0 - 1.5).collect();
         let expect: f64 = (0..3).map(|r| (0..3).map(|c| t.g[1][r] * g[r * 3 + c] * t.g[1][c]).sum::<f64>()).sum();
-        let at = ((t.alpha + 1) * kc_count + 5) * 4;
-        let got = f32::from_le_bytes(split[at..at + 4].try_into().unwrap());
+        let got = f32::from_le_bytes(split[(t.alpha + 1) * kc_count + 5]);
         assert!((got as f64 - expect).abs() < 1e-5, "{got} vs {expect}");
     }
 }
