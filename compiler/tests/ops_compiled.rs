@@ -34,6 +34,7 @@ fn main() {
             winograd_convolutions_match_the_interpreter,
             row_reductions_on_vector_lanes_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
+            unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
         ],
     )
 }
@@ -373,6 +374,41 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
             compare("packed", "C", &c_out.expect("run"), &want, transcendental);
         }
     }
+}
+
+/// Convolutions that keep the general (unpacked NCHW) tile — a stem with one
+/// or three input channels — on rows that are not whole vectors compute
+/// whole vectors past the row's end inside the padded image and store only
+/// the row: LeNet's 28-wide stem (two 16-column tiles on 8 lanes, one of 32
+/// on 16), a 7-wide stride-2 row (one vector) and a 20-wide one, with a bias
+/// and ReLU epilogue; equal to the interpreter on LLVM and C, 1 and 2 threads.
+fn unpacked_convolutions_on_partial_vector_rows_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 1, 28, 28), float32], %y: Tensor[(1, 3, 13, 13), float32], %z: Tensor[(1, 3, 5, 20), float32],
+          %w1: Tensor[(6, 1, 5, 5), float32], %b1: Tensor[(6), float32], %w2: Tensor[(5, 3, 3, 3), float32],
+          %w3: Tensor[(4, 3, 3, 3), float32]) {
+  %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w1, padding=[2, 2, 2, 2]), %b1));
+  %1 = nn.conv2d(%y, %w2, strides=[2, 2], padding=[1, 1, 1, 1]);
+  %2 = nn.conv2d(%z, %w3, padding=[1, 1, 1, 1]);
+  (%0, %1, %2)
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+        // The accumulator tile's columns (its last dimension), per unpacked convolution.
+        let mut columns: Vec<usize> = kernels
+            .iter()
+            .filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d"))
+            .filter(|k| !k.attrs.contains_key("conv2d.weight_block"))
+            .filter_map(|k| {
+                let text = kiln::tir::print_prim_func(k);
+                let shape = text.split("_local = T.alloc_buffer([").nth(1)?.split(']').next()?.to_string();
+                shape.rsplit(", ").next()?.trim().parse().ok()
+            })
+            .collect();
+        columns.sort();
+        let want = if lanes == 8 { [8, 16, 16] } else { [16, 32, 32] };
+        assert_eq!(columns, want, "tile columns of the unpacked convolutions, {lanes} lanes");
+    });
 }
 
 /// Depthwise convolutions take their own schedule (per-channel padded image,

@@ -30,6 +30,10 @@ struct Shared {
     job: Mutex<Option<Job>>,
     wake: Condvar,
     sleepers: Mutex<()>,
+    /// Workers asleep (or about to be) on `wake`: a call wakes them only
+    /// when there are some (a notification is a system call, about a
+    /// microsecond, per kernel of a model run otherwise).
+    sleeping: AtomicUsize,
     /// `generation << 32 | next task index`: a worker still busy with an old
     /// job cannot claim a slice of a newer one.
     ticket: AtomicU64,
@@ -117,6 +121,7 @@ impl ThreadPool {
             job: Mutex::new(None),
             wake: Condvar::new(),
             sleepers: Mutex::new(()),
+            sleeping: AtomicUsize::new(0),
             ticket: AtomicU64::new(0),
             remaining: AtomicUsize::new(0),
             status: AtomicI32::new(0),
@@ -166,8 +171,10 @@ impl ThreadPool {
         self.shared.remaining.store(n as usize, Ordering::Release);
         self.shared.status.store(0, Ordering::Release);
         self.shared.ticket.store(generation << 32, Ordering::Release);
-        self.shared.generation.fetch_add(1, Ordering::AcqRel);
-        {
+        // SeqCst with the worker's side: either it counts itself asleep before
+        // this load (and is woken), or it sees the new generation afterwards.
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        if self.shared.sleeping.load(Ordering::SeqCst) > 0 {
             let _l = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
         }
@@ -198,9 +205,11 @@ fn worker(s: &Shared) {
                 continue;
             }
             let guard = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
                 let _woken = s.wake.wait_timeout(guard, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner());
             }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
         }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job {
