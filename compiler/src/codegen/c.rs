@@ -243,9 +243,13 @@ impl Emitter<'_> {
                 if bytes > MAX_LOCAL_BYTES {
                     return Err(self.unsupported(format!("a {bytes}-byte kernel-local buffer `{}`", buffer.name())));
                 }
+                // A block of its own: an unrolled loop repeats the allocation
+                // (and a let its name) in one scope.
                 let (t, b) = (c_type(self.kernel, buffer.elem())?, self.buffer(buffer));
-                self.line(depth, &format!("{t} {b}[{}];", buffer.numel().max(1)));
-                self.stmt(body, depth)?;
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("{t} {b}[{}];", buffer.numel().max(1)));
+                self.stmt(body, depth + 1)?;
+                self.line(depth, "}");
             }
             Stmt::If { cond, then_case, else_case } => {
                 let c = self.expr(cond)?;
@@ -265,8 +269,10 @@ impl Emitter<'_> {
             Stmt::Let { var, value, body } => {
                 let t = c_type(self.kernel, var.ty.elem)?;
                 let (n, v) = (self.var(var), self.expr(value)?);
-                self.line(depth, &format!("const {t} {n} = {v};"));
-                self.stmt(body, depth)?;
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const {t} {n} = {v};"));
+                self.stmt(body, depth + 1)?;
+                self.line(depth, "}");
             }
             Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
                 // A GPU-scheduled kernel run serially: its thread loops run one

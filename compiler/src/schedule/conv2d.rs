@@ -241,7 +241,16 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
         }
     }
     let tile = match tile {
-        Some(t) => t,
+        Some(t) => {
+            // A few tiles per row are unrolled: each write-back's guard then
+            // tests constants, so that LoopPartition leaves full tiles
+            // unguarded and the last one a shorter run of whole stores — both
+            // vectorized (a guarded write-back is stored lane by lane).
+            if extent(&s, &ow_o).is_some_and(|n| n <= MAX_UNROLLED_ROW_TILES) {
+                s.unroll(&ow_o)?;
+            }
+            t
+        }
         None => s.decompose_reduction(&ow_o, true)?,
     };
     tile_kinds(&mut s, &tile)?;
@@ -259,6 +268,10 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     }
     Ok(f)
 }
+
+/// The most register tiles per row of a whole-tile convolution that are
+/// unrolled (code size: each copy holds the whole window's updates).
+const MAX_UNROLLED_ROW_TILES: i64 = 4;
 
 /// The most output vectors of a depthwise tile (a tuned one included): each
 /// is an accumulator beside the window's nine weights.
