@@ -63,12 +63,12 @@ fn vi(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
 }
 
 fn f32s(name: &str, dims: &[i64], vals: &[f32]) -> TensorProto {
-    let raw = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(1),
-        raw_data: Some(raw),
+        raw_data: Some(raw.into()),
         ..Default::default()
     }
 }
@@ -451,7 +451,9 @@ fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Choices) -> String {
     let Some(t) = ts.get_mut(j) else { return "no tensor to mutate".into() };
     let (rl, il) = (t.raw_data().len(), t.int64_data.len());
     let resize = |t: &mut TensorProto, raw: usize, ints: usize| {
-        t.raw_data.get_or_insert_with(Vec::new).resize(raw, 0);
+        let mut bytes = t.raw_data.take().map(|b| b.to_vec()).unwrap_or_default();
+        bytes.resize(raw, 0);
+        t.raw_data = Some(bytes.into());
         t.int64_data.resize(ints, 1);
     };
     match kind {
@@ -471,7 +473,10 @@ fn mutate_tensor(g: &mut GraphProto, kind: usize, r: &mut Choices) -> String {
             2 => resize(t, rl + 5, il + 1),
             3 => resize(t, 0, 0),
             4 => (t.float_data, t.int32_data) = (vec![1.0; 3], vec![7; 2]),
-            _ => t.raw_data = Some(t.int64_data.iter().flat_map(|v| v.to_le_bytes()).take(12).collect()),
+            _ => {
+                t.raw_data =
+                    Some(t.int64_data.iter().flat_map(|v| v.to_le_bytes()).take(12).collect::<Vec<u8>>().into())
+            }
         },
         9 => {
             let d = r.below(t.int64_data.len());
@@ -558,7 +563,7 @@ fn absurd_initializers_are_refused_before_allocation() {
     let words = ["`huge`", "larger than", "negative"];
     for (what, dims, raw) in cases {
         let mut t = f32s("huge", &dims, &[]);
-        t.raw_data = Some(vec![0; raw]);
+        t.raw_data = Some(vec![0; raw].into());
         let m = model(17, vec![], vec![t.clone()], vec![n("Identity", "huge", "y", vec![])], "y");
         refused(what, &m, &words);
         let m = model(17, vec![], vec![], vec![n("Constant", "", "y", vec![tensor("value", t)])], "y");

@@ -27,21 +27,43 @@ pub struct Tensor {
 /// never change: every tensor that shares them hashes them once).
 #[derive(Debug)]
 struct Bytes {
-    bytes: Vec<u8>,
+    bytes: Storage,
     digest: OnceLock<u64>,
+}
+
+/// Where a tensor's bytes live.
+enum Storage {
+    Owned(Vec<u8>),
+    /// Inside a buffer another owner keeps alive: a weight read in place
+    /// from a memory-mapped model file, never copied.
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl std::ops::Deref for Storage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Owned(v) => v,
+            Storage::Shared(s) => (**s).as_ref(),
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.len())
+    }
 }
 
 impl Bytes {
     fn new(bytes: Vec<u8>) -> Arc<Bytes> {
-        Arc::new(Bytes { bytes, digest: OnceLock::new() })
+        Arc::new(Bytes { bytes: Storage::Owned(bytes), digest: OnceLock::new() })
     }
 
     /// A 64-bit digest of the bytes (foldhash, fixed seed).
     fn digest(&self) -> u64 {
         use std::hash::BuildHasher;
-        *self
-            .digest
-            .get_or_init(|| foldhash::quality::FixedState::with_seed(0x6b69_6c6e).hash_one(self.bytes.as_slice()))
+        *self.digest.get_or_init(|| foldhash::quality::FixedState::with_seed(0x6b69_6c6e).hash_one(&*self.bytes))
     }
 }
 
@@ -50,7 +72,7 @@ impl PartialEq for Bytes {
         // Digests already computed that differ settle it without reading the bytes.
         match (self.digest.get(), other.digest.get()) {
             (Some(a), Some(b)) if a != b => false,
-            _ => self.bytes == other.bytes,
+            _ => *self.bytes == *other.bytes,
         }
     }
 }
@@ -100,6 +122,19 @@ impl Tensor {
         // Checked: a hostile shape's byte count may not fit a usize.
         let bytes = shape.iter().try_fold(dtype.size_bytes(), |a, &d| a.checked_mul(d));
         (bytes == Some(data.len())).then(|| Tensor { dtype, shape, data: Bytes::new(data) })
+    }
+
+    /// A tensor over bytes that `owner` keeps (a weight inside a
+    /// memory-mapped model file): shared, not copied; `None` if their length
+    /// does not fit the shape.
+    pub fn from_shared(
+        dtype: DataType,
+        shape: Vec<usize>,
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> Option<Tensor> {
+        let bytes = numel(&shape).checked_mul(dtype.size_bytes());
+        let data = Arc::new(Bytes { bytes: Storage::Shared(owner), digest: OnceLock::new() });
+        (bytes == Some(data.bytes.len())).then(|| Tensor { dtype, shape, data })
     }
 
     /// A tensor of zeros.

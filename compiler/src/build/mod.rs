@@ -659,6 +659,9 @@ impl Build {
             // writes it itself: no loose copies of them (75 MB of ResNet-18's
             // weights written twice), and none left from an older build.
             let loose_objects = cuda || !library::archives_from_memory(&build.target);
+            // The key goes first and comes back last: files written in place
+            // (the library) are never taken for a finished build's.
+            let _ = std::fs::remove_file(&key_file);
             a.write_files(&dir, loose_objects)?;
             if !loose_objects {
                 for k in 0.. {

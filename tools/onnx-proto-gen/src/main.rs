@@ -44,6 +44,9 @@ fn run() -> Result<(), Box<dyn Error>> {
     let scratch = scratch_dir()?;
     let mut config = prost_build::Config::new();
     config.out_dir(&scratch);
+    // A tensor's raw data decodes as a slice of the model's buffer (a
+    // memory-mapped file), not a copy: kiln's tensors share it.
+    config.bytes([".onnx.TensorProto.raw_data"]);
     config.compile_fds(fds)?;
     let generated = std::fs::read_to_string(scratch.join("onnx.rs"))?;
 

@@ -68,9 +68,20 @@ pub fn import_with(
     input_shapes: &[(String, Vec<usize>)],
     bound: &[(String, Tensor)],
 ) -> Result<IRModule, OnnxError> {
+    import_from(bytes, input_shapes, bound)
+}
+
+/// [`import_with`] from any buffer: from a shared one (`prost::bytes::Bytes`,
+/// a memory-mapped file) the initializers' raw data become the tensors' bytes
+/// in place; from a slice they are copied out of it.
+pub(crate) fn import_from(
+    bytes: impl prost::bytes::Buf,
+    input_shapes: &[(String, Vec<usize>)],
+    bound: &[(String, Tensor)],
+) -> Result<IRModule, OnnxError> {
     let mut model = ModelProto::decode(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
     // The initializers' raw bytes move into their tensors: the weights are not copied again.
-    let raw: Vec<Option<Vec<u8>>> =
+    let raw: Vec<Option<prost::bytes::Bytes>> =
         (model.graph.iter_mut()).flat_map(|g| g.initializer.iter_mut().map(|init| init.raw_data.take())).collect();
     let graph = model.graph.as_ref().ok_or_else(|| OnnxError::Corrupt("the model has no graph".into()))?;
     let opset = default_opset(&model)?;

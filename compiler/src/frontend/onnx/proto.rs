@@ -82,7 +82,7 @@ pub(crate) fn tensor(t: &TensorProto) -> Result<Tensor, String> {
 
 /// [`tensor`] with the proto's `raw_data` taken out of it beforehand (`raw`):
 /// the bytes become the tensor's without a copy.
-pub(crate) fn tensor_with_raw(t: &TensorProto, raw: Option<Vec<u8>>) -> Result<Tensor, String> {
+pub(crate) fn tensor_with_raw(t: &TensorProto, raw: Option<prost::bytes::Bytes>) -> Result<Tensor, String> {
     let name = t.name();
     if t.data_location == Some(DataLocation::External as i32) {
         return Err(format!("tensor `{name}` keeps its data in an external file, which kiln does not read"));
@@ -95,7 +95,7 @@ pub(crate) fn tensor_with_raw(t: &TensorProto, raw: Option<Vec<u8>>) -> Result<T
     let n: usize = shape.iter().product();
     if let Some(raw) = raw.filter(|r| !r.is_empty()) {
         let len = raw.len();
-        return Tensor::from_bytes(dt, shape.clone(), raw)
+        return Tensor::from_shared(dt, shape.clone(), std::sync::Arc::new(raw))
             .ok_or_else(|| format!("tensor `{name}`: {len} bytes of raw data do not fit shape {shape:?} of {dt}"));
     }
     if dt == DataType::F16 {

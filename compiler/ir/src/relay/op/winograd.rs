@@ -166,10 +166,11 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
     // transformed weights.
     if ty.dtype == DataType::F32 {
         let bytes = w.bytes();
-        let load = |kc: usize, g: &mut [f64; 9]| {
-            for (r, v) in g.iter_mut().enumerate() {
-                let i = (kc * 9 + r) * 4;
-                *v = f32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]) as f64;
+        let load = |first: usize, g: &mut KernelBlock| {
+            for (b, kernel) in bytes[first * 36..].chunks_exact(36).take(BLOCK).enumerate() {
+                for (r, v) in kernel.chunks_exact(4).enumerate() {
+                    g[r][b] = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) as f64;
+                }
             }
         };
         let mut u = vec![[0u8; 4]; a * a * kc_count];
@@ -179,26 +180,36 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
     }
     let g = w.to_f64_vec();
     let mut u = vec![0.0; a * a * kc_count];
-    let load = |kc: usize, k: &mut [f64; 9]| k.copy_from_slice(&g[kc * 9..kc * 9 + 9]);
+    let load = |first: usize, k: &mut KernelBlock| {
+        for (b, kernel) in g[first * 9..].chunks_exact(9).take(BLOCK).enumerate() {
+            for (r, &v) in kernel.iter().enumerate() {
+                k[r][b] = v;
+            }
+        }
+    };
     transform_kernels(kc_count, &t, &load, &mut u, |v| v);
     Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
 }
 
-/// A kernel's weights, read by index into the 3 × 3 taps.
-type LoadKernel<'a> = dyn Fn(usize, &mut [f64; 9]) + Sync + 'a;
+/// Kernels transformed together: each tap of all of them in one row, so that
+/// every step of `G·g·Gᵀ` runs along a row (vectorized) rather than kernel by
+/// kernel through the α² output planes.
+const BLOCK: usize = 16;
 
-/// `G·g·Gᵀ` of each of `kc_count` 3 × 3 kernels (OIHW order, kernel `kc`
-/// read by `load`), laid out `[α, α, O·I]` in `out`, each value as `encode`
-/// makes it (float32 bytes in place of a weight, or f64). Split over up to
-/// four threads by ranges of kernels (ResNet-18's weights-only rebuild spent
-/// 0.13 s here on one); every value is computed alike whatever the split.
-fn transform_kernels<T: Send>(
-    kc_count: usize,
-    t: &WinogradMatrices,
-    load: &LoadKernel,
-    out: &mut [T],
-    encode: fn(f64) -> T,
-) {
+/// The nine taps of up to [`BLOCK`] kernels: `[tap][kernel]`.
+type KernelBlock = [[f64; BLOCK]; 9];
+
+/// `G·g·Gᵀ` of each of `kc_count` 3 × 3 kernels (OIHW order), laid out
+/// `[α, α, O·I]` in `out`, each value as `encode` makes it (float32 bytes in
+/// place of a weight, or f64). `load(first, block)` reads the taps of the
+/// kernels from `first` on (up to [`BLOCK`] of them) into `block`. Split over
+/// up to four threads by ranges of kernels (ResNet-18's weights-only rebuild
+/// spent 0.13 s here on one); every value is computed alike whatever the split.
+fn transform_kernels<T: Send, L, E>(kc_count: usize, t: &WinogradMatrices, load: &L, out: &mut [T], encode: E)
+where
+    L: Fn(usize, &mut KernelBlock) + Sync,
+    E: Fn(f64) -> T + Copy + Send,
+{
     const KERNELS_PER_THREAD: usize = 1 << 14;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = cores.min(4).min(kc_count.div_ceil(KERNELS_PER_THREAD)).max(1);
@@ -224,30 +235,39 @@ fn transform_kernels<T: Send>(
     });
 }
 
-/// [`transform_kernels`] for the kernels from `first` on, into each plane's slice in `planes`.
-fn transform_range<T>(
-    first: usize,
-    mut planes: Vec<&mut [T]>,
-    t: &WinogradMatrices,
-    load: &LoadKernel,
-    encode: fn(f64) -> T,
-) {
+/// [`transform_kernels`] for the kernels from `first` on, into each plane's
+/// slice in `planes`, [`BLOCK`] kernels at a time. Each value is summed in
+/// the order of the definition, `(x₀ + x₁) + x₂`, whatever the blocking.
+fn transform_range<T, L, E>(first: usize, mut planes: Vec<&mut [T]>, t: &WinogradMatrices, load: &L, encode: E)
+where
+    L: Fn(usize, &mut KernelBlock),
+    E: Fn(f64) -> T,
+{
     let a = t.alpha;
     let count = planes.first().map_or(0, |p| p.len());
-    let mut g = [0.0; 9];
-    // G·g (α × 3) of one kernel, reused: no allocation per (O, I) pair.
-    let mut gg = vec![0.0; a * 3];
-    // `k` indexes all α² planes at once, not one slice to iterate.
-    #[allow(clippy::needless_range_loop)]
-    for k in 0..count {
-        load(first + k, &mut g);
-        // G·g (α × 3), then (G·g)·Gᵀ.
-        for (e, v) in gg.iter_mut().enumerate() {
-            *v = (0..3).map(|r| t.g[e / 3][r] * g[r * 3 + e % 3]).sum();
+    let mut g = [[0.0; BLOCK]; 9];
+    // G·g (α × 3 rows of the block), reused: no allocation per block.
+    let mut gg = vec![[0.0; BLOCK]; a * 3];
+    for k0 in (0..count).step_by(BLOCK) {
+        let n = BLOCK.min(count - k0);
+        load(first + k0, &mut g);
+        for (e, row) in gg.iter_mut().enumerate() {
+            let (gr, c) = (&t.g[e / 3], e % 3);
+            for b in 0..BLOCK {
+                row[b] = gr[0] * g[c][b] + gr[1] * g[3 + c][b] + gr[2] * g[6 + c][b];
+            }
         }
         for xi in 0..a {
+            let rows = &gg[xi * 3..xi * 3 + 3];
             for nu in 0..a {
-                planes[xi * a + nu][k] = encode((0..3).map(|s| gg[xi * 3 + s] * t.g[nu][s]).sum());
+                let gn = &t.g[nu];
+                let mut v = [0.0; BLOCK];
+                for b in 0..BLOCK {
+                    v[b] = rows[0][b] * gn[0] + rows[1][b] * gn[1] + rows[2][b] * gn[2];
+                }
+                for (o, &x) in planes[xi * a + nu][k0..k0 + n].iter_mut().zip(&v) {
+                    *o = encode(x);
+                }
             }
         }
     }
@@ -459,22 +479,30 @@ mod tests {
     fn weight_transform_is_the_same_split_or_not() {
         let t = winograd_matrices(4).unwrap();
         let kc_count = 3 * (1 << 14) + 7;
-        let load = |kc: usize, g: &mut [f64; 9]| {
-            for (r, v) in g.iter_mut().enumerate() {
-                *v = ((kc * 9 + r) % 97) as f64 / 31.0 - 1.5;
+        let tap = |kc: usize, r: usize| ((kc * 9 + r) % 97) as f64 / 31.0 - 1.5;
+        let load = |first: usize, g: &mut KernelBlock| {
+            for b in 0..BLOCK.min(kc_count - first) {
+                for (r, row) in g.iter_mut().enumerate() {
+                    row[b] = tap(first + b, r);
+                }
             }
         };
-        let encode: fn(f64) -> [u8; 4] = |v| (v as f32).to_le_bytes();
+        let encode = |v: f64| (v as f32).to_le_bytes();
         let size = t.alpha * t.alpha * kc_count;
         let mut split = vec![[0u8; 4]; size];
         transform_kernels(kc_count, &t, &load, &mut split, encode);
         let mut whole = vec![[0u8; 4]; size];
         transform_range(0, whole.chunks_mut(kc_count).collect(), &t, &load, encode);
         assert!(split == whole, "the split transform differs from one range");
-        // One value by the definition: (G·g·Gᵀ)[1][1] of kernel 5.
-        let g: Vec<f64> = (0..9).map(|r| ((5 * 9 + r) % 97) as f64 / 31.0 - 1.5).collect();
-        let expect: f64 = (0..3).map(|r| (0..3).map(|c| t.g[1][r] * g[r * 3 + c] * t.g[1][c]).sum::<f64>()).sum();
-        let got = f32::from_le_bytes(split[(t.alpha + 1) * kc_count + 5]);
-        assert!((got as f64 - expect).abs() < 1e-5, "{got} vs {expect}");
+        // Every value by the definition, (G·g·Gᵀ)[ξ][ν] summed in its order.
+        for kc in [0, 5, BLOCK - 1, BLOCK, kc_count / 3 + 1, kc_count - 1] {
+            let g: Vec<f64> = (0..9).map(|r| tap(kc, r)).collect();
+            for (xi, nu) in [(0, 0), (1, 1), (3, 4), (5, 5)] {
+                let gg: Vec<f64> = (0..3).map(|c| (0..3).map(|r| t.g[xi][r] * g[r * 3 + c]).sum()).collect();
+                let want = (0..3).map(|c| gg[c] * t.g[nu][c]).sum::<f64>() as f32;
+                let got = f32::from_le_bytes(split[(xi * t.alpha + nu) * kc_count + kc]);
+                assert_eq!(got.to_bits(), want.to_bits(), "kernel {kc} at ({xi}, {nu}): {got} vs {want}");
+            }
+        }
     }
 }
