@@ -80,25 +80,31 @@ impl Build {
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
         let header = c_api::c_header(&self.name, &plan);
-        let (objects, c_source) = if self.target.trim() == "c" {
+        let (objects, weights_object, c_source) = if self.target.trim() == "c" {
             let src = crate::codegen::c::codegen_module_with_data(&plan.kernels, &symbols)
                 .map_err(|e| self.model_err(e.to_string()))?;
-            (Vec::new(), Some(src))
+            (Vec::new(), None, Some(src))
         } else {
-            let (objects, reuse) = std::thread::scope(|scope| {
+            // Where kiln writes the library itself, the weights' object goes
+            // to a file of the build's (and from there into the library).
+            let weights_file = out_dir
+                .filter(|_| super::library::archives_from_memory(&self.target))
+                .map(|d| d.join(format!("{}.weights.o", self.name)));
+            let (objects, streamed, reuse) = std::thread::scope(|scope| {
                 if let Some(dir) = out_dir.filter(|_| !c_api.is_empty()) {
                     scope.spawn(|| prebuild_c_api(dir, &self.name, &c_api, &header, &self.target));
                 }
-                self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering)
+                self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering, weights_file.as_deref())
             })?;
             timings.push_str(&reuse);
-            (objects, None)
+            (objects, weights_file.filter(|_| streamed), None)
         };
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
         let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),
             objects,
+            weights_object,
             c_source,
             ptx: None,
             device_weights: None,
@@ -169,11 +175,12 @@ impl Build {
         .map_err(|e| self.compile_err(e))
     }
 
-    /// The objects of an LLVM target: the weights' (`symbols`) first, then
-    /// the kernels' groups — all of them from `cache` where `lowering` found
-    /// the fused module's entry, else each from `cache` where it holds it,
-    /// else compiled (in parallel) and stored there. Also a line for the
-    /// timings saying how many were reused.
+    /// The objects of an LLVM target: the weights' (`symbols`) first —
+    /// unless they went into `weights_file` (where kiln writes that object
+    /// itself; the flag returned says so) — then the kernels' groups: all of
+    /// them from `cache` where `lowering` found the fused module's entry,
+    /// else each from `cache` where it holds it, else compiled (in parallel)
+    /// and stored there. Also a line for the timings saying how many were reused.
     #[cfg(feature = "llvm")]
     fn llvm_objects(
         &self,
@@ -181,15 +188,23 @@ impl Build {
         symbols: &[(String, &[u8])],
         cache: Option<&kernel_cache::KernelCache>,
         lowering: Lowering,
-    ) -> Result<(Vec<Vec<u8>>, String), Error> {
+        weights_file: Option<&Path>,
+    ) -> Result<(Vec<Vec<u8>>, bool, String), Error> {
         use crate::codegen::llvm::{compile_object_jobs, partition_kernels, DataSymbol, LlvmTarget, ObjectJob};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
+        let start = std::time::Instant::now();
+        let written = weights_file.and_then(|path| {
+            crate::codegen::llvm::write_data_object(&target, &data, path).map(|r| {
+                r.map_err(|e| Error::Io { model: self.name.clone(), path: path.display().to_string(), source: e })
+            })
+        });
+        let streamed = written.transpose()?.is_some();
         let data_job = ObjectJob { module: format!("{}.data", self.name), funcs: &[], data: &data };
+        let data_jobs = if streamed { Vec::new() } else { vec![data_job] };
         if let Some(reused) = lowering.reused {
             // The fused module compiled before: its kernel objects as they were.
-            let start = std::time::Instant::now();
-            let mut all = compile_object_jobs(&[data_job], &target, 1).map_err(|e| self.model_err(e.to_string()))?;
+            let mut all = compile_object_jobs(&data_jobs, &target, 1).map_err(|e| self.model_err(e.to_string()))?;
             let line = format!(
                 "kernel objects: 0 compiled, {} reused from the kernel cache (fused module unchanged: no TIR pass \
                  ran); weights' object {:.0} ms\n",
@@ -197,7 +212,7 @@ impl Build {
                 start.elapsed().as_secs_f64() * 1e3
             );
             all.extend(reused.objects);
-            return Ok((all, line));
+            return Ok((all, streamed, line));
         }
         // Cargo's job count where it runs the build script, else this machine's cores.
         let threads = env_var("NUM_JOBS", false)
@@ -209,7 +224,7 @@ impl Build {
         let mut objects: Vec<Option<Vec<u8>>> =
             keys.iter().map(|k| k.as_deref().and_then(|k| cache.and_then(|c| c.get(k)))).collect();
         let reused = objects.iter().filter(|o| o.is_some()).count();
-        let mut jobs = vec![data_job];
+        let mut jobs = data_jobs;
         let missing: Vec<usize> = (0..parts.len()).filter(|&k| objects[k].is_none()).collect();
         for &k in &missing {
             jobs.push(ObjectJob { module: format!("{}.{k}", self.name), funcs: &parts[k], data: &[] });
@@ -218,7 +233,7 @@ impl Build {
         let mut compiled =
             compile_object_jobs(&jobs, &target, threads).map_err(|e| self.model_err(e.to_string()))?.into_iter();
         let llvm_ms = llvm_start.elapsed().as_secs_f64() * 1e3;
-        let data_object = compiled.next().unwrap_or_default();
+        let data_object = if streamed { None } else { Some(compiled.next().unwrap_or_default()) };
         for (&k, object) in missing.iter().zip(compiled) {
             if let (Some(c), Some(key)) = (cache, &keys[k]) {
                 // A cache that cannot be written only costs the next build its time.
@@ -236,14 +251,14 @@ impl Build {
             }
             c.prune(&object_keys, lowering.key.as_deref().unwrap_or(""));
         }
-        let mut all = vec![data_object];
+        let mut all: Vec<Vec<u8>> = data_object.into_iter().collect();
         all.extend(objects.into_iter().flatten());
         let line = format!(
             "kernel objects: {} compiled, {reused} reused from the kernel cache; LLVM {llvm_ms:.0} ms on {} thread(s)\n",
             missing.len(),
             threads.clamp(1, jobs.len().max(1))
         );
-        Ok((all, line))
+        Ok((all, streamed, line))
     }
 
     #[cfg(not(feature = "llvm"))]
@@ -253,7 +268,8 @@ impl Build {
         _: &[(String, &[u8])],
         _: Option<&kernel_cache::KernelCache>,
         _: Lowering,
-    ) -> Result<(Vec<Vec<u8>>, String), Error> {
+        _: Option<&Path>,
+    ) -> Result<(Vec<Vec<u8>>, bool, String), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
 
@@ -280,6 +296,7 @@ impl Build {
         Ok(Artifacts {
             name: self.name.clone(),
             objects: Vec::new(),
+            weights_object: None,
             c_source: None,
             ptx: Some(ptx),
             device_weights: Some(glue::cuda_weights(&plan)),

@@ -65,14 +65,27 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
         objects.push(compile_c(&b, dir, &source, &triple)?);
     }
     if writes_gnu_archive(&triple) {
-        // The model's objects from memory (the weights' is most of the bytes), the C API's from its file.
+        // The weights' object mapped from the file it was streamed to (it is
+        // most of the bytes), the kernels' from memory, the C API's from its file.
+        let weights = match &a.weights_object {
+            Some(path) => {
+                let read = |e: std::io::Error| format!("reading {}: {e}", path.display());
+                let file = std::fs::File::open(path).map_err(read)?;
+                // SAFETY: this build wrote the file in its own directory just
+                // now; the map lives only while the library is written.
+                Some(unsafe { memmap2::Mmap::map(&file) }.map_err(read)?)
+            }
+            None => None,
+        };
         let mut c_objects = Vec::new();
         for object in &objects[a.objects.len()..] {
             let bytes = std::fs::read(object).map_err(|e| format!("reading {}: {e}", object.display()))?;
             c_objects.push((object.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), bytes));
         }
-        let members: Vec<(String, &[u8])> = (a.objects.iter().enumerate())
-            .map(|(k, bytes)| (object_file(&a.name, k), bytes.as_slice()))
+        let members: Vec<(String, &[u8])> = (weights.iter().map(|m| &m[..]))
+            .chain(a.objects.iter().map(Vec::as_slice))
+            .enumerate()
+            .map(|(k, bytes)| (object_file(&a.name, k), bytes))
             .chain(c_objects.iter().map(|(name, bytes)| (name.clone(), bytes.as_slice())))
             .collect();
         return write_gnu_archive(&dir.join(format!("lib{lib_name}.a")), &members);

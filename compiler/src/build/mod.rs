@@ -197,6 +197,12 @@ pub struct Artifacts {
     /// compiled in parallel — or, by [`Build::compile`], taken from the
     /// kernel cache in its output directory where the kernels are unchanged.
     pub objects: Vec<Vec<u8>>,
+    /// Where [`Build::compile`] wrote the weights' object instead of keeping
+    /// it in `objects` (then the kernels' only): `<model>.weights.o` in its
+    /// output directory, where kiln writes the static library itself (GNU
+    /// archives) — streamed there and into the library, never held in
+    /// memory (ResNet-18's is 97 MB).
+    pub weights_object: Option<PathBuf>,
     /// The kernels and weights as C source (the `c` target).
     pub c_source: Option<String>,
     /// The kernels as PTX (the `cuda` target).
@@ -641,6 +647,7 @@ impl Build {
             Artifacts {
                 name: self.name.clone(),
                 objects: Vec::new(),
+                weights_object: None,
                 c_source: None,
                 ptx: None,
                 device_weights: None,

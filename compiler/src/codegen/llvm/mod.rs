@@ -374,6 +374,17 @@ pub struct ObjectJob<'a> {
     pub data: &'a [DataSymbol<'a>],
 }
 
+/// Write the object defining `data` (a data-only job's) straight into the
+/// file `path`, where kiln writes such objects itself (ELF); `None` where
+/// LLVM must compile it ([`compile_object_jobs`]).
+pub fn write_data_object(
+    target: &LlvmTarget,
+    data: &[DataSymbol<'_>],
+    path: &std::path::Path,
+) -> Option<std::io::Result<()>> {
+    data_object::write_elf_data_object(&target.triple, data, path)
+}
+
 /// Compile each job to an object, on up to `threads` threads at once, each
 /// in its own LLVM context; the results keep the jobs' order.
 pub fn compile_object_jobs(
