@@ -312,3 +312,38 @@ def @main(%x: Tensor[(1, 32, 28, 28), float32], %w: Tensor[(32, 32, 3, 3), float
     let lib = |dir: &std::path::Path| std::fs::read(dir.join("kiln/libkiln_conv.a")).expect("the library");
     assert_eq!(lib(d.path()), lib(fresh_dir.path()));
 }
+
+/// The library and the weights' object are rewritten in place: a model of
+/// the same name with fewer weights, built into the directory of a larger
+/// one, leaves exactly the files a build into an empty directory writes (no
+/// tail of the old ones).
+#[test]
+fn a_smaller_model_over_a_larger_one_writes_what_a_fresh_build_writes() {
+    let model = |units: usize| {
+        format!(
+            "#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1, 64), float32], %w: Tensor[({units}, 64), float32]) {{\n  \
+             nn.relu(nn.dense(%x, %w))\n}}\n"
+        )
+    };
+    let build = |dir: &std::path::Path, units: usize| {
+        let weight: Vec<f32> = (0..units * 64).map(|i| (i % 13) as f32 - 6.0).collect();
+        let mut b = Build::new("dense");
+        b.module(kiln::relay::parse_module(&model(units)).expect("parses"))
+            .weight("w", Tensor::from_f32(vec![units, 64], &weight))
+            .target("llvm -mcpu=haswell")
+            .out_dir(dir)
+            .cargo_metadata(false);
+        b.compile().expect("build")
+    };
+    let (d, fresh_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let big = build(d.path(), 4096);
+    assert!(big.weights_object.is_some(), "a GNU-archive target streams its weights' object");
+    let lib = |dir: &std::path::Path| std::fs::read(dir.join("kiln/libkiln_dense.a")).expect("the library");
+    let weights = |dir: &std::path::Path| std::fs::read(dir.join("kiln/dense.weights.o")).expect("the object");
+    let big_lib = lib(d.path()).len();
+    build(d.path(), 64);
+    build(fresh_dir.path(), 64);
+    assert!(lib(d.path()).len() < big_lib / 4, "the library was cut to its new length");
+    assert_eq!(lib(d.path()), lib(fresh_dir.path()));
+    assert_eq!(weights(d.path()), weights(fresh_dir.path()));
+}
