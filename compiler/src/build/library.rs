@@ -183,7 +183,9 @@ fn write_gnu_archive(path: &Path, members: &[(String, &[u8])]) -> Result<(), Str
     // Not atomic, which the build's key makes safe: it is removed before the
     // library is written and written after it, so a build that stopped
     // half-way is redone.
-    let written = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path).and_then(|file| {
+    // (A file that cannot be opened for writing — read-only — is replaced.)
+    let open = || std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path);
+    let written = open().or_else(|_| std::fs::remove_file(path).and_then(|()| open())).and_then(|file| {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
         write_archive_to_stream(&mut out, &members, ArchiveKind::Gnu, false, false)?;
         let len = std::io::Seek::stream_position(&mut out)?;

@@ -31,7 +31,9 @@ pub(super) fn write_elf_data_object(
 ) -> Option<std::io::Result<()>> {
     let obj = elf_data(triple, data)?;
     let write = || -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        // (A file that cannot be opened for writing — read-only — is replaced.)
+        let open = || std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path);
+        let file = open().or_else(|_| std::fs::remove_file(path).and_then(|()| open()))?;
         let mut out = object::write::StreamingBuffer::new(std::io::BufWriter::with_capacity(1 << 20, file));
         obj.emit(&mut out).map_err(|e| std::io::Error::other(e.to_string()))?;
         out.result()?;
