@@ -193,7 +193,8 @@ pub struct Artifacts {
     /// The model's name (the generated module's and the symbols' prefix).
     pub name: String,
     /// The weights and kernels as object files (LLVM targets): the weights'
-    /// first, then the kernels in up to `codegen::llvm::OBJECT_PARTS`,
+    /// first (unless [`Artifacts::weights_object`] names its file instead),
+    /// then the kernels in up to `codegen::llvm::OBJECT_PARTS`,
     /// compiled in parallel — or, by [`Build::compile`], taken from the
     /// kernel cache in its output directory where the kernels are unchanged.
     pub objects: Vec<Vec<u8>>,
