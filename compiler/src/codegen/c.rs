@@ -202,6 +202,16 @@ impl Emitter<'_> {
         let _ = writeln!(self.out, "{}{s}", "  ".repeat(depth));
     }
 
+    /// `{ declaration; body }`: a block of its own, since an unrolled loop
+    /// repeats an allocation (or a let's name) in one scope.
+    fn declared_block(&mut self, declaration: &str, body: &Stmt, depth: usize) -> Result<(), CodegenError> {
+        self.line(depth, "{");
+        self.line(depth + 1, declaration);
+        self.stmt(body, depth + 1)?;
+        self.line(depth, "}");
+        Ok(())
+    }
+
     fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<(), CodegenError> {
         match s {
             Stmt::For(l) => {
@@ -243,13 +253,8 @@ impl Emitter<'_> {
                 if bytes > MAX_LOCAL_BYTES {
                     return Err(self.unsupported(format!("a {bytes}-byte kernel-local buffer `{}`", buffer.name())));
                 }
-                // A block of its own: an unrolled loop repeats the allocation
-                // (and a let its name) in one scope.
                 let (t, b) = (c_type(self.kernel, buffer.elem())?, self.buffer(buffer));
-                self.line(depth, "{");
-                self.line(depth + 1, &format!("{t} {b}[{}];", buffer.numel().max(1)));
-                self.stmt(body, depth + 1)?;
-                self.line(depth, "}");
+                self.declared_block(&format!("{t} {b}[{}];", buffer.numel().max(1)), body, depth)?;
             }
             Stmt::If { cond, then_case, else_case } => {
                 let c = self.expr(cond)?;
@@ -269,10 +274,7 @@ impl Emitter<'_> {
             Stmt::Let { var, value, body } => {
                 let t = c_type(self.kernel, var.ty.elem)?;
                 let (n, v) = (self.var(var), self.expr(value)?);
-                self.line(depth, "{");
-                self.line(depth + 1, &format!("const {t} {n} = {v};"));
-                self.stmt(body, depth + 1)?;
-                self.line(depth, "}");
+                self.declared_block(&format!("const {t} {n} = {v};"), body, depth)?;
             }
             Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
                 // A GPU-scheduled kernel run serially: its thread loops run one

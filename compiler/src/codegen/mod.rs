@@ -19,6 +19,26 @@ pub mod llvm;
 /// The packed kernel entry point: `args` holds one pointer per kernel parameter.
 pub use kiln_runtime::PackedKernel;
 
+/// Write the file `path` by `write`, over the old file in place and cut to
+/// what was written: rewriting a file's cached pages is several times faster
+/// than filling a new file's (100 MB on a 2-core VM: 19 ms in place, 82 ms
+/// truncated first, 322 ms new) — a rebuild after a weights-only change
+/// writes files of the same size. Not atomic: callers make a half-written
+/// file harmless (the build's key goes first and comes back last). A file
+/// that cannot be opened for writing (read-only) is replaced.
+pub fn write_in_place(
+    path: &std::path::Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::io::Seek;
+    let open = || std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path);
+    let file = open().or_else(|_| std::fs::remove_file(path).and_then(|()| open()))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    write(&mut out)?;
+    let len = out.stream_position()?;
+    out.into_inner().map_err(|e| e.into_error())?.set_len(len)
+}
+
 /// Why a kernel cannot be generated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]

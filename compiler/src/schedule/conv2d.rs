@@ -42,9 +42,10 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     // Whether a packed tile's write-back runs along the columns (see
     // `columns_last_in_writeback`).
     let mut columns_last = false;
-    // Whether the register tile is computed whole past a row's end (the
-    // write-back guarded): then the padded image is placed after the tile.
-    let mut whole_tiles = false;
+    // A register tile computed whole past a row's end (the write-back
+    // guarded), decomposed before the padded image is placed so that the
+    // image covers what the tile reads past the row.
+    let mut whole_tile = None;
     let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
     // The loop whose body is the register tile.
     let ow_o = 'strategy: {
@@ -213,7 +214,15 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     let (oc_o, oc_i) = s.split(oc, divisor_at_most(oce, rows) as usize)?;
                     let (ow_o, ow_i) = s.split(ow, (vectors * lanes) as usize)?;
                     s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_i, ow_i])?;
-                    whole_tiles = true;
+                    whole_tile = Some(s.decompose_reduction_whole_tiles(&ow_o)?);
+                    // A few tiles per row are unrolled: each write-back's guard
+                    // then tests constants, so that LoopPartition leaves full
+                    // tiles unguarded and the last one a shorter run of whole
+                    // stores — both vectorized (a guarded write-back is stored
+                    // lane by lane).
+                    if extent(&s, &ow_o).is_some_and(|n| n <= MAX_UNROLLED_ROW_TILES) {
+                        s.unroll(&ow_o)?;
+                    }
                     break 'strategy ow_o;
                 }
                 // Whole vector registers where the row allows it (a 14-lane vector
@@ -234,23 +243,13 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
             }
         }
     };
-    let tile = if whole_tiles { Some(s.decompose_reduction_whole_tiles(&ow_o)?) } else { None };
     if let PaddedImage::At(at) = &pad_at {
         for pad in materialized(s.func()) {
             s.compute_at(&pad, at)?;
         }
     }
-    let tile = match tile {
-        Some(t) => {
-            // A few tiles per row are unrolled: each write-back's guard then
-            // tests constants, so that LoopPartition leaves full tiles
-            // unguarded and the last one a shorter run of whole stores — both
-            // vectorized (a guarded write-back is stored lane by lane).
-            if extent(&s, &ow_o).is_some_and(|n| n <= MAX_UNROLLED_ROW_TILES) {
-                s.unroll(&ow_o)?;
-            }
-            t
-        }
+    let tile = match whole_tile {
+        Some(t) => t,
         None => s.decompose_reduction(&ow_o, true)?,
     };
     tile_kinds(&mut s, &tile)?;

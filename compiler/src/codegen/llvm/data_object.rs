@@ -21,27 +21,19 @@ pub(super) fn elf_data_object(triple: &str, data: &[DataSymbol<'_>]) -> Option<V
 
 /// [`elf_data_object`] streamed into the file `path` instead of memory
 /// (ResNet-18's weights are 97 MB: a buffer of that size cost 60–80 ms of
-/// page faults on a 2-core VM), over the old file in place, cut to length
-/// (rewriting cached pages of a file is faster than filling new ones).
-/// `None` where LLVM must write the object.
+/// page faults on a 2-core VM), over the old file in place
+/// ([`crate::codegen::write_in_place`]). `None` where LLVM must write the object.
 pub(super) fn write_elf_data_object(
     triple: &str,
     data: &[DataSymbol<'_>],
     path: &std::path::Path,
 ) -> Option<std::io::Result<()>> {
     let obj = elf_data(triple, data)?;
-    let write = || -> std::io::Result<()> {
-        // (A file that cannot be opened for writing — read-only — is replaced.)
-        let open = || std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path);
-        let file = open().or_else(|_| std::fs::remove_file(path).and_then(|()| open()))?;
-        let mut out = object::write::StreamingBuffer::new(std::io::BufWriter::with_capacity(1 << 20, file));
-        obj.emit(&mut out).map_err(|e| std::io::Error::other(e.to_string()))?;
-        out.result()?;
-        let len = object::write::WritableBuffer::len(&out) as u64;
-        let file = out.into_inner().into_inner().map_err(|e| e.into_error())?;
-        file.set_len(len)
-    };
-    Some(write())
+    Some(crate::codegen::write_in_place(path, |out| {
+        let mut stream = object::write::StreamingBuffer::new(out);
+        obj.emit(&mut stream).map_err(|e| std::io::Error::other(e.to_string()))?;
+        stream.result()
+    }))
 }
 
 /// The object of [`elf_data_object`], not yet written.
