@@ -102,6 +102,45 @@ fn fold_constant_seed_cases() {
     );
 }
 
+/// Constant chains large enough to fold on several threads (two independent
+/// chains of 1 MB tensors, each two calls deep) fold to the values the
+/// unfolded program computes, and a call whose evaluation fails stays a call,
+/// with the calls that read it.
+#[test]
+fn fold_constant_in_parallel_keeps_values_and_failures() {
+    let values = parse(
+        "def @main(%x: Tensor[(262144), float32]) {
+  %0 = full(1.5f, shape=[262144]);
+  %1 = exp(%0);
+  %2 = full(2f, shape=[262144]);
+  %3 = multiply(%2, 3f);
+  %4 = add(%x, %1);
+  add(%4, %3)
+}",
+    );
+    let folded = run_passes(values.clone(), &["FoldConstant"], PassContext::new().with_opt_level(3));
+    let printed = print_module(&folded);
+    assert!(!["full(", "exp(", "multiply("].iter().any(|op| printed.contains(op)), "{printed}");
+    let x: Vec<f32> = (0..262144).map(|k| k as f32 * 1e-3).collect();
+    let args = [Value::Tensor(Tensor::from_f32(vec![262144], &x))];
+    let want = flat(&eval_function(&values, "main", &args).expect("eval"));
+    assert_eq!(flat(&eval_function(&folded, "main", &args).expect("eval")), want);
+
+    let failing = parse(
+        "def @main(%x: Tensor[(262144), float32], %i: int32) {
+  %0 = full(2f, shape=[262144]);
+  %1 = multiply(%0, 3f);
+  %2 = divide(7, 0);
+  %3 = add(%2, 1);
+  (add(%x, %1), add(%i, %3))
+}",
+    );
+    let printed = print_module(&run_passes(failing, &["FoldConstant"], PassContext::new().with_opt_level(3)));
+    assert!(!printed.contains("multiply("), "{printed}");
+    let head = &printed[..printed.find("#[metadata]").unwrap_or(printed.len())];
+    assert!(head.contains("%1 = divide(7, 0)") && head.contains("%2 = add(%1, 1)"), "{head}");
+}
+
 /// TVM's `DeadCodeElimination` is a function pass over `let`s: it never
 /// removes a global function (`RemoveUnusedFunctions` does).
 /// (`tests/python/relay/test_pass_dead_code_elimination.py`: globals survive DCE.)

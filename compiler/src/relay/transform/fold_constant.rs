@@ -14,6 +14,10 @@
 //!   type, constant or not (TVM's `EvaluateShapeOf`).
 //!
 //! The walk is iterative over handles. Primitive (fused) functions are left alone.
+//! Before it, the operator calls that read only constants (or such calls) are
+//! evaluated level by level, the calls of a level on all cores (a network's
+//! layers are independent: ResNet-18's 20 weight rewrites, each up to tens of
+//! MB), and the walk takes their values.
 //! An evaluation error (say, integer division by zero) leaves the call as it is,
 //! and so does a call whose evaluation would take more than `max_bytes` (the
 //! result plus 16 bytes per element of working copy; `relay.FoldConstant.max_bytes`,
@@ -87,6 +91,109 @@ fn type_bytes(ty: &Type) -> usize {
     }
 }
 
+/// Whether the walk evaluates call `id` once its arguments are constants: an
+/// operator with arguments, not stateful, not `shape_of` or `ndarray_size`
+/// (folded from types), its result within `max_bytes`.
+fn evaluable(store: &Store, id: ExprId, callee: Callee, args: &[ExprId], max_bytes: usize) -> bool {
+    let Callee::Op(op) = callee else { return false };
+    let info = op_registry().get(op);
+    !args.is_empty()
+        && !info.stateful
+        && !matches!(info.name, "shape_of" | "ndarray_size")
+        && store.checked_type(id).is_none_or(|t| type_bytes(t) <= max_bytes)
+}
+
+/// The values of the calls of `order` whose arguments are constants or calls
+/// of this kind (recursively), evaluated level by level — a call after those
+/// it reads — and within a level in parallel, largest results first. A call
+/// whose evaluation fails is missing, and so are those that read it (the walk
+/// then tries them itself and leaves them as they are).
+fn evaluate_constant_calls(
+    store: &Store,
+    order: &[ExprId],
+    max_bytes: usize,
+    memo: &mut FxHashMap<ExprId, bool>,
+) -> FxHashMap<ExprId, Value> {
+    let mut level: FxHashMap<ExprId, usize> = FxHashMap::default();
+    let mut levels: Vec<Vec<ExprId>> = Vec::new();
+    for &id in order {
+        let ExprKind::Call(call) = store.kind(id) else { continue };
+        if !evaluable(store, id, call.callee, &call.args, max_bytes) {
+            continue;
+        }
+        let mut depth = 0;
+        let ready = call.args.iter().all(|&a| match level.get(&a) {
+            Some(&l) => {
+                depth = depth.max(l + 1);
+                true
+            }
+            None => is_constant(store, a, memo),
+        });
+        if ready {
+            level.insert(id, depth);
+            if levels.len() <= depth {
+                levels.resize_with(depth + 1, Vec::new);
+            }
+            levels[depth].push(id);
+        }
+    }
+    let mut values: FxHashMap<ExprId, Value> = FxHashMap::default();
+    for ids in levels {
+        // Each job: a call and its argument values (all there: none failed).
+        let mut jobs: Vec<(ExprId, Vec<Value>)> = (ids.into_iter())
+            .filter_map(|id| {
+                let ExprKind::Call(call) = store.kind(id) else { return None };
+                let args = call.args.iter().map(|a| values.get(a).cloned().or_else(|| to_value(store, *a)));
+                Some((id, args.collect::<Option<Vec<_>>>()?))
+            })
+            .collect();
+        let bytes = |id: ExprId| store.checked_type(id).map_or(0, type_bytes);
+        jobs.sort_by_key(|(id, _)| std::cmp::Reverse(bytes(*id)));
+        // Threads only for work worth their start (tens of microseconds each).
+        let parallel = jobs.iter().map(|(id, _)| bytes(*id)).sum::<usize>() >= PARALLEL_FOLD_BYTES;
+        let results = parallel_map(&jobs, parallel, |(id, args)| {
+            let ExprKind::Call(call) = store.kind(*id) else { return None };
+            let Callee::Op(op) = call.callee else { return None };
+            (op_registry().get(op).eval)(args, &call.attrs).ok()
+        });
+        for ((id, _), v) in jobs.into_iter().zip(results) {
+            if let Some(v) = v.flatten() {
+                values.insert(id, v);
+            }
+        }
+    }
+    values
+}
+
+/// The results (as [`type_bytes`] counts them) a level of constant calls
+/// must reach to be evaluated on several threads.
+const PARALLEL_FOLD_BYTES: usize = 1 << 20;
+
+/// `f` of each item, in order, computed on all cores (if `parallel`): each thread takes the
+/// next item from a shared counter. (None only where a thread did not get to
+/// an item, which scoped threads rule out.)
+fn parallel_map<T: Sync, R: Send>(items: &[T], parallel: bool, f: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
+    if threads <= 1 || !parallel {
+        return items.iter().map(|item| Some(f(item))).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(k) else { break };
+                let value = f(item);
+                *slots[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+            });
+        }
+    });
+    slots.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
+}
+
 /// Fold the constants of one function, none above [`DEFAULT_MAX_BYTES`].
 pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
     fold_constant_up_to(store, func, DEFAULT_MAX_BYTES)
@@ -109,6 +216,7 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
     }
     let mut new_of: FxHashMap<ExprId, ExprId> = FxHashMap::default();
     let mut constant_memo: FxHashMap<ExprId, bool> = FxHashMap::default();
+    let mut ahead = evaluate_constant_calls(store, &order, max_bytes, &mut constant_memo);
     // Let-bound variables some use of which could not be replaced by the constant.
     let mut kept_vars: FxHashSet<ExprId> = FxHashSet::default();
 
@@ -172,6 +280,8 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
             },
             ExprKind::Call(call) => {
                 let evaluated = match call.callee {
+                    // Evaluated ahead, from the same constants this call reads now.
+                    Callee::Op(_) if ahead.contains_key(&id) => ahead.remove(&id).and_then(|v| from_value(store, v)),
                     // As in TVM, the shape of a statically shaped value is a
                     // constant whether or not the value is.
                     Callee::Op(op) if matches!(op_registry().get(op).name, "shape_of" | "ndarray_size") => {
