@@ -82,6 +82,7 @@ pub mod backend;
 pub mod build;
 pub mod codegen;
 pub mod frontend;
+mod parallel;
 pub mod relay;
 pub mod schedule;
 pub mod target;

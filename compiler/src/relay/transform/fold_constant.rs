@@ -151,7 +151,7 @@ fn evaluate_constant_calls(
         jobs.sort_by_key(|(id, _)| std::cmp::Reverse(bytes(*id)));
         // Threads only for work worth their start (tens of microseconds each).
         let parallel = jobs.iter().map(|(id, _)| bytes(*id)).sum::<usize>() >= PARALLEL_FOLD_BYTES;
-        let results = parallel_map(&jobs, parallel, |(id, args)| {
+        let results = crate::parallel::parallel_map(&jobs, parallel, |(id, args)| {
             let ExprKind::Call(call) = store.kind(*id) else { return None };
             let Callee::Op(op) = call.callee else { return None };
             (op_registry().get(op).eval)(args, &call.attrs).ok()
@@ -168,31 +168,6 @@ fn evaluate_constant_calls(
 /// The results (as [`type_bytes`] counts them) a level of constant calls
 /// must reach to be evaluated on several threads.
 const PARALLEL_FOLD_BYTES: usize = 1 << 20;
-
-/// `f` of each item, in order, computed on all cores (if `parallel`): each thread takes the
-/// next item from a shared counter. (None only where a thread did not get to
-/// an item, which scoped threads rule out.)
-fn parallel_map<T: Sync, R: Send>(items: &[T], parallel: bool, f: impl Fn(&T) -> R + Sync) -> Vec<Option<R>> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
-    if threads <= 1 || !parallel {
-        return items.iter().map(|item| Some(f(item))).collect();
-    }
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(k) else { break };
-                let value = f(item);
-                *slots[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
-            });
-        }
-    });
-    slots.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
-}
 
 /// Fold the constants of one function, none above [`DEFAULT_MAX_BYTES`].
 pub fn fold_constant(store: &mut Store, func: ExprId) -> ExprId {
