@@ -35,6 +35,7 @@ fn main() {
             row_reductions_on_vector_lanes_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
+            weight_stationary_convolutions_on_short_rows_match_the_interpreter,
         ],
     )
 }
@@ -408,6 +409,50 @@ def @main(%x: Tensor[(1, 1, 28, 28), float32], %y: Tensor[(1, 3, 13, 13), float3
         columns.sort();
         let want = if lanes == 8 { [8, 16, 16] } else { [16, 32, 32] };
         assert_eq!(columns, want, "tile columns of the unpacked convolutions, {lanes} lanes");
+    });
+}
+
+/// Weight-stationary packed convolutions (weights over 256 KB on a map of at
+/// most 64 pixels) on 7-wide rows, too short to hide the FMA latency with one
+/// channel vector on 8 lanes, take two rows per tile and a tile of one row
+/// for an odd row: a 1 × 1 expansion with a bias and ReLU on 7 × 7, a padded
+/// stride-2 3 × 3 on 13 × 13 and a stride-2 1 × 1 onto 5 × 7 equal the interpreter on
+/// LLVM and C, 1 and 2 threads (on 16 lanes one row per tile, as before).
+fn weight_stationary_convolutions_on_short_rows_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float32], %z: Tensor[(1, 128, 9, 13), float32],
+          %w1: Tensor[(1024, 96, 1, 1), float32], %b1: Tensor[(1024), float32],
+          %w2: Tensor[(512, 64, 3, 3), float32], %w3: Tensor[(640, 128, 1, 1), float32]) {
+  %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w1, padding=[0, 0, 0, 0]), %b1));
+  %1 = nn.conv2d(%y, %w2, strides=[2, 2], padding=[1, 1, 1, 1]);
+  %2 = nn.conv2d(%z, %w3, strides=[2, 2], padding=[0, 0, 0, 0]);
+  (%0, %1, %2)
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+        // Per packed convolution, its accumulators' shapes: the main tile's, then the odd row's.
+        let tiles: Vec<Vec<String>> = kernels
+            .iter()
+            .filter(|k| k.attrs.contains_key("conv2d.weight_block"))
+            .map(|k| {
+                let text = kiln::tir::print_prim_func(k);
+                text.lines()
+                    .filter(|l| l.contains("_local") && l.contains(" = T.alloc_buffer(["))
+                    .filter_map(|l| l.split(" = T.alloc_buffer([").nth(1)?.split(']').next().map(str::to_string))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(tiles.len(), 3, "three packed convolutions: {tiles:?}");
+        for t in &tiles {
+            if lanes == 8 {
+                assert!(
+                    t.len() == 2 && t[0].starts_with("2, ") && t[1].starts_with("1, 1, "),
+                    "two-row tiles, an odd row: {t:?}"
+                );
+            } else {
+                assert_eq!(t.len(), 1, "one tile per kernel on 16 lanes: {t:?}");
+            }
+        }
     });
 }
 

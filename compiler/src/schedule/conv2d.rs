@@ -46,6 +46,8 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     // guarded), decomposed before the padded image is placed so that the
     // image covers what the tile reads past the row.
     let mut whole_tile = None;
+    // The tile loop of a tail tile (a row left over by two-row tiles).
+    let mut tail_root: Option<Var> = None;
     let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
     // The loop whose body is the register tile.
     let ow_o = 'strategy: {
@@ -141,10 +143,32 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     // padded image no longer sits near L1 and this loses (Zen 3).
                     ConvOrder::ChannelsPaddedOnce => {
                         let n = outer.last();
-                        s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
+                        s.reorder(&[
+                            oc_oo.clone(),
+                            oh.clone(),
+                            ow_o.clone(),
+                            ow_i.clone(),
+                            oc_oi.clone(),
+                            oc_i.clone(),
+                        ])?;
                         // Without a batch loop the padded image stays where it was lowered.
                         pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
                         par = vec![oc_oo];
+                        // A row too short to hide the FMA latency (7 columns: 7
+                        // accumulators, 87.5 % of the FMA rate at best) takes two
+                        // rows per tile where the registers allow, and the odd
+                        // row one tile of its own.
+                        let rows = extent(&s, oh).unwrap_or(1);
+                        let short = tile.channel_vectors * tile.columns < MIN_ACCUMULATORS;
+                        let two_rows = 2 * tile.channel_vectors * tile.columns + tile.channel_vectors + 1 <= registers;
+                        if knobs.rows.is_none() && knobs.cols.is_none() && short && two_rows && rows >= 2 {
+                            let (oh_o, oh_i, tail) = s.split_with_tail(oh, 2)?;
+                            s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i, oc_oi, oc_i])?;
+                            if let Some(t) = tail {
+                                // One iteration around the odd row: one tile.
+                                tail_root = Some(s.split(&t, 1)?.0);
+                            }
+                        }
                     }
                     // A 1 × 1 convolution on a small map with more output channels
                     // than pixels (MobileNetV2's expansions on 14 × 14): channel
@@ -252,9 +276,15 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
         Some(t) => t,
         None => s.decompose_reduction(&ow_o, true)?,
     };
-    tile_kinds(&mut s, &tile)?;
-    if columns_last || (block.is_some() && heavy_epilogue(&s, &tile)) {
-        columns_last_in_writeback(&mut s, &tile)?;
+    let mut tiles = vec![tile];
+    if let Some(t) = &tail_root {
+        tiles.push(s.decompose_reduction(t, true)?);
+    }
+    for tile in &tiles {
+        tile_kinds(&mut s, tile)?;
+        if columns_last || (block.is_some() && heavy_epilogue(&s, tile)) {
+            columns_last_in_writeback(&mut s, tile)?;
+        }
     }
     // Rows in parallel, with the batch loop when directly above them.
     if par[0] == *oh {
@@ -267,6 +297,9 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     }
     Ok(f)
 }
+
+/// Accumulators that hide the FMA latency: two FMAs a cycle, four cycles each.
+const MIN_ACCUMULATORS: i64 = 8;
 
 /// The most register tiles per row of a whole-tile convolution that are
 /// unrolled (code size: each copy holds the whole window's updates).
