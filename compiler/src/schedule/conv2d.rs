@@ -160,7 +160,8 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                         // row one tile of its own.
                         let rows = extent(&s, oh).unwrap_or(1);
                         let short = tile.channel_vectors * tile.columns < MIN_ACCUMULATORS;
-                        let two_rows = 2 * tile.channel_vectors * tile.columns + tile.channel_vectors + 1 <= registers;
+                        // Accumulators, weight vectors and a broadcast within the registers.
+                        let two_rows = 2 * tile.channel_vectors * tile.columns + tile.channel_vectors < registers;
                         if knobs.rows.is_none() && knobs.cols.is_none() && short && two_rows && rows >= 2 {
                             let (oh_o, oh_i, tail) = s.split_with_tail(oh, 2)?;
                             s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i, oc_oi, oc_i])?;
