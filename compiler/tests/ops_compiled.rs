@@ -130,16 +130,32 @@ def @main(%x: Tensor[(1, 16, 6, 16), float32], %y: Tensor[(1, 32, 8, 8), float32
 
 /// A packed convolution with a SiLU epilogue (`x · sigmoid(x)`, YOLOv8's
 /// activation) writes its tile back along the columns, transposed in
-/// registers, instead of along the channel lanes: equal to the interpreter.
+/// registers, instead of along the channel lanes — on a 40-wide row, one
+/// vector of columns per tile on 8 lanes, not the 2 × 5 the rule takes
+/// without an epilogue (5-lane vectors); 16 lanes keep 2 × 10 (40 is no
+/// whole number of their vectors): equal to the interpreter.
 fn packed_convolutions_with_a_silu_epilogue_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 16, 10, 13), float32], %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32]) {
+def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float32],
+          %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(32, 16, 3, 3), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
   %1 = nn.bias_add(%0, %b1);
-  multiply(%1, sigmoid(%1))
+  %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
+  (multiply(%1, sigmoid(%1)), multiply(%2, sigmoid(%2)))
 }
 "#;
-    check_compiled(text, &["w1", "b1"], true, &packed("conv2d.weight_block", 1, true));
+    check_compiled(text, &["w1", "b1", "w2"], true, &|kernels, lanes| {
+        packed("conv2d.weight_block", 2, true)(kernels, lanes);
+        // The 40-wide rows' tile: columns × channel vectors × lanes.
+        let tile = |k: &PrimFunc| {
+            let text = kiln::tir::print_prim_func(k);
+            text.split("_local = T.alloc_buffer([").nth(1)?.split(']').next().map(str::to_string)
+        };
+        let tiles: Vec<String> =
+            kernels.iter().filter(|k| k.params[0].shape() == [1, 16, 5, 40]).filter_map(tile).collect();
+        let want = if lanes == 8 { "8, 1, 8" } else { "10, 2, 16" };
+        assert_eq!(tiles, [want], "the 40-wide rows' tile, {lanes} lanes");
+    });
 }
 
 /// Packed 1 × 1 convolutions on small maps with more output channels than
