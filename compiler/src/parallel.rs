@@ -1,18 +1,19 @@
 //! Work spread over the machine's cores with scoped threads (compile-time
 //! work only: the runtime has its own pool).
 
-/// `f` of each item, in order, computed on all cores (if `parallel`): each thread takes the
-/// next item from a shared counter. (None only where a thread did not get to
-/// an item, which scoped threads rule out.)
+/// `f` of each item, in order, computed on up to `threads` threads: each takes
+/// the next item from a shared counter, so items sorted largest first end
+/// with short ones. (None only where a thread did not get to an item, which
+/// scoped threads rule out.)
 pub(crate) fn parallel_map<T: Sync, R: Send>(
     items: &[T],
-    parallel: bool,
+    threads: usize,
     f: impl Fn(&T) -> R + Sync,
 ) -> Vec<Option<R>> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len());
-    if threads <= 1 || !parallel {
+    let threads = threads.min(items.len());
+    if threads <= 1 {
         return items.iter().map(|item| Some(f(item))).collect();
     }
     let next = AtomicUsize::new(0);
@@ -28,4 +29,9 @@ pub(crate) fn parallel_map<T: Sync, R: Send>(
         }
     });
     slots.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
+}
+
+/// The machine's cores (1 where it cannot say).
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

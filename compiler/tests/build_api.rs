@@ -16,6 +16,23 @@ fn build(out: &std::path::Path) -> Build {
     b
 }
 
+/// Compile the Relay module `text` as `name` for Haswell into `dir`, with
+/// the named weights bound.
+fn compile_module(
+    dir: &std::path::Path,
+    name: &str,
+    text: &str,
+    weights: Vec<(&str, Tensor)>,
+) -> kiln::build::Artifacts {
+    let mut b = Build::new(name);
+    b.module(kiln::relay::parse_module(text).expect("parses"));
+    for (w, t) in weights {
+        b.weight(w, t);
+    }
+    b.target("llvm -mcpu=haswell").out_dir(dir).cargo_metadata(false);
+    b.compile().expect("build")
+}
+
 #[test]
 fn same_inputs_same_bytes_and_reuse() {
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -288,14 +305,8 @@ def @main(%x: Tensor[(1, 32, 28, 28), float32], %w: Tensor[(32, 32, 3, 3), float
 "#;
     let build = |dir: &std::path::Path, v: f32| {
         let weight: Vec<f32> = (0..32 * 32 * 9).map(|i| v * ((i % 7) as f32 - 3.0)).collect();
-        let mut b = Build::new("conv");
-        b.module(kiln::relay::parse_module(CONV).expect("parses"))
-            .weight("w", Tensor::from_f32(vec![32, 32, 3, 3], &weight))
-            .weight("b", Tensor::full(DataType::F32, vec![32], f64::from(v)))
-            .target("llvm -mcpu=haswell")
-            .out_dir(dir)
-            .cargo_metadata(false);
-        b.compile().expect("build")
+        let w = Tensor::from_f32(vec![32, 32, 3, 3], &weight);
+        compile_module(dir, "conv", CONV, vec![("w", w), ("b", Tensor::full(DataType::F32, vec![32], f64::from(v)))])
     };
     let (d, fresh_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = build(d.path(), 0.5);
@@ -327,13 +338,7 @@ fn a_smaller_model_over_a_larger_one_writes_what_a_fresh_build_writes() {
     };
     let build = |dir: &std::path::Path, units: usize| {
         let weight: Vec<f32> = (0..units * 64).map(|i| (i % 13) as f32 - 6.0).collect();
-        let mut b = Build::new("dense");
-        b.module(kiln::relay::parse_module(&model(units)).expect("parses"))
-            .weight("w", Tensor::from_f32(vec![units, 64], &weight))
-            .target("llvm -mcpu=haswell")
-            .out_dir(dir)
-            .cargo_metadata(false);
-        b.compile().expect("build")
+        compile_module(dir, "dense", &model(units), vec![("w", Tensor::from_f32(vec![units, 64], &weight))])
     };
     let (d, fresh_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let big = build(d.path(), 4096);

@@ -73,13 +73,12 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 // its input in place over fused pixels instead of repacking
                 // every row (YOLOv8n's 32 → 32 on 80 × 80 8 % faster, its other
                 // 1 × 1 ones within noise).
-                let whole_columns = PackedConvTile { channel_vectors: 1, columns: lanes };
                 if calls_in_epilogue(s.func())
                     && owe % lanes == 0
                     && rows_tile.columns % 4 != 0
                     && lanes + 2 <= registers
                 {
-                    rows_tile = whole_columns;
+                    rows_tile = PackedConvTile { channel_vectors: 1, columns: lanes };
                 }
                 let pixels_tile = packed_conv_tile(blocks, pixels, registers);
                 let fuse_pixels = knobs.rows.is_none()
@@ -171,21 +170,9 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                         // Without a batch loop the padded image stays where it was lowered.
                         pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
                         par = vec![oc_oo];
-                        // A row too short to hide the FMA latency (7 columns: 7
-                        // accumulators, 87.5 % of the FMA rate at best) takes two
-                        // rows per tile where the registers allow, and the odd
-                        // row one tile of its own.
-                        let rows = extent(&s, oh).unwrap_or(1);
-                        let short = tile.channel_vectors * tile.columns < MIN_ACCUMULATORS;
-                        // Accumulators, weight vectors and a broadcast within the registers.
-                        let two_rows = 2 * tile.channel_vectors * tile.columns + tile.channel_vectors < registers;
-                        if knobs.rows.is_none() && knobs.cols.is_none() && short && two_rows && rows >= 2 {
-                            let (oh_o, oh_i, tail) = s.split_with_tail(oh, 2)?;
-                            s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i, oc_oi, oc_i])?;
-                            if let Some(t) = tail {
-                                // One iteration around the odd row: one tile.
-                                tail_root = Some(s.split(&t, 1)?.0);
-                            }
+                        let by_rule = knobs.rows.is_none() && knobs.cols.is_none();
+                        if by_rule && two_row_tile(tile, registers) && extent(&s, oh).is_some_and(|r| r >= 2) {
+                            tail_root = tile_two_rows(&mut s, oh, [&ow_o, &ow_i, &oc_oi, &oc_i])?;
                         }
                     }
                     // A 1 × 1 convolution on a small map with more output channels
@@ -318,6 +305,28 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
 
 /// Accumulators that hide the FMA latency: two FMAs a cycle, four cycles each.
 const MIN_ACCUMULATORS: i64 = 8;
+
+/// Whether a packed tile too short to hide the FMA latency (a 7-column row:
+/// 7 accumulators, 87.5 % of the FMA rate at best) fits twice over: the
+/// accumulators of two rows, its weight vectors and a broadcast.
+fn two_row_tile(tile: PackedConvTile, registers: i64) -> bool {
+    let accumulators = tile.channel_vectors * tile.columns;
+    accumulators < MIN_ACCUMULATORS && 2 * accumulators + tile.channel_vectors < registers
+}
+
+/// Tiles of two rows (`oh` split by 2 above the tile loops `[ow_o, ow_i,
+/// oc_oi, oc_i]`, `ow_o` the tile's root), and the odd row as a tail of its
+/// own: the loop to decompose its tile at, where there is one.
+fn tile_two_rows(
+    s: &mut Schedule,
+    oh: &Var,
+    [ow_o, ow_i, oc_oi, oc_i]: [&Var; 4],
+) -> Result<Option<Var>, ScheduleError> {
+    let (oh_o, oh_i, tail) = s.split_with_tail(oh, 2)?;
+    s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i.clone(), oc_oi.clone(), oc_i.clone()])?;
+    // One iteration around the odd row: one tile.
+    tail.map(|t| s.split(&t, 1).map(|(t_o, _)| t_o)).transpose()
+}
 
 /// The most register tiles per row of a whole-tile convolution that are
 /// unrolled (code size: each copy holds the whole window's updates).

@@ -407,27 +407,15 @@ pub fn compile_object_jobs(
     order.sort_by_cached_key(|&k| {
         std::cmp::Reverse(jobs[k].funcs.iter().map(|f| statement_count(&f.body)).sum::<usize>())
     });
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    type Slot = std::sync::Mutex<Option<Result<Vec<u8>, CodegenError>>>;
-    let results: Vec<Slot> = (0..jobs.len()).map(|_| std::sync::Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
-            scope.spawn(|| {
-                while let Some(&k) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                    let result = compile(&jobs[k]);
-                    *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
-                }
-            });
-        }
-    });
+    let compiled = crate::parallel::parallel_map(&order, threads.max(1), |&k| compile(&jobs[k]));
+    let mut results: Vec<Option<Result<Vec<u8>, CodegenError>>> = jobs.iter().map(|_| None).collect();
+    for (k, r) in order.into_iter().zip(compiled) {
+        results[k] = r;
+    }
     results
         .into_iter()
         .zip(jobs)
-        .map(|(r, job)| {
-            r.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_else(|| Err(llvm_err(&job.module, "not compiled")))
-        })
+        .map(|(r, job)| r.unwrap_or_else(|| Err(llvm_err(&job.module, "not compiled"))))
         .collect()
 }
 

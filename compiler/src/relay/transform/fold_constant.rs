@@ -150,8 +150,9 @@ fn evaluate_constant_calls(
         let bytes = |id: ExprId| store.checked_type(id).map_or(0, type_bytes);
         jobs.sort_by_key(|(id, _)| std::cmp::Reverse(bytes(*id)));
         // Threads only for work worth their start (tens of microseconds each).
-        let parallel = jobs.iter().map(|(id, _)| bytes(*id)).sum::<usize>() >= PARALLEL_FOLD_BYTES;
-        let results = crate::parallel::parallel_map(&jobs, parallel, |(id, args)| {
+        let large = jobs.iter().map(|(id, _)| bytes(*id)).sum::<usize>() >= PARALLEL_FOLD_BYTES;
+        let threads = if large { crate::parallel::cores() } else { 1 };
+        let results = crate::parallel::parallel_map(&jobs, threads, |(id, args)| {
             let ExprKind::Call(call) = store.kind(*id) else { return None };
             let Callee::Op(op) = call.callee else { return None };
             (op_registry().get(op).eval)(args, &call.attrs).ok()
@@ -274,10 +275,8 @@ pub fn fold_constant_up_to(store: &mut Store, func: ExprId, max_bytes: usize) ->
                         }
                     }
                     Callee::Op(op)
-                        if !call.args.is_empty()
-                            && !op_registry().get(op).stateful
-                            && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo))
-                            && store.checked_type(id).is_none_or(|t| type_bytes(t) <= max_bytes) =>
+                        if evaluable(store, id, call.callee, &call.args, max_bytes)
+                            && call.args.iter().all(|&a| is_constant(store, a, &mut constant_memo)) =>
                     {
                         let values: Option<Vec<Value>> = call.args.iter().map(|&a| to_value(store, a)).collect();
                         values
