@@ -242,10 +242,11 @@ def @main(%y: Tensor[(2, 13, 32), float32], %w: Tensor[(32, 16), float32]) {
         }
     });
     // 8 rows × 40 columns: one vector of 8 divides 40, two do not; on 8 lanes
-    // the weight is zero-padded to three panels of 16 (whole tiles, the
-    // write-back checks the 40 columns), computed as a 6 × 16 tile (12
-    // accumulators of 16 registers) and a 2 × 16 tile for the last rows; on
-    // 16 lanes it keeps the transposed matmul.
+    // the weight is zero-padded to three panels of 16 (whole tiles), computed
+    // as a 6 × 16 tile (12 accumulators of 16 registers) and a 2 × 16 tile for
+    // the last rows, each written back whole where its panel is inside the 40
+    // columns and lane by lane, checking them, for the last panel (an
+    // if/else per tile); on 16 lanes it keeps the transposed matmul.
     let head = r#"#[version = "0.0.5"]
 def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tensor[(40), float32]) {
   add(nn.dense(%h, %w), %b)
@@ -256,16 +257,17 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
             kernels.iter().filter_map(|k| k.attrs.get("dense_pack.panel").map(String::as_str)).collect();
         let want: &[&str] = if lanes == 8 { &["16"] } else { &[] };
         assert_eq!(panels, want, "padded panels with {lanes} lanes");
-        let mut tiles = Vec::new();
+        let (mut tiles, mut split_writebacks) = (Vec::new(), 0);
         for k in kernels.iter().filter(|k| k.attrs.contains_key("dense_pack.panel")) {
-            k.body.visit(&mut |s| {
-                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
-                    tiles.push(buffer.shape().to_vec());
-                }
+            k.body.visit(&mut |s| match s {
+                kiln::tir::Stmt::Allocate { buffer, .. } => tiles.push(buffer.shape().to_vec()),
+                kiln::tir::Stmt::If { else_case: Some(_), .. } => split_writebacks += 1,
+                _ => {}
             });
         }
         let want: Vec<Vec<usize>> = if lanes == 8 { vec![vec![6, 16], vec![2, 16]] } else { vec![] };
         assert_eq!(tiles, want, "register tiles with {lanes} lanes");
+        assert_eq!(split_writebacks, want.len(), "whole and guarded write-backs with {lanes} lanes");
     });
 }
 

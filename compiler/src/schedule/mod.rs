@@ -357,13 +357,14 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
     // cache while every row block of A passes over it.
     s.reorder(&[j_o.clone(), i_o.clone(), i_i, j_i])?;
     // A packed weight padded to whole panels (the last one past the
-    // columns): whole tiles, only their write-back checks the tail.
+    // columns): whole tiles; only the last panel's write-back checks the tail.
     let tile = if panel.is_some() && je % jb != 0 {
         s.decompose_reduction_whole_tiles(&i_o)?
     } else {
         s.decompose_reduction(&i_o, true)?
     };
     tile_kinds(&mut s, &tile)?;
+    s.split_writeback_at_tail(&tile)?;
     // Where several row blocks reuse a column block of B, copy it once into a
     // contiguous [k, jb] panel: B's rows are a page apart in big matrices,
     // which defeats the hardware prefetcher.
@@ -426,12 +427,14 @@ fn schedule_rows_with_tail(
     };
     let tile = decompose(&mut s, &i_o)?;
     tile_kinds(&mut s, &tile)?;
+    s.split_writeback_at_tail(&tile)?;
     if let Some(t) = tail {
         // One iteration around the tail rows, so that they form one tile.
         let extent_t = extent(&s, &t).unwrap_or(1);
         let (t_o, _) = s.split(&t, extent_t as usize)?;
         let tile = decompose(&mut s, &t_o)?;
         tile_kinds(&mut s, &tile)?;
+        s.split_writeback_at_tail(&tile)?;
     }
     if copy_b && row_count / rows >= 4 {
         if let Some(b) = column_operand(s.func(), &tile) {

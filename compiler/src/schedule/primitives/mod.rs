@@ -3,7 +3,9 @@
 //! parallel, unroll, bind), `decompose_reduction` (with an optional cache
 //! write of the output tile into a kernel-local accumulator), `compute_at`
 //! and `compute_inline` of a materialized producer stage (those in `stages.rs`),
-//! `rfactor_lanes` (a reduction split into per-lane partials, `rfactor.rs`).
+//! `rfactor_lanes` (a reduction split into per-lane partials, `rfactor.rs`),
+//! `split_writeback_at_tail` (whole tiles' write-back unguarded but for the
+//! tile across the end, `writeback.rs`).
 //!
 //! Loops are named by their variables; every primitive either rewrites the
 //! kernel into an equivalent one or returns an error naming the kernel and
@@ -11,6 +13,7 @@
 
 mod rfactor;
 mod stages;
+mod writeback;
 
 use std::collections::HashMap;
 
