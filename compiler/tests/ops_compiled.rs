@@ -305,20 +305,24 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
 /// (`rfactor_lanes`: a local `*_rf` partial, folded after the row, the
 /// rest of the row as a serial tail): softmax and log-softmax rows of 37
 /// (whole vectors of 8 and 16 plus a tail), a row maximum, minimum, sum and
-/// mean of 50, and a row of 6 (shorter than a vector: serial). All equal the
-/// interpreter on LLVM and C, for 8- and 16-lane units.
+/// mean of 50, a row of 6 (shorter than a vector: serial), and a layer
+/// normalization of rows of 40 (kept whole on CPUs: one kernel, its sum and
+/// squared deviations on lanes). All equal the interpreter on LLVM and C, for
+/// 8- and 16-lane units.
 fn row_reductions_on_vector_lanes_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32]) {
+def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32],
+          %h: Tensor[(5, 40), float32], %g: Tensor[(40), float32], %b: Tensor[(40), float32]) {
   %0 = nn.softmax(%x);
   %1 = max(%y, axis=[2]);
   %2 = min(%y, axis=[2], keepdims=True);
   %3 = sum(%y, axis=[-1]);
   %4 = mean(%y, axis=[2]);
-  (%0, %1, %2, %3, %4, sum(%z, axis=[1]))
+  %5 = nn.layer_norm(%h, %g, %b);
+  (%0, %1, %2, %3, %4, sum(%z, axis=[1]), %5)
 }
 "#;
-    check_compiled(text, &[], true, &|kernels, lanes| {
+    check_compiled(text, &["g", "b"], true, &|kernels, lanes| {
         let mut partials = 0;
         for k in kernels {
             k.body.visit(&mut |s| {
@@ -326,8 +330,10 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
                     usize::from(matches!(s, kiln::tir::Stmt::Allocate { buffer, .. } if buffer.name().ends_with("_rf")))
             });
         }
-        // softmax: its maximum and sum; then max, min, sum and mean: one each.
-        assert_eq!(partials, 6, "row reductions on vector lanes with {lanes} lanes");
+        // softmax and layer norm: two each; then max, min, sum and mean: one each.
+        assert_eq!(partials, 8, "row reductions on vector lanes with {lanes} lanes");
+        let norms = kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.layer_norm")).count();
+        assert_eq!(norms, 1, "layer norm kernels with {lanes} lanes");
     });
 }
 
@@ -382,6 +388,8 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
     for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
         let mut ctx = PassContext::new().with_opt_level(3);
         unit.configure(&mut ctx);
+        // The rest of a CPU target's configuration (`nn.layer_norm` kept whole).
+        kiln::target::configure_context("llvm", &mut ctx);
         let (_, plan) = kiln::build::optimize_and_plan(bound.clone(), std::sync::Arc::new(ctx)).expect("compile");
         inspect(&plan.kernels, unit.f32_lanes);
         let jit = kiln::codegen::llvm::Jit::new("packed", &plan.kernels).expect("jit");

@@ -145,13 +145,18 @@ pub fn is_cuda(target: &str) -> bool {
 }
 
 /// Configures `ctx` for `target`, keeping what the user set: the vector
-/// unit's keys ([`VectorUnit::configure`]), and on GPUs no Winograd rewrite
-/// (its transforms have no GPU schedule; the direct convolutions do).
+/// unit's keys ([`VectorUnit::configure`]); on GPUs no Winograd rewrite
+/// (its transforms have no GPU schedule; the direct convolutions do); on
+/// CPUs `nn.layer_norm` kept whole by SimplifyInference (one kernel per
+/// normalization instead of four; GPUs schedule the expansion).
 pub fn configure_context(target: &str, ctx: &mut PassContext) {
     VectorUnit::of_target(target).configure(ctx);
+    // Registered boolean keys: setting them cannot fail.
     if is_cuda(target) && ctx.config("relay.AlterOpLayout.winograd").is_none() {
-        // A registered boolean key: setting it cannot fail.
         let _ = ctx.set_config("relay.AlterOpLayout.winograd", ConfigValue::Bool(false));
+    }
+    if !is_cuda(target) && ctx.config("relay.SimplifyInference.layer_norm").is_none() {
+        let _ = ctx.set_config("relay.SimplifyInference.layer_norm", ConfigValue::Bool(false));
     }
 }
 

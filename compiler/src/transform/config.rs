@@ -235,6 +235,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             "rewrite 3 × 3 stride-1 convolutions with constant weights as Winograd convolutions where the cost rule picks them (default true; false keeps every convolution direct)",
             vec![],
         );
+        add(
+            "relay.SimplifyInference.layer_norm",
+            ConfigKind::Bool,
+            "expand nn.layer_norm into means, a subtraction and a division (TVM's SimplifyInference; default true, false on CPU targets, which compute it as one kernel)",
+            vec![],
+        );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)", vec![]);
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code", vec![]);
         add(

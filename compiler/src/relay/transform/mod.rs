@@ -58,9 +58,14 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
     let mut v: Vec<Arc<dyn Pass>> = vec![
         infer_type(),
         print_ir(),
-        function_pass("SimplifyInference", 0, &["InferType"], |m, f| {
-            simplify_inference::simplify_inference(&mut m.store, f)
-        }),
+        FunctionPass::new(
+            PassInfo::new("SimplifyInference", 0, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                let layer_norm = ctx.config_bool("relay.SimplifyInference.layer_norm").unwrap_or(true);
+                Ok(simplify_inference::simplify_inference(&mut m.store, f, layer_norm)?)
+            },
+        )
+        .arc(),
         function_pass("ConvertLayout", 0, &["InferType"], |m, f| convert_layout::convert_layout(&mut m.store, f)),
         FunctionPass::new(PassInfo::new("FoldConstant", 2, &[]), |m: &mut IRModule, f, ctx: &PassContext| {
             let max = ctx.config_int("relay.FoldConstant.max_bytes").map(|v| v.max(0) as usize);

@@ -3,7 +3,11 @@
 //!
 //! - `batch_norm(x, γ, β, μ, σ²).0` → `x * s + (β - μ * s)` with
 //!   `s = γ / sqrt(σ² + ε)`, the per-channel vectors expanded to broadcast on `axis`;
-//! - `layer_norm(x, γ, β)` → `(x - mean(x)) / sqrt(var(x) + ε) * γ + β` over `axis`;
+//! - `layer_norm(x, γ, β)` → `(x - mean(x)) / sqrt(var(x) + ε) * γ + β` over `axis`
+//!   (unless `relay.SimplifyInference.layer_norm=false`: CPU targets keep it
+//!   one kernel, one pass over each row's cache-resident elements, where the
+//!   expansion is four kernels — two reductions and two element-wise passes
+//!   — each crossing between cores when run beside parallel ones);
 //! - `dropout(x).0` → `x`.
 //!
 //! Needs checked types (the rank and dtype of the data).
@@ -14,6 +18,8 @@ use kiln_ir::{DataType, Tensor};
 
 struct Simplify {
     error: Option<String>,
+    /// Whether `nn.layer_norm` is expanded (TVM's behaviour) or kept.
+    layer_norm: bool,
 }
 
 fn attrs(pairs: &[(&str, AttrValue)]) -> Attrs {
@@ -134,7 +140,7 @@ impl ExprMutator for Simplify {
     }
 
     fn rewrite_call(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
-        if store.op_name(post) != Some("nn.layer_norm") {
+        if !self.layer_norm || store.op_name(post) != Some("nn.layer_norm") {
             return post;
         }
         match self.layer_norm(store, post, pre) {
@@ -147,9 +153,10 @@ impl ExprMutator for Simplify {
     }
 }
 
-/// Rewrite one function; returns the new function handle.
-pub(crate) fn simplify_inference(store: &mut Store, func: ExprId) -> Result<ExprId, String> {
-    let mut s = Simplify { error: None };
+/// Rewrite one function; returns the new function handle. `layer_norm`:
+/// whether `nn.layer_norm` is expanded too.
+pub(crate) fn simplify_inference(store: &mut Store, func: ExprId, layer_norm: bool) -> Result<ExprId, String> {
+    let mut s = Simplify { error: None, layer_norm };
     let out = mutate(store, func, &mut s);
     match s.error {
         Some(e) => Err(e),
