@@ -233,7 +233,7 @@ fn every_expr() -> PrimFunc {
     ] {
         exprs.push(Expr::call(f, vec![aij.clone()], TirType::scalar(F32)));
     }
-    for f in [Pow, Fmod, Ldexp] {
+    for f in [Pow, Fmod, Ldexp, LdexpNormal] {
         exprs.push(Expr::call(f, vec![aij.clone(), f32c(2.0)], TirType::scalar(F32)));
     }
     for f in [BitAnd, BitOr, BitXor, ShiftLeft, ShiftRight] {

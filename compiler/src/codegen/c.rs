@@ -187,7 +187,7 @@ impl Emitter<'_> {
                     Intrinsic::BitNot => format!("(({})(~{first}))", c_type(self.kernel, t.elem)?),
                     Intrinsic::ShiftLeft => format!("(({})({first} << {second}))", c_type(self.kernel, t.elem)?),
                     Intrinsic::ShiftRight => format!("(({})({first} >> {second}))", c_type(self.kernel, t.elem)?),
-                    Intrinsic::Ldexp => format!("ldexp{f}({first}, (int)({second}))"),
+                    Intrinsic::Ldexp | Intrinsic::LdexpNormal => format!("ldexp{f}({first}, (int)({second}))"),
                     // The rest are unary and spelled as their name: exp, log,
                     // sqrt, tanh, erf, fabs, floor, ceil and the libm functions.
                     other => format!("{}{f}({first})", other.name()),

@@ -283,6 +283,10 @@ pub enum Intrinsic {
     /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
     /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
     Ldexp,
+    /// `x · 2ⁿ` for an integral float `n` in `[−126, 127]`, where `2ⁿ` is a
+    /// normal f32: one exponent construction where `Ldexp` needs two (the
+    /// sigmoid's `exp`, whose clamped input keeps `n` in range).
+    LdexpNormal,
     /// `a & b` on integers.
     BitAnd,
     /// `a | b` on integers.
@@ -340,6 +344,7 @@ impl Intrinsic {
             Intrinsic::Acosh => "acosh",
             Intrinsic::Atanh => "atanh",
             Intrinsic::Ldexp => "ldexp",
+            Intrinsic::LdexpNormal => "kiln.ldexp_normal",
             Intrinsic::BitAnd => "bitwise_and",
             Intrinsic::BitOr => "bitwise_or",
             Intrinsic::BitXor => "bitwise_xor",

@@ -334,9 +334,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         let den = self.e(self.b.build_float_add(one, ex, "den"))?;
                         self.e(self.b.build_float_div(one, den, "sigmoid"))?.into()
                     }
-                    Intrinsic::Ldexp => {
+                    Intrinsic::Ldexp | Intrinsic::LdexpNormal => {
                         let n = vals.get(1).copied().ok_or_else(|| self.unsupported("ldexp with one argument"))?;
-                        self.ldexp(x, n)?
+                        self.ldexp(x, n, *f == Intrinsic::LdexpNormal)?
                     }
                     Intrinsic::Tanh => self.intrinsic(&libm("tanhf"), &[x], ft)?,
                     Intrinsic::Erf => self.intrinsic(&libm("erff"), &[x], ft)?,
@@ -449,20 +449,29 @@ impl<'ctx> FnGen<'_, 'ctx> {
         self.e(self.b.build_select(ok, i, i.get_type().const_zero(), "index"))
     }
 
+    /// `x · 2ⁿ`: `2ⁿ` built in the exponent field, in two factors
+    /// (`2^⌊n/2⌋ · 2^⌈n/2⌉`) so that every `n` of the polynomial `exp` is
+    /// covered (`2¹²⁸` is no f32), or in one where `normal` says that `2ⁿ` is
+    /// a normal f32 (`LdexpNormal`).
     pub(super) fn ldexp(
         &self,
         x: BasicValueEnum<'ctx>,
         n: BasicValueEnum<'ctx>,
+        normal: bool,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let i32t = self.ctx.i32_type();
         let f32t = self.ctx.f32_type();
         match (x, n) {
             (BasicValueEnum::FloatValue(x), BasicValueEnum::FloatValue(n)) => {
                 let n = self.e(self.b.build_float_to_signed_int(n, i32t, "n"))?;
-                let n1 = self.e(self.b.build_right_shift(n, i32t.const_int(1, false), true, "n1"))?;
-                let n2 = self.e(self.b.build_int_sub(n, n1, "n2"))?;
+                let parts = if normal {
+                    vec![n]
+                } else {
+                    let n1 = self.e(self.b.build_right_shift(n, i32t.const_int(1, false), true, "n1"))?;
+                    vec![n1, self.e(self.b.build_int_sub(n, n1, "n2"))?]
+                };
                 let mut acc = x;
-                for k in [n1, n2] {
+                for k in parts {
                     let biased = self.e(self.b.build_int_add(k, i32t.const_int(127, false), "biased"))?;
                     let bits = self.e(self.b.build_left_shift(biased, i32t.const_int(23, false), "bits"))?;
                     let p = self.e(self.b.build_bit_cast(bits, f32t, "pow2"))?.into_float_value();
@@ -475,10 +484,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let vi = i32t.vec_type(lanes);
                 let splat = |v: u64| VectorType::const_vector(&vec![i32t.const_int(v, false); lanes as usize]);
                 let n = self.e(self.b.build_float_to_signed_int(n, vi, "n"))?;
-                let n1 = self.e(self.b.build_right_shift(n, splat(1), true, "n1"))?;
-                let n2 = self.e(self.b.build_int_sub(n, n1, "n2"))?;
+                let parts = if normal {
+                    vec![n]
+                } else {
+                    let n1 = self.e(self.b.build_right_shift(n, splat(1), true, "n1"))?;
+                    vec![n1, self.e(self.b.build_int_sub(n, n1, "n2"))?]
+                };
                 let mut acc = x;
-                for k in [n1, n2] {
+                for k in parts {
                     let biased = self.e(self.b.build_int_add(k, splat(127), "biased"))?;
                     let bits = self.e(self.b.build_left_shift(biased, splat(23), "bits"))?;
                     let p = self.e(self.b.build_bit_cast(bits, f32t.vec_type(lanes), "pow2"))?.into_vector_value();

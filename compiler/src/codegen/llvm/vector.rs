@@ -255,7 +255,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     Intrinsic::Round => "rint",
                     Intrinsic::Exp => "exp",
                     Intrinsic::Log => "log",
-                    Intrinsic::Ldexp => return self.ldexp(vals[0], vals[1]),
+                    Intrinsic::Ldexp => return self.ldexp(vals[0], vals[1], false),
+                    Intrinsic::LdexpNormal => return self.ldexp(vals[0], vals[1], true),
                     _ => return self.scalarize(e),
                 };
                 self.vector_intrinsic(&format!("llvm.{name}.v{lanes}f32"), &vals)?

@@ -35,11 +35,10 @@ pub(super) fn lt(a: Expr, b: Expr) -> Expr {
     Expr::cmp(CmpOp::Lt, a, b)
 }
 
-/// eˣ for f32.
-pub fn exp_f32(x: Expr) -> Expr {
-    const HI: f64 = 88.722_839_355_468_75;
-    const LO: f64 = -87.336_544_750_553_1;
-    let xc = min(max(x.clone(), f(LO)), f(HI));
+/// The `exp` of a clamped input `xc` before scaling: `(y, n)` with
+/// `eˣᶜ = y · 2ⁿ` (Cody–Waite reduction by `n · ln 2`, then the polynomial
+/// on the remainder, |r| ≤ ln 2 / 2).
+fn exp_reduced(xc: Expr) -> (Expr, Expr) {
     let n = Expr::call(
         Intrinsic::Floor,
         vec![xc.clone() * f(std::f64::consts::LOG2_E) + f(0.5)],
@@ -57,17 +56,40 @@ pub fn exp_f32(x: Expr) -> Expr {
             5.000_000_120_1e-1,
         ],
     );
-    let y = p * r.clone() * r.clone() + r + f(1.0);
+    (p * r.clone() * r.clone() + r + f(1.0), n)
+}
+
+/// NaN where `x` is NaN (a clamp's min/max may turn it into a number), else `v`.
+fn keep_nan(x: Expr, v: Expr) -> Expr {
+    Expr::select(Expr::cmp(CmpOp::Ne, x.clone(), x.clone()), x, v)
+}
+
+/// eˣ for f32.
+pub fn exp_f32(x: Expr) -> Expr {
+    const HI: f64 = 88.722_839_355_468_75;
+    const LO: f64 = -87.336_544_750_553_1;
+    let (y, n) = exp_reduced(min(max(x.clone(), f(LO)), f(HI)));
+    // n reaches 128 here (2¹²⁸ is no f32): the two-step ldexp.
     let scaled = Expr::call(Intrinsic::Ldexp, vec![y, n], TirType::scalar(DataType::F32));
     // Overflow to +inf, underflow to 0, NaN stays NaN.
     let v = Expr::select(Expr::cmp(CmpOp::Gt, x.clone(), f(HI)), f(f64::INFINITY), scaled);
     let v = Expr::select(lt(x.clone(), f(LO)), f(0.0), v);
-    Expr::select(Expr::cmp(CmpOp::Ne, x.clone(), x), f(f64::NAN), v)
+    keep_nan(x, v)
 }
 
-/// 1 / (1 + e⁻ˣ).
+/// 1 / (1 + e⁻ˣ), with `e⁻ˣ` for `−x` clamped to [−87.34, 88]: there `2ⁿ`
+/// is a normal f32 (n from −126 to 127), so one exponent construction
+/// (`LdexpNormal`) and no overflow or underflow tests — past the clamp the
+/// quotient is already 1, or within a subnormal (6e-39) of 0. A quarter
+/// fewer instructions than through [`exp_f32`]: SiLU epilogues (YOLO's
+/// every convolution) spend as long on the sigmoid as on the convolution.
 pub fn sigmoid_f32(x: Expr) -> Expr {
-    f(1.0) / (f(1.0) + exp_f32(f(0.0) - x))
+    // round(88 · log₂ e) = 127; round(−87.34 · log₂ e) = −126.
+    const HI: f64 = 88.0;
+    const LO: f64 = -87.336_544_750_553_1;
+    let (y, n) = exp_reduced(min(max(f(0.0) - x.clone(), f(LO)), f(HI)));
+    let e = Expr::call(Intrinsic::LdexpNormal, vec![y, n], TirType::scalar(DataType::F32));
+    keep_nan(x, f(1.0) / (f(1.0) + e))
 }
 
 /// tanh for f32: a rational function of the clamped input (Eigen's
@@ -96,7 +118,7 @@ pub fn tanh_f32(x: Expr) -> Expr {
         horner(&z, &[1.198_258_394_667_02e-6, 1.185_347_056_866_54e-4, 2.268_434_632_439e-3, 4.893_525_185_543_85e-3]);
     // Tiny inputs are their own tanh (the quotient would lose relative accuracy); NaN stays NaN.
     let v = Expr::select(lt(fabs(x.clone()), f(4e-4)), x.clone(), p / q);
-    Expr::select(Expr::cmp(CmpOp::Ne, x.clone(), x.clone()), x, v)
+    keep_nan(x, v)
 }
 
 /// erf for f32.
