@@ -80,31 +80,29 @@ impl Build {
             plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
         let header = c_api::c_header(&self.name, &plan);
-        let (objects, weights_object, c_source) = if self.target.trim() == "c" {
+        let (objects, weights_in_library, c_source) = if self.target.trim() == "c" {
             let src = crate::codegen::c::codegen_module_with_data(&plan.kernels, &symbols)
                 .map_err(|e| self.model_err(e.to_string()))?;
-            (Vec::new(), None, Some(src))
+            (Vec::new(), false, Some(src))
         } else {
-            // Where kiln writes the library itself, the weights' object goes
-            // to a file of the build's (and from there into the library).
-            let weights_file = out_dir
-                .filter(|_| super::library::archives_from_memory(&self.target))
-                .map(|d| d.join(format!("{}.weights.o", self.name)));
+            // Where kiln writes the library itself, the weights' object is
+            // streamed into it then (`library::archive`), never made here.
+            let library = out_dir.is_some() && super::library::archives_from_memory(&self.target);
             let (objects, streamed, reuse) = std::thread::scope(|scope| {
                 if let Some(dir) = out_dir.filter(|_| !c_api.is_empty()) {
                     scope.spawn(|| prebuild_c_api(dir, &self.name, &c_api, &header, &self.target));
                 }
-                self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering, weights_file.as_deref())
+                self.llvm_objects(&plan, &symbols, cache.as_ref(), lowering, library)
             })?;
             timings.push_str(&reuse);
-            (objects, weights_file.filter(|_| streamed), None)
+            (objects, streamed, None)
         };
         let glue = glue::rust_glue(&self.name, &plan, "::kiln_runtime", self.runtime_std, &description);
         let report = report_json(&self.name, &description, &plan);
         Ok(Artifacts {
             name: self.name.clone(),
             objects,
-            weights_object,
+            weights_in_library,
             c_source,
             ptx: None,
             device_weights: None,
@@ -176,7 +174,8 @@ impl Build {
     }
 
     /// The objects of an LLVM target: the weights' (`symbols`) first —
-    /// unless they went into `weights_file` (where kiln writes that object
+    /// unless `library` (the static library is written by kiln, which then
+    /// streams the weights' object into it, where it writes that object
     /// itself; the flag returned says so) — then the kernels' groups: all of
     /// them from `cache` where `lowering` found the fused module's entry,
     /// else each from `cache` where it holds it, else compiled (in parallel)
@@ -188,28 +187,27 @@ impl Build {
         symbols: &[(String, &[u8])],
         cache: Option<&kernel_cache::KernelCache>,
         lowering: Lowering,
-        weights_file: Option<&Path>,
+        library: bool,
     ) -> Result<(Vec<Vec<u8>>, bool, String), Error> {
         use crate::codegen::llvm::{compile_object_jobs, partition_kernels, DataSymbol, LlvmTarget, ObjectJob};
         let target = LlvmTarget::parse(&self.target).map_err(|e| self.model_err(e.to_string()))?;
         let data: Vec<DataSymbol> = symbols.iter().map(|(s, b)| DataSymbol { symbol: s.clone(), bytes: b }).collect();
         let start = std::time::Instant::now();
-        let written = weights_file.and_then(|path| {
-            crate::codegen::llvm::write_data_object(&target, &data, path).map(|r| {
-                r.map_err(|e| Error::Io { model: self.name.clone(), path: path.display().to_string(), source: e })
-            })
-        });
-        let streamed = written.transpose()?.is_some();
+        let streamed = library && crate::codegen::llvm::writes_data_object(&target);
         let data_job = ObjectJob { module: format!("{}.data", self.name), funcs: &[], data: &data };
         let data_jobs = if streamed { Vec::new() } else { vec![data_job] };
         if let Some(reused) = lowering.reused {
             // The fused module compiled before: its kernel objects as they were.
             let mut all = compile_object_jobs(&data_jobs, &target, 1).map_err(|e| self.model_err(e.to_string()))?;
+            let weights = if streamed {
+                "weights' object streamed into the library".to_string()
+            } else {
+                format!("weights' object {:.0} ms", start.elapsed().as_secs_f64() * 1e3)
+            };
             let line = format!(
                 "kernel objects: 0 compiled, {} reused from the kernel cache (fused module unchanged: no TIR pass \
-                 ran); weights' object {:.0} ms\n",
+                 ran); {weights}\n",
                 reused.objects.len(),
-                start.elapsed().as_secs_f64() * 1e3
             );
             all.extend(reused.objects);
             return Ok((all, streamed, line));
@@ -268,7 +266,7 @@ impl Build {
         _: &[(String, &[u8])],
         _: Option<&kernel_cache::KernelCache>,
         _: Lowering,
-        _: Option<&Path>,
+        _: bool,
     ) -> Result<(Vec<Vec<u8>>, bool, String), Error> {
         Err(self.model_err(format!("target `{}` needs kiln's `llvm` feature; use `.target(\"c\")`", self.target)))
     }
@@ -296,7 +294,7 @@ impl Build {
         Ok(Artifacts {
             name: self.name.clone(),
             objects: Vec::new(),
-            weights_object: None,
+            weights_in_library: false,
             c_source: None,
             ptx: Some(ptx),
             device_weights: Some(glue::cuda_weights(&plan)),

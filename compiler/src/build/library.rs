@@ -3,6 +3,7 @@
 //! target's C compiler), and writes that leave unchanged files alone.
 
 use std::hash::{Hash, Hasher};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::{hash_kiln_binary, Artifacts};
@@ -65,30 +66,25 @@ pub(super) fn archive(a: &Artifacts, dir: &Path, lib_name: &str, target: &str) -
         objects.push(compile_c(&b, dir, &source, &triple)?);
     }
     if writes_gnu_archive(&triple) {
-        // The weights' object mapped from the file it was streamed to (it is
-        // most of the bytes), the kernels' from memory, the C API's from its file.
-        let weights = match &a.weights_object {
-            Some(path) => {
-                let read = |e: std::io::Error| format!("reading {}: {e}", path.display());
-                let file = std::fs::File::open(path).map_err(read)?;
-                // SAFETY: this build wrote the file in its own directory just
-                // now; the map lives only while the library is written.
-                Some(unsafe { memmap2::Mmap::map(&file) }.map_err(read)?)
-            }
-            None => None,
-        };
+        // The kernels' objects from memory, the C API's from its file, and
+        // the weights' object (most of the bytes) streamed in last.
         let mut c_objects = Vec::new();
         for object in &objects[a.objects.len()..] {
             let bytes = std::fs::read(object).map_err(|e| format!("reading {}: {e}", object.display()))?;
             c_objects.push((object.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), bytes));
         }
-        let members: Vec<(String, &[u8])> = (weights.iter().map(|m| &m[..]))
-            .chain(a.objects.iter().map(Vec::as_slice))
+        // Member k of the objects is `<name>.<k>.o`; `<name>.o` is the weights'.
+        let first = usize::from(!a.weights_in_library);
+        let members: Vec<(String, &[u8])> = (a.objects.iter().map(Vec::as_slice))
             .enumerate()
-            .map(|(k, bytes)| (object_file(&a.name, k), bytes))
+            .map(|(k, bytes)| (object_file(&a.name, k + 1 - first), bytes))
             .chain(c_objects.iter().map(|(name, bytes)| (name.clone(), bytes.as_slice())))
             .collect();
-        return write_gnu_archive(&dir.join(format!("lib{lib_name}.a")), &members);
+        let library = dir.join(format!("lib{lib_name}.a"));
+        if a.weights_in_library {
+            return streamed_weights::write(a, &library, &members, target);
+        }
+        return write_gnu_archive(&library, &members, None);
     }
     let mut lib = cc::Build::new();
     lib.out_dir(dir).cargo_metadata(false).objects(&objects);
@@ -167,21 +163,103 @@ fn cc_env_names(var: &str, triple: &str) -> [String; 3] {
     [var.to_string(), format!("{var}_{triple}"), format!("{var}_{}", triple.replace('-', "_"))]
 }
 
-/// Write the GNU archive `path` of the named objects `members`, with its
-/// symbol table, in one pass — streamed into the file (no copy of the
-/// weights in memory), written aside and renamed, so that a build stopped
-/// halfway leaves no truncated library.
-fn write_gnu_archive(path: &Path, members: &[(String, &[u8])]) -> Result<(), String> {
+/// A member written straight into an archive, last: its symbols read from
+/// `symbols` (an object defining the same ones, without their bytes), its
+/// bytes from `write` — never held in memory.
+pub(super) struct StreamedMember<'a> {
+    pub name: String,
+    pub symbols: Vec<u8>,
+    #[allow(clippy::type_complexity)]
+    pub write: Box<dyn FnOnce(&mut dyn Write) -> std::io::Result<()> + 'a>,
+}
+
+/// The size field of a GNU archive member header: bytes 48..58 of its 60.
+const SIZE_FIELD: std::ops::Range<usize> = 48..58;
+const HEADER_LEN: u64 = 60;
+
+/// Write the GNU archive `path` of the named objects `members` (then
+/// `last`), with its symbol table, in one pass, over the old library in
+/// place (see `write_in_place`: a rebuild after a weights-only change
+/// writes a library of the same size). `last` goes in as its symbols'
+/// object — the archive's symbol table and its header are then right but
+/// for the size — and is streamed over that object, its size patched in.
+fn write_gnu_archive(path: &Path, members: &[(String, &[u8])], last: Option<StreamedMember>) -> Result<(), String> {
     use ar_archive_writer::{write_archive_to_stream, ArchiveKind, NewArchiveMember, DEFAULT_OBJECT_READER};
-    let members: Vec<NewArchiveMember> = (members.iter())
-        .map(|(name, bytes)| NewArchiveMember::new(*bytes, &DEFAULT_OBJECT_READER, name.clone()))
-        .collect();
-    // Over the old library in place (see `write_in_place`): a rebuild after a
-    // weights-only change writes a library of the same size.
+    use std::io::{Seek, SeekFrom};
+    let (stand_in, write) = match last {
+        Some(StreamedMember { name, symbols, write }) => (Some((name, symbols)), Some(write)),
+        None => (None, None),
+    };
+    let members: Vec<NewArchiveMember> =
+        (members.iter().cloned().chain(stand_in.as_ref().map(|(name, symbols)| (name.clone(), symbols.as_slice()))))
+            .map(|(name, bytes)| NewArchiveMember::new(bytes, &DEFAULT_OBJECT_READER, name))
+            .collect();
     let written = crate::codegen::write_in_place(path, |out| {
-        write_archive_to_stream(out, &members, ArchiveKind::Gnu, false, false)
+        write_archive_to_stream(out, &members, ArchiveKind::Gnu, false, false)?;
+        let (Some((_, symbols)), Some(write)) = (&stand_in, write) else { return Ok(()) };
+        // The stand-in is the archive's last member: its bytes end the
+        // file but for a byte of padding to an even length.
+        let len = symbols.len() as u64;
+        let data = out.stream_position()? - len % 2 - len;
+        let header = data - HEADER_LEN;
+        out.flush()?;
+        let mut bytes = [0u8; HEADER_LEN as usize];
+        std::os::unix::fs::FileExt::read_exact_at(out.get_ref(), &mut bytes, header)?;
+        let size = std::str::from_utf8(&bytes[SIZE_FIELD]).ok().and_then(|f| f.trim().parse::<u64>().ok());
+        if size != Some(len) || &bytes[58..] != b"`\n" {
+            return Err(std::io::Error::other("the archive writer did not end with the weights' member"));
+        }
+        out.seek(SeekFrom::Start(data))?;
+        write(out)?;
+        let size = out.stream_position()? - data;
+        if size % 2 == 1 {
+            out.write_all(b"\n")?;
+        }
+        let end = out.stream_position()?;
+        let field = format!("{size:<10}");
+        if field.len() != SIZE_FIELD.len() {
+            return Err(std::io::Error::other(format!("a member of {size} bytes is too large for a GNU archive")));
+        }
+        out.seek(SeekFrom::Start(header + SIZE_FIELD.start as u64))?;
+        out.write_all(field.as_bytes())?;
+        out.seek(SeekFrom::Start(end))?;
+        Ok(())
     });
     written.map_err(|e| format!("writing the static library {}: {e}", path.display()))
+}
+
+/// The weights' object streamed into the library (LLVM targets).
+mod streamed_weights {
+    use super::{object_file, write_gnu_archive, Artifacts, StreamedMember};
+    use std::path::Path;
+
+    /// Write `library` with `members`, then the weights of `a`'s plan as
+    /// the object `<name>.o`, written for `target` by kiln.
+    #[cfg(feature = "llvm")]
+    pub(super) fn write(
+        a: &Artifacts,
+        library: &Path,
+        members: &[(String, &[u8])],
+        target: &str,
+    ) -> Result<(), String> {
+        use crate::codegen::llvm::{data_object_symbols, stream_data_object, DataSymbol, LlvmTarget};
+        let target = LlvmTarget::parse(target).map_err(|e| e.to_string())?;
+        let data: Vec<DataSymbol> = (a.plan.constants.iter().enumerate())
+            .map(|(i, c)| DataSymbol { symbol: crate::build::glue::constant_symbol(&a.name, i), bytes: c.bytes() })
+            .collect();
+        let unsupported = || format!("kiln writes no weights' object for `{}`", target.triple);
+        let symbols = data_object_symbols(&target, &data).ok_or_else(unsupported)?;
+        let write = Box::new(|out: &mut dyn std::io::Write| {
+            stream_data_object(&target, &data, out).unwrap_or_else(|| Err(std::io::Error::other(unsupported())))
+        });
+        write_gnu_archive(library, members, Some(StreamedMember { name: object_file(&a.name, 0), symbols, write }))
+    }
+
+    /// Without LLVM no build streams its weights (the C target embeds them in its source).
+    #[cfg(not(feature = "llvm"))]
+    pub(super) fn write(_: &Artifacts, _: &Path, _: &[(String, &[u8])], _: &str) -> Result<(), String> {
+        Err("a weights' object without kiln's `llvm` feature".into())
+    }
 }
 
 /// Compile `dir/<source>` into `dir/<source stem>.o` with `b`'s compiler and
@@ -238,5 +316,37 @@ fn cc_triple(llvm: &str) -> String {
         [arch, "linux", env] => format!("{arch}-unknown-linux-{env}"),
         [arch, "pc", "linux", env] => format!("{arch}-unknown-linux-{env}"),
         _ => llvm.to_string(),
+    }
+}
+
+#[cfg(all(test, feature = "llvm"))]
+mod tests {
+    use super::*;
+    use crate::codegen::llvm::{data_object_symbols, stream_data_object, DataSymbol, LlvmTarget};
+
+    /// A member streamed in last, its symbols read from a stand-in, makes
+    /// the archive that the whole member makes, byte for byte — over an
+    /// old, longer library, for weights of odd and even sizes.
+    #[test]
+    fn a_streamed_last_member_writes_the_archive_the_whole_member_writes() {
+        let target = LlvmTarget::parse("llvm -mcpu=x86-64 -mtriple=x86_64-unknown-linux-gnu").expect("a target");
+        let kernel = data_object_symbols(&target, &[DataSymbol { symbol: "kernel".into(), bytes: &[] }]).expect("ELF");
+        let dir = tempfile::tempdir().expect("dir");
+        for n in [3usize, 64, 1001] {
+            let (a, b) = (vec![7u8; n], vec![1u8; 2 * n + 1]);
+            let data = [DataSymbol { symbol: "w_a".into(), bytes: &a }, DataSymbol { symbol: "w_b".into(), bytes: &b }];
+            let mut whole = Vec::new();
+            stream_data_object(&target, &data, &mut whole).expect("ELF").expect("written");
+            let members = [("m.1.o".to_string(), kernel.as_slice())];
+            let (plain, streamed) = (dir.path().join("plain.a"), dir.path().join("streamed.a"));
+            let all = [members[0].clone(), ("m.o".to_string(), whole.as_slice())];
+            write_gnu_archive(&plain, &all, None).expect("the plain archive");
+            std::fs::write(&streamed, vec![0xAB; 1 << 16]).expect("an old library");
+            let write = Box::new(|out: &mut dyn Write| stream_data_object(&target, &data, out).expect("ELF"));
+            let symbols = data_object_symbols(&target, &data).expect("ELF");
+            let last = StreamedMember { name: "m.o".into(), symbols, write };
+            write_gnu_archive(&streamed, &members, Some(last)).expect("the streamed archive");
+            assert_eq!(std::fs::read(&plain).expect("read"), std::fs::read(&streamed).expect("read"), "{n} bytes");
+        }
     }
 }

@@ -193,17 +193,17 @@ pub struct Artifacts {
     /// The model's name (the generated module's and the symbols' prefix).
     pub name: String,
     /// The weights and kernels as object files (LLVM targets): the weights'
-    /// first (unless [`Artifacts::weights_object`] names its file instead),
+    /// first (unless [`Artifacts::weights_in_library`]),
     /// then the kernels in up to `codegen::llvm::OBJECT_PARTS`,
     /// compiled in parallel — or, by [`Build::compile`], taken from the
     /// kernel cache in its output directory where the kernels are unchanged.
     pub objects: Vec<Vec<u8>>,
-    /// Where [`Build::compile`] wrote the weights' object instead of keeping
-    /// it in `objects` (then the kernels' only): `<model>.weights.o` in its
-    /// output directory, where kiln writes the static library itself (GNU
-    /// archives) — streamed there and into the library, never held in
-    /// memory (ResNet-18's is 97 MB).
-    pub weights_object: Option<PathBuf>,
+    /// Whether the weights' object is not in `objects` (then the kernels'
+    /// only) but streamed by [`Build::compile`] straight into the static
+    /// library, as its last member: where kiln writes the library itself
+    /// (GNU archives) and the object (ELF). Never held in memory nor written
+    /// to a file of its own (ResNet-18's is 97 MB).
+    pub weights_in_library: bool,
     /// The kernels and weights as C source (the `c` target).
     pub c_source: Option<String>,
     /// The kernels as PTX (the `cuda` target).
@@ -648,7 +648,7 @@ impl Build {
             Artifacts {
                 name: self.name.clone(),
                 objects: Vec::new(),
-                weights_object: None,
+                weights_in_library: false,
                 c_source: None,
                 ptx: None,
                 device_weights: None,
@@ -677,6 +677,8 @@ impl Build {
                         break;
                     }
                 }
+                // An older kiln's copy of the weights' object, now only in the library.
+                let _ = std::fs::remove_file(dir.join(format!("{}.weights.o", self.name)));
             }
             if !cuda {
                 archive(&a, &dir, &lib_name, &build.target).map_err(|m| self.model_err(m))?;

@@ -31,7 +31,8 @@ pub fn write_in_place(
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     use std::io::Seek;
-    let open = || std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path);
+    // Readable too: a writer may check what it wrote (`library::write_gnu_archive`).
+    let open = || std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
     let file = open().or_else(|_| std::fs::remove_file(path).and_then(|()| open()))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     write(&mut out)?;

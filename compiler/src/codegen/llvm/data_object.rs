@@ -19,21 +19,27 @@ pub(super) fn elf_data_object(triple: &str, data: &[DataSymbol<'_>]) -> Option<V
     elf_data(triple, data)?.write().ok()
 }
 
-/// [`elf_data_object`] streamed into the file `path` instead of memory
-/// (ResNet-18's weights are 97 MB: a buffer of that size cost 60–80 ms of
-/// page faults on a 2-core VM), over the old file in place
-/// ([`crate::codegen::write_in_place`]). `None` where LLVM must write the object.
-pub(super) fn write_elf_data_object(
+/// [`elf_data_object`] streamed into `out` instead of memory (ResNet-18's
+/// weights are 97 MB: a buffer of that size cost 60–80 ms of page faults on
+/// a 2-core VM) — the static library's weights member, written in place.
+/// `None` where LLVM must write the object.
+pub(super) fn stream_elf_data_object(
     triple: &str,
     data: &[DataSymbol<'_>],
-    path: &std::path::Path,
+    out: &mut dyn std::io::Write,
 ) -> Option<std::io::Result<()>> {
     let obj = elf_data(triple, data)?;
-    Some(crate::codegen::write_in_place(path, |out| {
-        let mut stream = object::write::StreamingBuffer::new(out);
-        obj.emit(&mut stream).map_err(|e| std::io::Error::other(e.to_string()))?;
-        stream.result()
-    }))
+    let mut stream = object::write::StreamingBuffer::new(out);
+    Some(obj.emit(&mut stream).map_err(|e| std::io::Error::other(e.to_string())).and_then(|()| stream.result()))
+}
+
+/// An object defining the symbols of [`elf_data_object`] without their
+/// bytes: what an archive writer reads the weights member's symbol table
+/// from before the member itself is streamed. `None` where LLVM must write
+/// the object.
+pub(super) fn elf_symbols_object(triple: &str, data: &[DataSymbol<'_>]) -> Option<Vec<u8>> {
+    let empty: Vec<DataSymbol> = data.iter().map(|d| DataSymbol { symbol: d.symbol.clone(), bytes: &[] }).collect();
+    elf_data_object(triple, &empty)
 }
 
 /// The object of [`elf_data_object`], not yet written.
@@ -90,13 +96,19 @@ mod tests {
                 assert_eq!(&contents[start..start + d.bytes.len()], d.bytes);
             }
         }
-        // Streamed into a file, over a longer old one, the same bytes.
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("w.o");
-        std::fs::write(&path, vec![0xAB; 100_000]).expect("an old file");
-        write_elf_data_object("x86_64-unknown-linux-gnu", &data, &path).expect("an ELF target").expect("written");
+        // Streamed, the same bytes; without the bytes, the same symbols.
+        let mut streamed = Vec::new();
+        stream_elf_data_object("x86_64-unknown-linux-gnu", &data, &mut streamed)
+            .expect("an ELF target")
+            .expect("written");
         let in_memory = elf_data_object("x86_64-unknown-linux-gnu", &data).expect("an ELF target");
-        assert_eq!(std::fs::read(&path).expect("read back"), in_memory);
+        assert_eq!(streamed, in_memory);
+        let symbols = elf_symbols_object("x86_64-unknown-linux-gnu", &data).expect("an ELF target");
+        let file = object::File::parse(&*symbols).expect("a valid object");
+        for d in &data {
+            let sym = file.symbols().find(|s| s.name() == Ok(d.symbol.as_str())).expect("the symbol");
+            assert!(sym.is_global() && sym.is_definition());
+        }
         assert!(elf_data_object("thumbv7em-none-eabihf", &data).is_none());
         assert!(elf_data_object("x86_64-apple-darwin", &data).is_none());
     }

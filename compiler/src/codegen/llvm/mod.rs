@@ -374,15 +374,29 @@ pub struct ObjectJob<'a> {
     pub data: &'a [DataSymbol<'a>],
 }
 
-/// Write the object defining `data` (a data-only job's) straight into the
-/// file `path`, where kiln writes such objects itself (ELF); `None` where
-/// LLVM must compile it ([`compile_object_jobs`]).
-pub fn write_data_object(
+/// Whether kiln writes the object defining a model's weights for `target`
+/// itself (ELF: [`stream_data_object`]); else LLVM compiles it
+/// ([`compile_object_jobs`]).
+pub fn writes_data_object(target: &LlvmTarget) -> bool {
+    data_object::elf_symbols_object(&target.triple, &[]).is_some()
+}
+
+/// Stream the object defining `data` (a data-only job's) into `out`, where
+/// kiln writes such objects itself ([`writes_data_object`]); `None` where
+/// LLVM must compile it.
+pub fn stream_data_object(
     target: &LlvmTarget,
     data: &[DataSymbol<'_>],
-    path: &std::path::Path,
+    out: &mut dyn std::io::Write,
 ) -> Option<std::io::Result<()>> {
-    data_object::write_elf_data_object(&target.triple, data, path)
+    data_object::stream_elf_data_object(&target.triple, data, out)
+}
+
+/// An object defining the symbols of [`stream_data_object`]'s, without
+/// their bytes (an archive's symbol table is read from it); `None` where
+/// LLVM must compile the data.
+pub fn data_object_symbols(target: &LlvmTarget, data: &[DataSymbol<'_>]) -> Option<Vec<u8>> {
+    data_object::elf_symbols_object(&target.triple, data)
 }
 
 /// Compile each job to an object, on up to `threads` threads at once, each
