@@ -230,7 +230,7 @@ fn write_gnu_archive(path: &Path, members: &[(String, &[u8])], last: Option<Stre
 
 /// The weights' object streamed into the library (LLVM targets).
 mod streamed_weights {
-    use super::{object_file, write_gnu_archive, Artifacts, StreamedMember};
+    use super::Artifacts;
     use std::path::Path;
 
     /// Write `library` with `members`, then the weights of `a`'s plan as
@@ -242,6 +242,7 @@ mod streamed_weights {
         members: &[(String, &[u8])],
         target: &str,
     ) -> Result<(), String> {
+        use super::{object_file, write_gnu_archive, StreamedMember};
         use crate::codegen::llvm::{data_object_symbols, stream_data_object, DataSymbol, LlvmTarget};
         let target = LlvmTarget::parse(target).map_err(|e| e.to_string())?;
         let data: Vec<DataSymbol> = (a.plan.constants.iter().enumerate())
