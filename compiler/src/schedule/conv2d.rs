@@ -363,17 +363,26 @@ pub fn pointwise_over_pixels(pixels: usize, unit: VectorUnit) -> bool {
 }
 
 /// The tile of the pixel-vectorized pointwise strategy, where it applies: a
-/// `conv2d.pointwise` kernel (OIHW) whose `oh` × `ow` map passes
-/// [`pointwise_over_pixels`]. Up to 3 vectors of pixels that divide the map
-/// and 8 channel rows, the accumulators, one vector row of the input and a
-/// broadcast within the registers.
+/// `conv2d.pointwise` kernel left OIHW — by [`pointwise_over_pixels`] on
+/// AVX-512, or on any unit for a reduction too short to pack (MobileNetV2's
+/// 16 and 24 input channels) — whose `oh` × `ow` map is whole vectors. Up to
+/// 3 vectors of pixels that divide the map and 8 channel rows, the
+/// accumulators, one vector row of the input and a broadcast within the
+/// registers. Below 16 lanes only where a row holds no whole tile of two
+/// vectors: on AVX2 the general tile took 8 channels × one vector of a
+/// 56-wide row (8 accumulators, 9 loads per 8 multiply-adds; MobileNetV2's
+/// 24 → 144 on 56 × 56 24 % faster as 6 × 2 vectors of fused pixels), while
+/// on 112-wide rows its 6 × 2-vector row tiles were 9 % faster than fused
+/// pixels (longer runs per output plane).
 fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
     let pixels = extent(s, oh)? * owe;
+    let lanes = unit.f32_lanes as i64;
     let pointwise = s.func().attrs.get("conv2d.pointwise").is_some_and(|v| v == "true");
-    if !pointwise || !pointwise_over_pixels(pixels as usize, unit) {
+    let row_tiles = lanes < 16 && owe % (2 * lanes) == 0;
+    if !pointwise || row_tiles || pixels <= 0 || pixels % lanes != 0 {
         return None;
     }
-    let (lanes, registers) = (unit.f32_lanes as i64, unit.registers as i64);
+    let registers = unit.registers as i64;
     let vectors = (1..=3).rev().find(|v| pixels % (v * lanes) == 0)?;
     Some(PointwiseTile { rows: ((registers - vectors - 1) / vectors).clamp(1, 8), pixels: vectors * lanes })
 }
