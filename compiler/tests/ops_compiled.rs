@@ -309,19 +309,22 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
 /// (whole vectors of 8 and 16 plus a tail), a row maximum, minimum, sum and
 /// mean of 50, a row of 6 (shorter than a vector: serial), and a layer
 /// normalization of rows of 40 (kept whole on CPUs: one kernel, its sum and
-/// squared deviations on lanes). All equal the interpreter on LLVM and C, for
-/// 8- and 16-lane units.
+/// squared deviations on lanes), and a softmax over 4 × 32 rows of 64 — with
+/// its polynomial `exp`s enough work for the threads: its row loop runs in
+/// parallel inside the allocations of the rows' maxima and sums. All equal
+/// the interpreter on LLVM and C, for 8- and 16-lane units, on 1 and 2 threads.
 fn row_reductions_on_vector_lanes_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32],
-          %h: Tensor[(5, 40), float32], %g: Tensor[(40), float32], %b: Tensor[(40), float32]) {
+          %h: Tensor[(5, 40), float32], %a: Tensor[(4, 32, 64), float32], %g: Tensor[(40), float32],
+          %b: Tensor[(40), float32]) {
   %0 = nn.softmax(%x);
   %1 = max(%y, axis=[2]);
   %2 = min(%y, axis=[2], keepdims=True);
   %3 = sum(%y, axis=[-1]);
   %4 = mean(%y, axis=[2]);
   %5 = nn.layer_norm(%h, %g, %b);
-  (%0, %1, %2, %3, %4, sum(%z, axis=[1]), %5)
+  (%0, %1, %2, %3, %4, sum(%z, axis=[1]), %5, nn.softmax(%a))
 }
 "#;
     check_compiled(text, &["g", "b"], true, &|kernels, lanes| {
@@ -332,10 +335,13 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
                     usize::from(matches!(s, kiln::tir::Stmt::Allocate { buffer, .. } if buffer.name().ends_with("_rf")))
             });
         }
-        // softmax and layer norm: two each; then max, min, sum and mean: one each.
-        assert_eq!(partials, 8, "row reductions on vector lanes with {lanes} lanes");
-        let norms = kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.layer_norm")).count();
-        assert_eq!(norms, 1, "layer norm kernels with {lanes} lanes");
+        // softmaxes and layer norm: two each; then max, min, sum and mean: one each.
+        assert_eq!(partials, 10, "row reductions on vector lanes with {lanes} lanes");
+        let anchored =
+            |op: &'static str| kernels.iter().filter(move |k| k.attrs.get("anchor").is_some_and(|a| a == op));
+        assert_eq!(anchored("nn.layer_norm").count(), 1, "layer norm kernels with {lanes} lanes");
+        let parallel: Vec<bool> = anchored("nn.softmax").map(|k| k.body.has_parallel_loop()).collect();
+        assert_eq!(parallel, [false, true], "softmax kernels in parallel with {lanes} lanes");
     });
 }
 

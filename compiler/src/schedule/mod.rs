@@ -57,17 +57,30 @@ use crate::target::VectorUnit;
 use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};
 pub use primitives::{ReductionTile, Schedule, ScheduleError};
 
-/// Below this many innermost iterations a kernel stays on one thread.
+/// Below this much work (about a store's worth per unit) a kernel stays on one thread.
 pub const MIN_PARALLEL_WORK: u64 = 16 * 1024;
 
+/// Expression nodes per unit of work: a plain store (a copy, an add) is one
+/// unit; a softmax's polynomial `exp`, some 60 nodes, is several.
+const NODES_PER_WORK_UNIT: u64 = 8;
+
+/// The work of `s`: its stores, each weighted by the size of its value,
+/// times the trip counts around them.
 fn work(s: &Stmt) -> u64 {
     match s {
         Stmt::For(l) => l.extent.as_int().unwrap_or(1).max(1) as u64 * work(&l.body),
         Stmt::Seq(v) => v.iter().map(work).sum(),
         Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => work(body),
         Stmt::If { then_case, else_case, .. } => work(then_case).max(else_case.as_deref().map_or(0, work)),
-        Stmt::Store { .. } | Stmt::Evaluate(_) => 1,
+        Stmt::Store { value, .. } | Stmt::Evaluate(value) => (nodes(value) / NODES_PER_WORK_UNIT).max(1),
     }
+}
+
+/// The number of nodes of expression `e`.
+fn nodes(e: &crate::tir::Expr) -> u64 {
+    let mut n = 1;
+    e.for_each_child(|c| n += nodes(c));
+    n
 }
 
 /// Whether any statement of `s` (itself included) satisfies `pred`.
@@ -98,17 +111,55 @@ pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
 }
 
 /// [`parallelize_outer`] with an explicit work threshold (tests use 0).
+/// The outermost loop may sit inside kernel-local allocations (a softmax's
+/// row maxima and sums) that every iteration reads only at indices of its
+/// own: each task slice runs the kernel with its own copy of them.
 pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
     let total = work(&f.body);
     if total < min_work || has_kind(&f.body, ForKind::Parallel) || f.attrs.contains_key(knobs::SERIAL_ATTR) {
         return f;
     }
-    if let Stmt::For(l) = &mut f.body {
-        if l.extent.as_int().is_some_and(|e| e >= 2) {
+    let mut locals = Vec::new();
+    let mut s = &mut f.body;
+    while let Stmt::Allocate { buffer, body } = s {
+        if buffer.scope() != Scope::Local {
+            return f;
+        }
+        locals.push(buffer.clone());
+        s = body;
+    }
+    if let Stmt::For(l) = s {
+        let own = |l: &crate::tir::For| locals.iter().all(|b| indexed_by(&l.body, b, &l.var));
+        if l.extent.as_int().is_some_and(|e| e >= 2) && own(l) {
             l.kind = ForKind::Parallel;
         }
     }
     f
+}
+
+/// Whether every load and store of buffer `b` in `s` has an index that reads `v`.
+fn indexed_by(s: &Stmt, b: &Buffer, v: &Var) -> bool {
+    fn expr_ok(e: &crate::tir::Expr, b: &Buffer, v: &Var) -> bool {
+        let here = match e {
+            crate::tir::Expr::Load(buf, idx) if buf == b => idx.iter().any(|i| i.uses_var(v)),
+            _ => true,
+        };
+        let mut ok = here;
+        e.for_each_child(|c| ok &= expr_ok(c, b, v));
+        ok
+    }
+    let mut ok = true;
+    s.visit(&mut |st| {
+        if let Stmt::Store { buffer, indices, .. } = st {
+            ok &= buffer != b || indices.iter().any(|i| i.uses_var(v));
+        }
+    });
+    let s2 = s.clone();
+    s2.map_exprs(&mut |e| {
+        ok &= expr_ok(&e, b, v);
+        e
+    });
+    ok
 }
 
 /// The largest divisor of `n` that is at most `cap`.
