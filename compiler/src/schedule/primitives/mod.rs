@@ -148,6 +148,21 @@ fn rebuild_chain(headers: Vec<Header>, body: Stmt) -> Stmt {
     headers.into_iter().rev().fold(body, |b, (v, min, ext, kind)| loop_stmt(v, min, ext, kind, b))
 }
 
+/// Copies of loop `headers` over new variables named `<name>_<suffix>`, and
+/// the substitution from the old variables to the new.
+fn fresh_headers(headers: &[Header], suffix: &str) -> (Vec<Header>, HashMap<u32, Expr>) {
+    let mut map = HashMap::new();
+    let copies = headers
+        .iter()
+        .map(|(v, min, ext, kind)| {
+            let nv = Var::index(&format!("{}_{suffix}", v.name));
+            map.insert(v.id, Expr::var(&nv));
+            (nv, min.clone(), ext.clone(), *kind)
+        })
+        .collect();
+    (copies, map)
+}
+
 /// Strip `if` guards (split tails) around a statement, collecting their conditions.
 fn strip_guards(s: Stmt, guards: &mut Vec<Expr>) -> Stmt {
     match s {
@@ -595,18 +610,7 @@ impl Schedule {
             if tiles.iter().any(|(_, min, ext, _)| min.as_int().is_none() || ext.as_int().is_none()) {
                 return Err(err("tile loops need constant ranges"));
             }
-            let fresh = |suffix: &str| -> (Vec<Header>, HashMap<u32, Expr>) {
-                let mut map = HashMap::new();
-                let h = tiles
-                    .iter()
-                    .map(|(v, min, ext, kind)| {
-                        let nv = Var::index(&format!("{}_{suffix}", v.name));
-                        map.insert(v.id, Expr::var(&nv));
-                        (nv, min.clone(), ext.clone(), *kind)
-                    })
-                    .collect();
-                (h, map)
-            };
+            let fresh = |suffix: &str| fresh_headers(&tiles, suffix);
             let cache_buf = cache.then(|| {
                 let shape: Vec<usize> = tiles.iter().map(|(_, _, e, _)| e.as_int().unwrap_or(1) as usize).collect();
                 Buffer::new(&format!("{}_local", acc.name()), acc.elem(), shape, Scope::Local)

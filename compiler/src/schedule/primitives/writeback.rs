@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use kiln_ir::arith::{simplify, Bounds};
 
-use super::{peel_chain, rebuild_chain, strip_guards, subst_stmt, wrap_guards, ReductionTile, Result, Schedule};
+use super::{
+    fresh_headers, peel_chain, rebuild_chain, strip_guards, subst_stmt, wrap_guards, ReductionTile, Result, Schedule,
+};
 use crate::tir::{BinOp, CmpOp, Expr, Stmt, Var};
 
 /// The most tile loops a guard may test (its corners are tested one by one).
@@ -33,16 +35,8 @@ impl Schedule {
             let Some(inside) = whole_tile_test(&guards, &headers) else {
                 return Ok(rebuild_chain(headers, wrap_guards(body, &guards)));
             };
-            let mut map = HashMap::new();
-            let copy_headers = headers
-                .iter()
-                .map(|(v, min, extent, kind)| {
-                    let copy = Var::index(&format!("{}_tail", v.name));
-                    map.insert(v.id, Expr::var(&copy));
-                    out.push(copy.clone());
-                    (copy, min.clone(), extent.clone(), *kind)
-                })
-                .collect();
+            let (copy_headers, map) = fresh_headers(&headers, "tail");
+            out.extend(copy_headers.iter().map(|h| h.0.clone()));
             let guarded = rebuild_chain(copy_headers, subst_stmt(wrap_guards(body.clone(), &guards), &map));
             Ok(Stmt::If {
                 cond: inside,
