@@ -112,8 +112,8 @@ pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
 
 /// [`parallelize_outer`] with an explicit work threshold (tests use 0).
 /// The outermost loop may sit inside kernel-local allocations (a softmax's
-/// row maxima and sums) that every iteration reads only at indices of its
-/// own: each task slice runs the kernel with its own copy of them.
+/// row maxima and sums) of which each iteration touches a slice of its own
+/// ([`own_slices`]): each task slice runs the kernel with its own copy.
 pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
     let total = work(&f.body);
     if total < min_work || has_kind(&f.body, ForKind::Parallel) || f.attrs.contains_key(knobs::SERIAL_ATTR) {
@@ -129,34 +129,54 @@ pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
         s = body;
     }
     if let Stmt::For(l) = s {
-        let own = |l: &crate::tir::For| locals.iter().all(|b| indexed_by(&l.body, b, &l.var));
-        if l.extent.as_int().is_some_and(|e| e >= 2) && own(l) {
+        if l.extent.as_int().is_some_and(|e| e >= 2) && locals.iter().all(|b| own_slices(l, b)) {
             l.kind = ForKind::Parallel;
         }
     }
     f
 }
 
-/// Whether every load and store of buffer `b` in `s` has an index that reads `v`.
-fn indexed_by(s: &Stmt, b: &Buffer, v: &Var) -> bool {
-    fn expr_ok(e: &crate::tir::Expr, b: &Buffer, v: &Var) -> bool {
-        let here = match e {
-            crate::tir::Expr::Load(buf, idx) if buf == b => idx.iter().any(|i| i.uses_var(v)),
-            _ => true,
-        };
-        let mut ok = here;
-        e.for_each_child(|c| ok &= expr_ok(c, b, v));
+/// Whether the iterations of loop `l` touch disjoint slices of the
+/// (flattened) buffer `b`: every access index is `c·v + r` with `r` free of
+/// the loop variable `v` and `c · extent ≥ |b|` — in bounds for every `v`,
+/// `r` then stays below `c`.
+fn own_slices(l: &crate::tir::For, b: &Buffer) -> bool {
+    use crate::tir::{BinOp, Expr};
+    /// `e` as `c·v + rest`, when it is affine in `v` with a constant `c`.
+    fn coefficient(e: &Expr, v: &Var) -> Option<i64> {
+        if !e.uses_var(v) {
+            return Some(0);
+        }
+        match e {
+            Expr::Var(w) if w == v => Some(1),
+            Expr::Bin(BinOp::Add, a, b2) => Some(coefficient(a, v)? + coefficient(b2, v)?),
+            Expr::Bin(BinOp::Sub, a, b2) => Some(coefficient(a, v)? - coefficient(b2, v)?),
+            Expr::Bin(BinOp::Mul, a, b2) => match (a.as_int(), b2.as_int()) {
+                (Some(k), _) => coefficient(b2, v).map(|c| c * k),
+                (_, Some(k)) => coefficient(a, v).map(|c| c * k),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    let (Some(extent), numel) = (l.extent.as_int(), b.shape().iter().product::<usize>() as i64) else { return false };
+    let own = |idx: &[Expr]| match idx {
+        [i] => coefficient(i, &l.var).is_some_and(|c| c > 0 && c.saturating_mul(extent) >= numel),
+        _ => false,
+    };
+    fn loads_ok(e: &Expr, b: &Buffer, own: &dyn Fn(&[Expr]) -> bool) -> bool {
+        let mut ok = !matches!(e, Expr::Load(buf, idx) if buf == b && !own(idx));
+        e.for_each_child(|c| ok &= loads_ok(c, b, own));
         ok
     }
     let mut ok = true;
-    s.visit(&mut |st| {
+    l.body.visit(&mut |st| {
         if let Stmt::Store { buffer, indices, .. } = st {
-            ok &= buffer != b || indices.iter().any(|i| i.uses_var(v));
+            ok &= buffer != b || own(indices);
         }
     });
-    let s2 = s.clone();
-    s2.map_exprs(&mut |e| {
-        ok &= expr_ok(&e, b, v);
+    l.body.clone().map_exprs(&mut |e| {
+        ok &= loads_ok(&e, b, &own);
         e
     });
     ok
