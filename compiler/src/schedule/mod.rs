@@ -112,8 +112,8 @@ pub fn parallelize_outer(f: PrimFunc) -> PrimFunc {
 
 /// [`parallelize_outer`] with an explicit work threshold (tests use 0).
 /// The outermost loop may sit inside kernel-local allocations (a softmax's
-/// row maxima and sums) of which each iteration touches a slice of its own
-/// ([`own_slices`]): each task slice runs the kernel with its own copy.
+/// row maxima and sums) of which each iteration provably touches a slice of
+/// its own: each task slice runs the kernel with its own copy.
 pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
     let total = work(&f.body);
     if total < min_work || has_kind(&f.body, ForKind::Parallel) || f.attrs.contains_key(knobs::SERIAL_ATTR) {
