@@ -76,8 +76,7 @@ impl Build {
         } else {
             None
         };
-        let symbols: Vec<(String, &[u8])> =
-            plan.constants.iter().enumerate().map(|(i, c)| (glue::constant_symbol(&self.name, i), c.bytes())).collect();
+        let symbols = glue::constant_symbols(&self.name, &plan);
         let c_api = c_api::c_api_source(&self.name, &plan, &description);
         let header = c_api::c_header(&self.name, &plan);
         let (objects, weights_in_library, c_source) = if self.target.trim() == "c" {

@@ -48,6 +48,12 @@ pub fn constant_symbol(model: &str, i: usize) -> String {
     format!("kiln_{model}_c{i}")
 }
 
+/// Every constant of `plan` under its [`constant_symbol`], with its bytes:
+/// the weights' object's contents.
+pub fn constant_symbols<'a>(model: &str, plan: &'a ExecutorPlan) -> Vec<(String, &'a [u8])> {
+    plan.constants.iter().enumerate().map(|(i, c)| (constant_symbol(model, i), c.bytes())).collect()
+}
+
 /// `<model>.rs`.
 pub fn rust_glue(
     model: &str,

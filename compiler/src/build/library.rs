@@ -245,8 +245,8 @@ mod streamed_weights {
         use super::{object_file, write_gnu_archive, StreamedMember};
         use crate::codegen::llvm::{data_object_symbols, stream_data_object, DataSymbol, LlvmTarget};
         let target = LlvmTarget::parse(target).map_err(|e| e.to_string())?;
-        let data: Vec<DataSymbol> = (a.plan.constants.iter().enumerate())
-            .map(|(i, c)| DataSymbol { symbol: crate::build::glue::constant_symbol(&a.name, i), bytes: c.bytes() })
+        let data: Vec<DataSymbol> = (crate::build::glue::constant_symbols(&a.name, &a.plan).into_iter())
+            .map(|(symbol, bytes)| DataSymbol { symbol, bytes })
             .collect();
         let unsupported = || format!("kiln writes no weights' object for `{}`", target.triple);
         let symbols = data_object_symbols(&target, &data).ok_or_else(unsupported)?;

@@ -141,27 +141,10 @@ pub fn parallelize_outer_above(mut f: PrimFunc, min_work: u64) -> PrimFunc {
 /// the loop variable `v` and `c · extent ≥ |b|` — in bounds for every `v`,
 /// `r` then stays below `c`.
 fn own_slices(l: &crate::tir::For, b: &Buffer) -> bool {
-    use crate::tir::{BinOp, Expr};
-    /// `e` as `c·v + rest`, when it is affine in `v` with a constant `c`.
-    fn coefficient(e: &Expr, v: &Var) -> Option<i64> {
-        if !e.uses_var(v) {
-            return Some(0);
-        }
-        match e {
-            Expr::Var(w) if w == v => Some(1),
-            Expr::Bin(BinOp::Add, a, b2) => Some(coefficient(a, v)? + coefficient(b2, v)?),
-            Expr::Bin(BinOp::Sub, a, b2) => Some(coefficient(a, v)? - coefficient(b2, v)?),
-            Expr::Bin(BinOp::Mul, a, b2) => match (a.as_int(), b2.as_int()) {
-                (Some(k), _) => coefficient(b2, v).map(|c| c * k),
-                (_, Some(k)) => coefficient(a, v).map(|c| c * k),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
+    use crate::tir::Expr;
     let (Some(extent), numel) = (l.extent.as_int(), b.shape().iter().product::<usize>() as i64) else { return false };
     let own = |idx: &[Expr]| match idx {
-        [i] => coefficient(i, &l.var).is_some_and(|c| c > 0 && c.saturating_mul(extent) >= numel),
+        [i] => kiln_ir::arith::linear(i, &l.var).is_some_and(|(c, _)| c > 0 && c.saturating_mul(extent) >= numel),
         _ => false,
     };
     fn loads_ok(e: &Expr, b: &Buffer, own: &dyn Fn(&[Expr]) -> bool) -> bool {

@@ -6,9 +6,12 @@
 //!   floordiv/floormod rules, and conditions decided by bounds — what loop
 //!   splitting and buffer flattening need to produce clean indices and to
 //!   drop tail checks that can never fail.
+//! - [`linear`]: an expression as `c·v + rest` in one variable.
 
 mod bounds;
+mod linear;
 mod simplify;
 
 pub use bounds::{Bounds, Interval};
+pub use linear::linear;
 pub use simplify::{simplify, simplify_stmt};

@@ -309,6 +309,47 @@ pub enum Intrinsic {
 }
 
 impl Intrinsic {
+    /// Every intrinsic (the TIR parser finds one by its [`Intrinsic::name`]).
+    pub const ALL: [Intrinsic; 34] = {
+        use Intrinsic::*;
+        [
+            Exp,
+            Log,
+            Sqrt,
+            Rsqrt,
+            Tanh,
+            Sigmoid,
+            Erf,
+            Pow,
+            Fabs,
+            Floor,
+            Ceil,
+            Round,
+            Fmod,
+            Sin,
+            Cos,
+            Tan,
+            Asin,
+            Acos,
+            Atan,
+            Sinh,
+            Cosh,
+            Asinh,
+            Acosh,
+            Atanh,
+            Ldexp,
+            LdexpNormal,
+            BitAnd,
+            BitOr,
+            BitXor,
+            BitNot,
+            ShiftLeft,
+            ShiftRight,
+            Barrier,
+            CheckIndex,
+        ]
+    };
+
     /// Unary functions every CPU backend calls from libm as `<name>f`
     /// (no polynomial lowering, no vector form, none on the GPU).
     pub fn is_libm_unary(self) -> bool {

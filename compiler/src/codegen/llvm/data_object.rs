@@ -42,16 +42,20 @@ pub(super) fn elf_symbols_object(triple: &str, data: &[DataSymbol<'_>]) -> Optio
     elf_data_object(triple, &empty)
 }
 
-/// The object of [`elf_data_object`], not yet written.
-fn elf_data<'a>(triple: &str, data: &[DataSymbol<'a>]) -> Option<Object<'a>> {
+/// The architecture of an ELF target kiln writes data objects for
+/// (x86-64 and AArch64 Linux); `None` for the others, which LLVM serves.
+pub(super) fn elf_architecture(triple: &str) -> Option<Architecture> {
     let arch = match triple.split('-').next()? {
         "x86_64" => Architecture::X86_64,
         "aarch64" => Architecture::Aarch64,
         _ => return None,
     };
-    if !triple.contains("linux") {
-        return None;
-    }
+    triple.contains("linux").then_some(arch)
+}
+
+/// The object of [`elf_data_object`], not yet written.
+fn elf_data<'a>(triple: &str, data: &[DataSymbol<'a>]) -> Option<Object<'a>> {
+    let arch = elf_architecture(triple)?;
     let mut obj = Object::new(BinaryFormat::Elf, arch, Endianness::Little);
     for d in data {
         // A section per weight (`.rodata.<symbol>`, as `-fdata-sections` makes),

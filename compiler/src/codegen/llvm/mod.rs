@@ -378,7 +378,7 @@ pub struct ObjectJob<'a> {
 /// itself (ELF: [`stream_data_object`]); else LLVM compiles it
 /// ([`compile_object_jobs`]).
 pub fn writes_data_object(target: &LlvmTarget) -> bool {
-    data_object::elf_symbols_object(&target.triple, &[]).is_some()
+    data_object::elf_architecture(&target.triple).is_some()
 }
 
 /// Stream the object defining `data` (a data-only job's) into `out`, where

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
-use kiln_ir::arith::{simplify, Bounds};
+use kiln_ir::arith::{linear, simplify, Bounds};
 
 use super::{
     fresh_headers, peel_chain, rebuild_chain, strip_guards, subst_stmt, wrap_guards, ReductionTile, Result, Schedule,
 };
-use crate::tir::{BinOp, CmpOp, Expr, Stmt, Var};
+use crate::tir::{CmpOp, Expr, Stmt, Var};
 
 /// The most tile loops a guard may test (its corners are tested one by one).
 const MAX_GUARDED_LOOPS: usize = 2;
@@ -87,27 +87,13 @@ fn whole_tile_test(guards: &[Expr], headers: &[super::Header]) -> Option<Expr> {
 }
 
 /// Whether `e` is a conjunction of ordering comparisons whose sides are
-/// affine in `vars`.
+/// linear in each of `vars` ([`linear`]: constant coefficients, so affine in all).
 fn half_spaces(e: &Expr, vars: &[Var]) -> bool {
     match e {
         Expr::And(a, b) => half_spaces(a, vars) && half_spaces(b, vars),
-        Expr::Cmp(CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge, a, b) => affine(a, vars) && affine(b, vars),
-        _ => !vars.iter().any(|v| e.uses_var(v)),
-    }
-}
-
-/// Whether `e` is affine in `vars` (coefficients may read other variables).
-fn affine(e: &Expr, vars: &[Var]) -> bool {
-    if !vars.iter().any(|v| e.uses_var(v)) {
-        return true;
-    }
-    match e {
-        Expr::Var(_) => true,
-        Expr::Bin(BinOp::Add | BinOp::Sub, a, b) => affine(a, vars) && affine(b, vars),
-        Expr::Bin(BinOp::Mul, a, b) => {
-            let free = |x: &Expr| !vars.iter().any(|v| x.uses_var(v));
-            (free(a) && affine(b, vars)) || (free(b) && affine(a, vars))
+        Expr::Cmp(CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge, a, b) => {
+            vars.iter().all(|v| linear(a, v).is_some() && linear(b, v).is_some())
         }
-        _ => false,
+        _ => !vars.iter().any(|v| e.uses_var(v)),
     }
 }

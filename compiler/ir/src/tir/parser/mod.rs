@@ -33,45 +33,6 @@ use lexer::{lex, Tok, Token};
 /// The deepest nesting (of blocks, parentheses and calls) the parser accepts.
 pub const MAX_NESTING: usize = 200;
 
-const INTRINSICS: [Intrinsic; 34] = {
-    use Intrinsic::*;
-    [
-        Exp,
-        Log,
-        Sqrt,
-        Rsqrt,
-        Tanh,
-        Sigmoid,
-        Erf,
-        Pow,
-        Fabs,
-        Floor,
-        Ceil,
-        Round,
-        Fmod,
-        Sin,
-        Cos,
-        Tan,
-        Asin,
-        Acos,
-        Atan,
-        Sinh,
-        Cosh,
-        Asinh,
-        Acosh,
-        Atanh,
-        Ldexp,
-        LdexpNormal,
-        BitAnd,
-        BitOr,
-        BitXor,
-        BitNot,
-        ShiftLeft,
-        ShiftRight,
-        Barrier,
-        CheckIndex,
-    ]
-};
 const COMBINERS: [Combiner; 4] = [Combiner::Sum, Combiner::Max, Combiner::Min, Combiner::Prod];
 const AXES: [ThreadAxis; 6] = {
     use ThreadAxis::*;

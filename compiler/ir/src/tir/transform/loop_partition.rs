@@ -5,35 +5,11 @@
 //! ones, and the middle piece of a padded row is a straight copy the
 //! vectorizer handles (TVM's `tir.LoopPartition`, for constant bounds).
 
-use crate::arith::{simplify, simplify_stmt, Bounds};
-use crate::tir::{BinOp, CmpOp, Expr, For, ForKind, PrimFunc, Stmt, Var};
+use crate::arith::{linear, simplify, simplify_stmt, Bounds};
+use crate::tir::{CmpOp, Expr, For, ForKind, PrimFunc, Stmt, Var};
 
 /// At most this many pieces per loop (code size).
 const MAX_PIECES: usize = 5;
-
-/// `e` as `c·v + rest`, when it is linear in `v`.
-fn linear(e: &Expr, v: &Var) -> Option<(i64, Expr)> {
-    if !e.uses_var(v) {
-        return Some((0, e.clone()));
-    }
-    match e {
-        Expr::Var(w) if w == v => Some((1, Expr::int(0))),
-        Expr::Bin(BinOp::Add, a, b) => {
-            let ((ca, ra), (cb, rb)) = (linear(a, v)?, linear(b, v)?);
-            Some((ca + cb, ra + rb))
-        }
-        Expr::Bin(BinOp::Sub, a, b) => {
-            let ((ca, ra), (cb, rb)) = (linear(a, v)?, linear(b, v)?);
-            Some((ca - cb, ra - rb))
-        }
-        Expr::Bin(BinOp::Mul, a, b) => match (a.as_int(), b.as_int()) {
-            (Some(k), _) => linear(b, v).map(|(c, r)| (c * k, Expr::int(k) * r)),
-            (_, Some(k)) => linear(a, v).map(|(c, r)| (c * k, r * Expr::int(k))),
-            _ => None,
-        },
-        _ => None,
-    }
-}
 
 /// The values of `v` at which a comparison in `e` can change its answer.
 fn cut_points(e: &Expr, v: &Var, out: &mut Vec<i64>) {
@@ -129,7 +105,7 @@ pub fn partition_loops(mut f: PrimFunc) -> PrimFunc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tir::{print_stmt, Buffer, Scope};
+    use crate::tir::{print_stmt, BinOp, Buffer, Scope};
     use crate::DataType;
 
     /// A padded row of 8 inputs read at `scale·w − 1`:
