@@ -27,7 +27,8 @@ ARGS.add_argument("--runs", type=int, default=100)
 ARGS.add_argument("--changed", help="comma-separated kernel names known to differ")
 OPTS = ARGS.parse_args()
 
-KERNEL = re.compile(r"\s*([\d.]+) us\s+[\d.]+%\s+\d+×\s+(\S+)")
+# The kernel's name ends the line (newer profiles put GFLOP/s and a class before it).
+KERNEL = re.compile(r"\s*([\d.]+) us\s+[\d.]+%\s+\d+×.*?(\S+)$")
 TOTAL = re.compile(r"median ([\d.]+) us, min ([\d.]+) us")
 
 

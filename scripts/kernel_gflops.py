@@ -45,7 +45,7 @@ for m in re.finditer(r"def (\w+)\((.*)\):", tir):
     signatures[m.group(1)] = [[int(x) for x in s.split(",")]
                               for s in re.findall(r"T\.Buffer\(\[([\d, ]+)\]", m.group(2))]
 
-for m in re.finditer(r"\s*([\d.]+) us\s+([\d.]+)%\s+(\d+)×\s+(\w+)", text):
+for m in re.finditer(r"^\s*([\d.]+) us\s+([\d.]+)%\s+(\d+)×.*?(\w+)$", text, re.M):
     us, calls, kernel = float(m.group(1)), int(m.group(3)), m.group(4)
     shapes = signatures.get(kernel)
     line = f"{us:9.1f} us {calls:2d}× {kernel:44s}"

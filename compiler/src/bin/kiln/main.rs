@@ -544,25 +544,32 @@ fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Re
 /// `--profile`'s table: per kernel, the sum over its calls of each call's
 /// median time (`per_call[i]`: the samples of plan call `i`), slowest first.
 fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut [Vec<f64>]) {
-    let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
+    use kiln::backend::profile::{kernel_class, kernel_flops};
+    // (kernel index, summed median µs, calls, class)
+    let mut by_kernel: Vec<(usize, f64, usize, &'static str)> = Vec::new();
     let mut call_us = Vec::with_capacity(plan.calls.len());
     for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
         samples.sort_by(f64::total_cmp);
         let median = samples[samples.len() / 2];
         call_us.push(median);
-        let name = &plan.kernels[call.kernel].name;
-        match by_kernel.iter_mut().find(|(n, ..)| n == name) {
+        match by_kernel.iter_mut().find(|e| e.0 == call.kernel) {
             Some(e) => {
                 e.1 += median;
                 e.2 += 1;
             }
-            None => by_kernel.push((name.clone(), median, 1)),
+            None => by_kernel.push((call.kernel, median, 1, kernel_class(plan, call).name())),
         }
     }
     by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = by_kernel.iter().map(|k| k.1).sum();
-    for (name, us, calls) in &by_kernel {
-        out(&format!("{us:>10.1} us {:>5.1}%  {calls:>3}×  {name}\n", 100.0 * us / total));
+    let flops = kernel_flops(plan);
+    for &(kernel, us, calls, class) in &by_kernel {
+        let rate = flops[kernel] as f64 * calls as f64 / us.max(1e-9) / 1e3;
+        out(&format!(
+            "{us:>10.1} us {:>5.1}%  {calls:>3}×  {rate:>6.1} GFLOP/s  {class:<12} {}\n",
+            100.0 * us / total,
+            plan.kernels[kernel].name
+        ));
     }
     print_class_shares(plan, &call_us);
 }
