@@ -10,21 +10,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kiln::relay::{parse_module, IRModule, Value};
-use kiln::schedule::{Knobs, ScheduleTuning};
+use kiln::schedule::{ConvOrder, Knobs, ScheduleTuning};
 use kiln::transform::PassContext;
 use kiln::tune::{TuneOptions, TuningLog, TuningRecord};
 use kiln::Tensor;
 
-/// A convolution (packed weights), a depthwise convolution, a pointwise one
-/// and a dense layer: every tiled strategy.
+/// A convolution (packed weights), depthwise convolutions (stride 1 and 2:
+/// a plain and a phase-split padded image), a pointwise one and a dense
+/// layer: every tiled strategy.
 const MODEL: &str = "#[version = \"0.0.5\"]
 def @main(%x: Tensor[(1, 16, 14, 14), float32], %w1: Tensor[(32, 16, 3, 3), float32],
           %w2: Tensor[(32, 1, 3, 3), float32], %w3: Tensor[(64, 32, 1, 1), float32],
-          %w4: Tensor[(48, 64), float32]) {
+          %w4: Tensor[(48, 64), float32], %w5: Tensor[(32, 1, 3, 3), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
   %1 = nn.relu(%0);
   %2 = nn.conv2d(%1, %w2, padding=[1, 1, 1, 1], groups=32, channels=32, kernel_size=[3, 3]);
-  %3 = nn.conv2d(%2, %w3, padding=[0, 0, 0, 0], channels=64, kernel_size=[1, 1]);
+  %20 = nn.conv2d(%2, %w5, strides=[2, 2], padding=[1, 1, 1, 1], groups=32, channels=32, kernel_size=[3, 3]);
+  %3 = nn.conv2d(%20, %w3, padding=[0, 0, 0, 0], channels=64, kernel_size=[1, 1]);
   %4 = nn.global_avg_pool2d(%3);
   %5 = reshape(%4, newshape=[1, 64]);
   nn.dense(%5, %w4, units=48)
@@ -46,6 +48,7 @@ fn model() -> (kiln::Build, IRModule, Tensor) {
         .weight("w2", tensor(&[32, 1, 3, 3], 2))
         .weight("w3", tensor(&[64, 32, 1, 1], 3))
         .weight("w4", tensor(&[48, 64], 4))
+        .weight("w5", tensor(&[32, 1, 3, 3], 6))
         .target("llvm -mcpu=native")
         .cargo_metadata(false);
     let m = b.prepare().expect("prepare");
@@ -107,6 +110,14 @@ fn every_candidate_computes_the_rules_values() {
     for k in tiled.iter().filter(|k| k.anchor == "nn.conv2d") {
         assert!(k.candidates.len() >= 2, "{}: {:?}", k.name, k.candidates);
     }
+    // The two depthwise convolutions (no column knobs) may compute their
+    // padded image per block of output rows.
+    let depthwise = |k: &&kiln::schedule::knobs::SeenKernel| {
+        k.anchor == "nn.conv2d" && k.candidates.iter().all(|c| c.cols.is_none())
+    };
+    let per_rows =
+        seen.iter().filter(depthwise).filter(|k| k.candidates.iter().any(|c| c.order == Some(ConvOrder::Rows))).count();
+    assert_eq!(per_rows, 2, "{seen:?}");
     let rounds = seen.iter().map(|k| k.candidates.len()).max().unwrap_or(0);
     for r in 0..rounds {
         let table: BTreeMap<String, Knobs> =

@@ -425,16 +425,18 @@ fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<Pr
     // rows of a tile share their input rows' loads.
     let tile_vectors = if whole { 1 } else { row_vectors };
     let rows = knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (4 / tile_vectors).max(1)));
-    if rows < 1
-        || ohe % rows != 0
-        || rows * tile_vectors > MAX_DEPTHWISE_TILE
-        || knobs.cols.is_some()
-        || knobs.order.is_some()
-    {
+    if rows < 1 || ohe % rows != 0 || rows * tile_vectors > MAX_DEPTHWISE_TILE || knobs.cols.is_some() {
         return Err(err(&s, &format!("a depthwise tile of {rows} rows does not fit {ohe} rows")));
     }
     let (oh_o, oh_i) = s.split(oh, rows as usize)?;
     let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
+    // The padded image per channel (the rule) or per block of output rows
+    // (`order=rows`: a few input rows, in L1 where a whole plane is not).
+    let pad_at = match knobs.order {
+        None | Some(ConvOrder::ChannelsPaddedOnce) => oc.clone(),
+        Some(ConvOrder::Rows) => oh_o.clone(),
+        Some(ConvOrder::ChannelsInPlace) => return Err(err(&s, "a depthwise convolution reads a padded image")),
+    };
     let tile = if whole {
         s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i])?;
         s.decompose_reduction(&ow_o, true)?
@@ -443,7 +445,7 @@ fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<Pr
         s.decompose_reduction_whole_tiles(&oh_o)?
     };
     for pad in pads {
-        let local = s.compute_at(&pad, oc)?;
+        let local = s.compute_at(&pad, &pad_at)?;
         // A phase-split image (stride 2) is filled per phase: unrolled, each
         // phase's row is a plain strided copy once its borders are split off.
         if let [.., phase, _] = &fill_loops(s.func(), &local)[..] {

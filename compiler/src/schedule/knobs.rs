@@ -24,7 +24,9 @@ pub struct Knobs {
     /// Columns of the register tile: output columns (packed convolution),
     /// vectors of pixels (pointwise), columns (matrix products).
     pub cols: Option<i64>,
-    /// The loop order of a packed convolution.
+    /// The loop order of a packed convolution; for a depthwise one, where
+    /// its padded image is computed (`Rows`: per block of output rows;
+    /// `ChannelsPaddedOnce`: per channel, the rule).
     pub order: Option<ConvOrder>,
     /// Run on the calling thread only (a small kernel may not pay for the pool).
     pub serial: bool,
@@ -186,9 +188,12 @@ pub fn candidates(f: &PrimFunc, unit: VectorUnit, threads: usize, limit: usize) 
             for order in ConvOrder::ALL {
                 space.push(Knobs { order: Some(order), ..Knobs::default() });
             }
-            // Depthwise tiles have rows only.
+            // Depthwise tiles have rows only, their padded image computed
+            // per channel or per block of rows.
             for r in 1..=12 {
-                space.push(Knobs { rows: Some(r), ..Knobs::default() });
+                for order in [None, Some(ConvOrder::Rows)] {
+                    space.push(Knobs { rows: Some(r), order, ..Knobs::default() });
+                }
             }
         }
         "nn.matmul" | "nn.batch_matmul" | "nn.contrib_dense_pack" => {
