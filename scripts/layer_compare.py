@@ -6,7 +6,7 @@ Usage: scripts/layer_compare.py MODEL.onnx NAME=INPUT.npy [--threads N] [--round
   its profiler on (per-node medians over --runs runs), so that both see the same phase of a
   shared machine; the table keeps each side's fastest round. Kernels and nodes are matched by
   their data input's and output's shapes (kiln's from the kernel's TIR signature, ORT's from the
-  profiler), in model order where several share shapes; a kiln kernel called k times is compared
+  profiler) and, for convolutions, their window, in model order where several share them; a kiln kernel called k times is compared
   per call. The last column is kiln / ORT: above 1, kiln's layer is slower.
 Environment: KILN=path/to/kiln (default target/release/kiln).
 Needs: pip install onnxruntime numpy.
@@ -36,8 +36,14 @@ name, path = OPTS.input.split("=", 1)
 x = np.load(path)
 
 
+def window(weight):
+    """A convolution weight's kernel height and width (OIHW, packed OIHW<k>o or ORT's blocked
+    6-D weights all keep them at 2 and 3); () for anything else."""
+    return tuple(weight[2:4]) if len(weight) >= 4 else ()
+
+
 def kiln_signatures():
-    """Each kernel's (data input shape, output shape) from `kiln build --emit tir`."""
+    """Each kernel's (data input shape, output shape, window) from `kiln build --emit tir`."""
     with tempfile.TemporaryDirectory() as out:
         shape = "x".join(str(d) for d in x.shape)
         subprocess.run([KILN, "build", OPTS.model, "--input-shape", f"{name}={shape}", "--emit", "tir", "-o", out],
@@ -47,7 +53,8 @@ def kiln_signatures():
     for m in re.finditer(r"def (\w+)\((.*)\):", tir):
         shapes = [tuple(int(v) for v in s.split(",")) for s in re.findall(r"T\.Buffer\(\[([\d, ]+)\]", m.group(2))]
         if len(shapes) >= 2:
-            sigs[m.group(1)] = (shapes[0], shapes[-1])
+            conv = "conv2d" in m.group(1) and len(shapes) > 2
+            sigs[m.group(1)] = (shapes[0], shapes[-1], window(shapes[1]) if conv else ())
     return sigs
 
 
@@ -88,9 +95,10 @@ def ort_round():
         node = e["name"][: -len("_kernel_time")]
         if node not in desc:
             order.append(node)
-            ins = [tuple(list(s.values())[0]) for s in e["args"].get("input_type_shape", [])[:1]]
+            ins = [tuple(list(s.values())[0]) for s in e["args"].get("input_type_shape", [])[:2]]
             outs = [tuple(list(s.values())[0]) for s in e["args"].get("output_type_shape", [])[:1]]
-            desc[node] = (ins[0] if ins else (), outs[0] if outs else (), e["args"]["op_name"])
+            win = window(ins[1]) if len(ins) > 1 and e["args"]["op_name"] == "Conv" else ()
+            desc[node] = (ins[0] if ins else (), outs[0] if outs else (), win, e["args"]["op_name"])
         times[node].append(e["dur"])
     return {n: (statistics.median(times[n]),) + desc[n] for n in order}
 
@@ -101,13 +109,13 @@ def main():
     for r in range(OPTS.rounds):
         for k, (us, calls) in kiln_round().items():
             kiln_best[k] = min(kiln_best.get(k, (us, calls)), (us, calls))
-        for n, (us, i, o, op) in ort_round().items():
+        for n, (us, i, o, win, op) in ort_round().items():
             ort_best[n] = min(ort_best.get(n, us), us)
-            ort_desc[n] = (i, o, op)
+            ort_desc[n] = (i, o, win, op)
     # ORT nodes by shapes, in execution order; each kiln kernel takes the first unmatched one.
     by_shapes = collections.defaultdict(list)
-    for n, (i, o, op) in ort_desc.items():
-        by_shapes[(i, o)].append(n)
+    for n, (i, o, win, op) in ort_desc.items():
+        by_shapes[(i, o, win)].append(n)
     rows = []
     for k, (us, calls) in kiln_best.items():
         sig = sigs.get(k)
@@ -115,7 +123,7 @@ def main():
         take = nodes[:calls]
         del nodes[:calls]
         ort_us = statistics.mean(ort_best[n] for n in take) if take else float("nan")
-        op = ort_desc[take[0]][2] if take else "-"
+        op = ort_desc[take[0]][3] if take else "-"
         rows.append((us * calls, us, calls, ort_us, op, k, sig))
     rows.sort(key=lambda r: -r[0])
     print(f"{'kernel':40} {'calls':>5} {'kiln µs/call':>13} {'ORT µs/node':>12} {'kiln/ORT':>9}  shapes (ORT op)")

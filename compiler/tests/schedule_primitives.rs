@@ -101,6 +101,26 @@ fn split_with_tails_reorder_fuse_and_tiles_keep_matmul_values() {
     assert!(parallel);
 }
 
+/// `split_overlapping`: 37 columns as three whole 16-column tiles, the last
+/// moved back to columns 21–36 (recomputing 21–31); each tile initializes,
+/// reduces and writes back its own outputs, so the values are the lowered
+/// kernel's, with every tile vectorized unguarded. A loop shorter than the
+/// factor is refused.
+#[test]
+fn overlapping_tiles_recompute_the_same_values() {
+    let (f, inputs) = matmul("mm_overlap", 5, 9, 37);
+    let scheduled = check(f, &inputs, |s| {
+        let j = s.get_loop("ax1").expect("j");
+        let (jo, _) = s.split_overlapping(&j, 16).expect("overlapping split");
+        let tile = s.decompose_reduction(&jo, true).expect("decompose");
+        s.vectorize(&tile.update_loops[0]).expect("whole vectors, no guard");
+        let i = s.get_loop("ax0").expect("i");
+        assert!(s.split_overlapping(&i, 8).is_err(), "5 rows hold no 8-row block");
+    });
+    let text = kiln::tir::print_prim_func(&scheduled);
+    assert!(text.contains("T.min(") && text.contains(", 21)"), "{text}");
+}
+
 #[test]
 fn divisible_tiles_become_vector_code() {
     let (f, inputs) = matmul("mm16", 4, 9, 32);

@@ -48,7 +48,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     let mut whole_tile = None;
     // The tile loop of a tail tile (a row left over by two-row tiles).
     let mut tail_root: Option<Var> = None;
-    let pointwise = if block.is_none() { pointwise_pixels(&s, oh, owe, unit) } else { None };
+    let pointwise = if block.is_none() { pointwise_pixels(&s, oh, oce, owe, unit) } else { None };
     // The loop whose body is the register tile.
     let ow_o = 'strategy: {
         match (block, pointwise) {
@@ -200,7 +200,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
             }
             (None, Some(rule)) => {
                 let tile = PointwiseTile {
-                    rows: knobs.rows.unwrap_or_else(|| divisor_at_most(oce, rule.rows)),
+                    rows: knobs.rows.unwrap_or(rule.rows),
                     pixels: knobs.cols.map_or(rule.pixels, |v| v * lanes),
                 };
                 let pixels = extent(&s, oh).unwrap_or(1) * owe;
@@ -208,7 +208,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 if tile.rows < 1
                     || vectors < 1
                     || oce % tile.rows != 0
-                    || pixels % tile.pixels != 0
+                    || tile.pixels > pixels
                     || tile.rows * vectors + vectors + 1 > unit.registers as i64
                     || knobs.order.is_some()
                 {
@@ -221,8 +221,21 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 // all the channel rows) and in parallel. No padded stage.
                 let px = s.fuse(oh, ow)?;
                 let (oc_o, oc_i) = s.split(oc, tile.rows as usize)?;
-                let (px_o, px_i) = s.split(&px, tile.pixels as usize)?;
-                s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i])?;
+                // Tiles that do not divide the map end in one that overlaps
+                // the tile before (it recomputes a few pixels).
+                let (px_o, px_i) = if pixels % tile.pixels == 0 {
+                    s.split(&px, tile.pixels as usize)?
+                } else {
+                    s.split_overlapping(&px, tile.pixels as usize)?
+                };
+                s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_i.clone()])?;
+                // Three vectors of 8 lanes as three (unrolled), not one of
+                // 24: LLVM 14 widens a 24-lane vector to 32 lanes and builds
+                // it element by element through the stack (YOLOv8n's 4 × 3
+                // tiles ran 2–3.5× slower than 4 × 2 that way).
+                if lanes < 16 && vectors > 1 && !(vectors as u64).is_power_of_two() {
+                    s.split(&px_i, lanes as usize)?;
+                }
                 pad_at = PaddedImage::At(px_o.clone());
                 par = vec![px_o];
                 oc_o
@@ -349,32 +362,45 @@ enum PaddedImage {
 
 /// The register tile of a pointwise convolution vectorized over pixels.
 struct PointwiseTile {
-    /// Output channels (broadcast weights) per tile.
+    /// Output channels (broadcast weights) per tile: a divisor of the channels.
     rows: i64,
     /// Pixels per tile: whole vectors.
     pixels: i64,
 }
 
 /// Whether a pointwise convolution over a map of `pixels` is vectorized over
-/// its pixels: on 16-lane targets (AVX-512), where the map is whole vectors.
-/// AlterOpLayout keeps such convolutions OIHW by this same rule.
+/// its pixels: on 8- and 16-lane targets (AVX2, AVX-512), where the map is
+/// whole vectors. AlterOpLayout keeps such convolutions OIHW by this same
+/// rule. Its lanes are pixels, contiguous in the input and in the NCHW
+/// output; packed (`OIHW8o`), the lanes are output channels a plane apart,
+/// scattered on every write-back. On AVX2 (Zen 3; `scripts/ab_kernels.py`,
+/// per-kernel times normalized by the unchanged kernels, three alternated
+/// rounds, one thread): MobileNetV2's 32 → 192 on 28 × 28 0.75×, 32 → 16 on
+/// 112 × 112 0.84×; PP-LCNet's 32 → 64 and 64 → 64 on 56 × 56 0.70× and
+/// 0.82×; YOLOv8n's 1 × 1 SiLU convolutions on 80², 40² and 20² maps
+/// 0.66–0.95×.
 pub fn pointwise_over_pixels(pixels: usize, unit: VectorUnit) -> bool {
-    unit.f32_lanes >= 16 && pixels > 0 && pixels % unit.f32_lanes == 0
+    unit.f32_lanes >= 8 && pixels > 0 && pixels % unit.f32_lanes == 0
 }
 
 /// The tile of the pixel-vectorized pointwise strategy, where it applies: a
 /// `conv2d.pointwise` kernel left OIHW — by [`pointwise_over_pixels`] on
 /// AVX-512, or on any unit for a reduction too short to pack (MobileNetV2's
 /// 16 and 24 input channels) — whose `oh` × `ow` map is whole vectors. Up to
-/// 3 vectors of pixels that divide the map and 8 channel rows, the
+/// 3 vectors of pixels and 8 channel rows (a divisor of the channels), the
 /// accumulators, one vector row of the input and a broadcast within the
-/// registers. Below 16 lanes only where a row holds no whole tile of two
-/// vectors: on AVX2 the general tile took 8 channels × one vector of a
-/// 56-wide row (8 accumulators, 9 loads per 8 multiply-adds; MobileNetV2's
-/// 24 → 144 on 56 × 56 24 % faster as 6 × 2 vectors of fused pixels), while
-/// on 112-wide rows its 6 × 2-vector row tiles were 9 % faster than fused
-/// pixels (longer runs per output plane).
-fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
+/// registers. On AVX-512 the most vectors that divide the map. On AVX2 the
+/// tile with the fewest loads per multiply-add (at least 8 accumulators) —
+/// its vectors need not divide the map: the last tile then overlaps the one
+/// before (YOLOv8n's 128 channels on 400 pixels: 4 × 3 vectors, 12
+/// accumulators, where only 4 × 2 divides: its 1 × 1 SiLU convolutions
+/// 0.68–1.04× of 4 × 2 at two threads, 0.62–1.00× at one). Below 16 lanes only where a row
+/// holds no whole tile of two vectors: on AVX2 the general tile took 8
+/// channels × one vector of a 56-wide row (8 accumulators, 9 loads per 8
+/// multiply-adds; MobileNetV2's 24 → 144 on 56 × 56 24 % faster as 6 × 2
+/// vectors of fused pixels), while on 112-wide rows its 6 × 2-vector row
+/// tiles were 9 % faster than fused pixels (longer runs per output plane).
+fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
     let pixels = extent(s, oh)? * owe;
     let lanes = unit.f32_lanes as i64;
     let pointwise = s.func().attrs.get("conv2d.pointwise").is_some_and(|v| v == "true");
@@ -383,8 +409,30 @@ fn pointwise_pixels(s: &Schedule, oh: &Var, owe: i64, unit: VectorUnit) -> Optio
         return None;
     }
     let registers = unit.registers as i64;
-    let vectors = (1..=3).rev().find(|v| pixels % (v * lanes) == 0)?;
-    Some(PointwiseTile { rows: ((registers - vectors - 1) / vectors).clamp(1, 8), pixels: vectors * lanes })
+    let tile = |vectors: i64| PointwiseTile {
+        rows: divisor_at_most(oce, ((registers - vectors - 1) / vectors).clamp(1, 8)),
+        pixels: vectors * lanes,
+    };
+    if lanes >= 16 {
+        return (1..=3).rev().find(|v| pixels % (v * lanes) == 0).map(tile);
+    }
+    // Three vectors cost a little more than their loads say (kept apart, and
+    // mostly overlapping): with 12 accumulators either way, 6 × 2 was ahead
+    // of 4 × 3 on MobileNetV2's 24 → 144 on 56 × 56 (1.01–1.09×) and level on
+    // 32 → 192 on 28 × 28; 4 × 3 beats the 4 × 2 that 64 or 128 channels
+    // allow otherwise (YOLOv8n's, 8 accumulators).
+    let cost = |t: &PointwiseTile| {
+        let (vectors, computed) = (t.pixels / lanes, (pixels + t.pixels - 1) / t.pixels * t.pixels);
+        let accumulators = t.rows * vectors;
+        let loads = (t.rows + vectors) as f64 / accumulators as f64;
+        let penalty = if accumulators < MIN_ACCUMULATORS { 1.0 } else { 0.0 } + if vectors == 3 { 0.1 } else { 0.0 };
+        loads * computed as f64 / pixels as f64 + penalty
+    };
+    // Most vectors first: the first of equal costs wins.
+    (1..=3).rev().filter(|v| v * lanes <= pixels).map(tile).fold(None, |best: Option<PointwiseTile>, t| match best {
+        Some(b) if cost(&b) <= cost(&t) => Some(b),
+        _ => Some(t),
+    })
 }
 
 /// Whether a convolution kernel reads one input channel per output channel

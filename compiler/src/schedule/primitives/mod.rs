@@ -403,6 +403,36 @@ impl Schedule {
         Ok((outer, inner, has_tail.then_some(tail)))
     }
 
+    /// `split` without a guard or a tail: `ceil(extent / factor)` blocks of
+    /// `factor` iterations, the last block moved back to end at the extent
+    /// (`v = min(o·factor, extent − factor) + i`), so that it repeats
+    /// `factor − extent % factor` iterations of the block before. Only for a
+    /// body that computes the same values whenever it runs an iteration again
+    /// (a register tile that initializes, reduces and writes back its own
+    /// outputs, reading only buffers it does not write): every block is then
+    /// whole, for any extent of at least `factor`.
+    pub fn split_overlapping(&mut self, v: &Var, factor: usize) -> Result<(Var, Var)> {
+        let outer = Var::index(&format!("{}_o", v.name));
+        let inner = Var::index(&format!("{}_i", v.name));
+        let (o, i) = (outer.clone(), inner.clone());
+        let kernel = self.func.name.clone();
+        self.rewrite_loop(v, move |l| {
+            let err = |m: String| ScheduleError { kernel: kernel.clone(), message: m };
+            let n = const_extent(&l).ok_or_else(|| err(format!("split of `{}`: extent not constant", v.name)))?;
+            let f = factor as i64;
+            if f == 0 || n < f {
+                return Err(err(format!("overlapping split of `{}` ({n} iterations) by {factor}", v.name)));
+            }
+            let start = Expr::bin(BinOp::Min, Expr::var(&o) * Expr::int(f), Expr::int(n - f));
+            let mut map = HashMap::new();
+            map.insert(l.var.id, simplify(&(l.min.clone() + start + Expr::var(&i)), &Bounds::new()));
+            let body = subst_stmt(l.body, &map);
+            let inner_loop = loop_stmt(i, Expr::int(0), Expr::int(f), ForKind::Serial, body);
+            Ok(loop_stmt(o, Expr::int(0), Expr::int((n + f - 1) / f), ForKind::Serial, inner_loop))
+        })?;
+        Ok((outer, inner))
+    }
+
     /// Two directly nested loops become one over the product of their extents.
     pub fn fuse(&mut self, outer: &Var, inner: &Var) -> Result<Var> {
         let fused = Var::index(&format!("{}_{}_f", outer.name, inner.name));
