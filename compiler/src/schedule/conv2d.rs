@@ -385,21 +385,22 @@ pub fn pointwise_over_pixels(pixels: usize, unit: VectorUnit) -> bool {
 
 /// The tile of the pixel-vectorized pointwise strategy, where it applies: a
 /// `conv2d.pointwise` kernel left OIHW — by [`pointwise_over_pixels`] on
-/// AVX-512, or on any unit for a reduction too short to pack (MobileNetV2's
-/// 16 and 24 input channels) — whose `oh` × `ow` map is whole vectors. Up to
-/// 3 vectors of pixels and 8 channel rows (a divisor of the channels), the
-/// accumulators, one vector row of the input and a broadcast within the
-/// registers. On AVX-512 the most vectors that divide the map. On AVX2 the
-/// tile with the fewest loads per multiply-add (at least 8 accumulators) —
-/// its vectors need not divide the map: the last tile then overlaps the one
-/// before (YOLOv8n's 128 channels on 400 pixels: 4 × 3 vectors, 12
-/// accumulators, where only 4 × 2 divides: its 1 × 1 SiLU convolutions
-/// 0.68–1.04× of 4 × 2 at two threads, 0.62–1.00× at one). Below 16 lanes only where a row
-/// holds no whole tile of two vectors: on AVX2 the general tile took 8
-/// channels × one vector of a 56-wide row (8 accumulators, 9 loads per 8
-/// multiply-adds; MobileNetV2's 24 → 144 on 56 × 56 24 % faster as 6 × 2
-/// vectors of fused pixels), while on 112-wide rows its 6 × 2-vector row
-/// tiles were 9 % faster than fused pixels (longer runs per output plane).
+/// AVX2 and AVX-512, or on any unit for a reduction too short to pack
+/// (MobileNetV2's 16 and 24 input channels) — whose `oh` × `ow` map is whole
+/// vectors. Up to 3 vectors of pixels and 8 channel rows (a divisor of the
+/// channels), the accumulators, one vector row of the input and a broadcast
+/// within the registers. On AVX-512 the most vectors that divide the map. On
+/// AVX2 the tile with the fewest loads per multiply-add (at least 8
+/// accumulators) — its vectors need not divide the map: the last tile then
+/// overlaps the one before (YOLOv8n's 128 channels on 400 pixels: 4 × 3
+/// vectors, 12 accumulators, where only 4 × 2 divides: its 1 × 1 SiLU
+/// convolutions 0.68–1.04× of 4 × 2 at two threads, 0.62–1.00× at one).
+/// Below 16 lanes only where a row holds no whole tile of two vectors: on
+/// AVX2 the general tile took 8 channels × one vector of a 56-wide row (8
+/// accumulators, 9 loads per 8 multiply-adds; MobileNetV2's 24 → 144 on
+/// 56 × 56 24 % faster as 6 × 2 vectors of fused pixels), while on 112-wide
+/// rows its 6 × 2-vector row tiles were 9 % faster than fused pixels (longer
+/// runs per output plane).
 fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
     let pixels = extent(s, oh)? * owe;
     let lanes = unit.f32_lanes as i64;
