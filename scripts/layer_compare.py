@@ -68,23 +68,24 @@ def kiln_round():
     return out
 
 
-def ort_round():
-    """Per node, in execution order: (median µs, input shape, output shape, op)."""
+def ort_session():
+    """An ONNX Runtime session with its profiler on, at --threads."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = OPTS.threads
     options.inter_op_num_threads = 1
     options.enable_profiling = True
-    sess = ort.InferenceSession(OPTS.model, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(OPTS.model, options, providers=["CPUExecutionProvider"])
+
+
+def ort_round():
+    """Per node, in execution order: (median µs, input shape, output shape, window, op)."""
+    # Warm-up runs in a session of their own (its trace discarded), then the timed ones.
+    sess = ort_session()
     feed = {sess.get_inputs()[0].name: x}
     for _ in range(10):
         sess.run(None, feed)
-    trace = sess.end_profiling()
-    os.remove(trace)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = OPTS.threads
-    options.inter_op_num_threads = 1
-    options.enable_profiling = True
-    sess = ort.InferenceSession(OPTS.model, options, providers=["CPUExecutionProvider"])
+    os.remove(sess.end_profiling())
+    sess = ort_session()
     for _ in range(OPTS.runs):
         sess.run(None, feed)
     trace = sess.end_profiling()
