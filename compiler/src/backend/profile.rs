@@ -122,9 +122,9 @@ pub struct ClassShare {
 }
 
 /// Time and work per class, given each call's time (`call_us[i]` for
-/// `plan.calls[i]`), largest time first.
-pub fn class_shares(plan: &ExecutorPlan, call_us: &[f64]) -> Vec<ClassShare> {
-    let flops = kernel_flops(plan);
+/// `plan.calls[i]`) and each kernel's operations ([`kernel_flops`]), largest
+/// time first.
+pub fn class_shares(plan: &ExecutorPlan, call_us: &[f64], flops: &[u64]) -> Vec<ClassShare> {
     let mut shares: Vec<ClassShare> = Vec::new();
     for (call, &us) in plan.calls.iter().zip(call_us) {
         let class = kernel_class(plan, call);

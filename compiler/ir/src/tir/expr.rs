@@ -228,128 +228,103 @@ impl CmpOp {
     }
 }
 
-/// Math intrinsics; `tir::transform::lower_intrinsics` turns the transcendental
-/// ones into polynomial code every backend can vectorize.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Intrinsic {
-    /// `eˣ` (a polynomial on f32 after LowerIntrinsics).
-    Exp,
-    /// Natural logarithm.
-    Log,
-    /// Square root.
-    Sqrt,
-    /// `1 / sqrt(x)`.
-    Rsqrt,
-    /// Hyperbolic tangent (a rational approximation on f32 after LowerIntrinsics).
-    Tanh,
-    /// `1 / (1 + e⁻ˣ)` (polynomial `exp` on f32 after LowerIntrinsics).
-    Sigmoid,
-    /// The Gauss error function (a polynomial on f32 after LowerIntrinsics).
-    Erf,
-    /// `pow(x, y)`: two arguments.
-    Pow,
-    /// Absolute value of a float.
-    Fabs,
-    /// Round toward negative infinity.
-    Floor,
-    /// Round toward positive infinity.
-    Ceil,
-    /// Round to nearest, ties to even (`rint` under the default rounding mode).
-    Round,
-    /// Truncated remainder (C `fmod`).
-    Fmod,
-    /// Sine (libm).
-    Sin,
-    /// Cosine (libm).
-    Cos,
-    /// Tangent (libm).
-    Tan,
-    /// Arcsine (libm).
-    Asin,
-    /// Arccosine (libm).
-    Acos,
-    /// Arctangent (libm).
-    Atan,
-    /// Hyperbolic sine (libm).
-    Sinh,
-    /// Hyperbolic cosine (libm).
-    Cosh,
-    /// Inverse hyperbolic sine (libm).
-    Asinh,
-    /// Inverse hyperbolic cosine (libm).
-    Acosh,
-    /// Inverse hyperbolic tangent (libm).
-    Atanh,
-    /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
-    /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
-    Ldexp,
-    /// `x · 2ⁿ` for an integral float `n` in `[−126, 127]`, where `2ⁿ` is a
-    /// normal f32: one exponent construction where `Ldexp` needs two (the
-    /// sigmoid's `exp`, whose clamped input keeps `n` in range).
-    LdexpNormal,
-    /// `a & b` on integers.
-    BitAnd,
-    /// `a | b` on integers.
-    BitOr,
-    /// `a ^ b` on integers.
-    BitXor,
-    /// `~a` on integers.
-    BitNot,
-    /// `a << n`, `n` in `[0, bits)` (lowering guards the rest).
-    ShiftLeft,
-    /// `a >> n`, `n` in `[0, bits)`: arithmetic for signed types, logical for unsigned ones.
-    ShiftRight,
-    /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
-    Barrier,
-    /// `check_index(i, n)`: `i` when `0 <= i < n`; otherwise 0, and the
-    /// kernel returns `kiln_runtime::STATUS_INDEX_OUT_OF_RANGE` (a GPU
-    /// kernel traps). The one run-time check of generated code: indices that
-    /// come from the model's inputs.
-    CheckIndex,
+/// Defines [`Intrinsic`] and [`Intrinsic::ALL`] from one list of variants,
+/// so that no intrinsic can be missing from the list the TIR parser searches.
+macro_rules! intrinsics {
+    ($(#[$attr:meta])* pub enum Intrinsic { $($(#[$doc:meta])* $name:ident,)* }) => {
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Intrinsic { $($(#[$doc])* $name,)* }
+
+        impl Intrinsic {
+            /// Every intrinsic (the TIR parser finds one by its [`Intrinsic::name`]).
+            pub const ALL: &'static [Intrinsic] = &[$(Intrinsic::$name,)*];
+        }
+    };
+}
+
+intrinsics! {
+    /// Math intrinsics; `tir::transform::lower_intrinsics` turns the transcendental
+    /// ones into polynomial code every backend can vectorize.
+    pub enum Intrinsic {
+        /// `eˣ` (a polynomial on f32 after LowerIntrinsics).
+        Exp,
+        /// Natural logarithm.
+        Log,
+        /// Square root.
+        Sqrt,
+        /// `1 / sqrt(x)`.
+        Rsqrt,
+        /// Hyperbolic tangent (a rational approximation on f32 after LowerIntrinsics).
+        Tanh,
+        /// `1 / (1 + e⁻ˣ)` (polynomial `exp` on f32 after LowerIntrinsics).
+        Sigmoid,
+        /// The Gauss error function (a polynomial on f32 after LowerIntrinsics).
+        Erf,
+        /// `pow(x, y)`: two arguments.
+        Pow,
+        /// Absolute value of a float.
+        Fabs,
+        /// Round toward negative infinity.
+        Floor,
+        /// Round toward positive infinity.
+        Ceil,
+        /// Round to nearest, ties to even (`rint` under the default rounding mode).
+        Round,
+        /// Truncated remainder (C `fmod`).
+        Fmod,
+        /// Sine (libm).
+        Sin,
+        /// Cosine (libm).
+        Cos,
+        /// Tangent (libm).
+        Tan,
+        /// Arcsine (libm).
+        Asin,
+        /// Arccosine (libm).
+        Acos,
+        /// Arctangent (libm).
+        Atan,
+        /// Hyperbolic sine (libm).
+        Sinh,
+        /// Hyperbolic cosine (libm).
+        Cosh,
+        /// Inverse hyperbolic sine (libm).
+        Asinh,
+        /// Inverse hyperbolic cosine (libm).
+        Acosh,
+        /// Inverse hyperbolic tangent (libm).
+        Atanh,
+        /// `x · 2ⁿ` for `ldexp(x, n)` with `n` an integral float: exponent
+        /// construction for the polynomial `exp` (bit-level in LLVM, `ldexpf` in C).
+        Ldexp,
+        /// `x · 2ⁿ` for an integral float `n` in `[−126, 127]`, where `2ⁿ` is a
+        /// normal f32: one exponent construction where `Ldexp` needs two (the
+        /// sigmoid's `exp`, whose clamped input keeps `n` in range).
+        LdexpNormal,
+        /// `a & b` on integers.
+        BitAnd,
+        /// `a | b` on integers.
+        BitOr,
+        /// `a ^ b` on integers.
+        BitXor,
+        /// `~a` on integers.
+        BitNot,
+        /// `a << n`, `n` in `[0, bits)` (lowering guards the rest).
+        ShiftLeft,
+        /// `a >> n`, `n` in `[0, bits)`: arithmetic for signed types, logical for unsigned ones.
+        ShiftRight,
+        /// A barrier across the threads of a GPU block (`__syncthreads()`); no value.
+        Barrier,
+        /// `check_index(i, n)`: `i` when `0 <= i < n`; otherwise 0, and the
+        /// kernel returns `kiln_runtime::STATUS_INDEX_OUT_OF_RANGE` (a GPU
+        /// kernel traps). The one run-time check of generated code: indices that
+        /// come from the model's inputs.
+        CheckIndex,
+    }
 }
 
 impl Intrinsic {
-    /// Every intrinsic (the TIR parser finds one by its [`Intrinsic::name`]).
-    pub const ALL: [Intrinsic; 34] = {
-        use Intrinsic::*;
-        [
-            Exp,
-            Log,
-            Sqrt,
-            Rsqrt,
-            Tanh,
-            Sigmoid,
-            Erf,
-            Pow,
-            Fabs,
-            Floor,
-            Ceil,
-            Round,
-            Fmod,
-            Sin,
-            Cos,
-            Tan,
-            Asin,
-            Acos,
-            Atan,
-            Sinh,
-            Cosh,
-            Asinh,
-            Acosh,
-            Atanh,
-            Ldexp,
-            LdexpNormal,
-            BitAnd,
-            BitOr,
-            BitXor,
-            BitNot,
-            ShiftLeft,
-            ShiftRight,
-            Barrier,
-            CheckIndex,
-        ]
-    };
-
     /// Unary functions every CPU backend calls from libm as `<name>f`
     /// (no polynomial lowering, no vector form, none on the GPU).
     pub fn is_libm_unary(self) -> bool {

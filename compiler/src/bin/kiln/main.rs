@@ -571,14 +571,14 @@ fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut 
             plan.kernels[kernel].name
         ));
     }
-    print_class_shares(plan, &call_us);
+    print_class_shares(plan, &call_us, &flops);
 }
 
 /// `--profile`'s second table: per class of kernel, its share of the time
 /// next to its share of the floating-point work, and their ratio (above 1, a
 /// class takes more of the time than of the work).
-fn print_class_shares(plan: &kiln::backend::aot::ExecutorPlan, call_us: &[f64]) {
-    let shares = kiln::backend::profile::class_shares(plan, call_us);
+fn print_class_shares(plan: &kiln::backend::aot::ExecutorPlan, call_us: &[f64], flops: &[u64]) {
+    let shares = kiln::backend::profile::class_shares(plan, call_us, flops);
     let (us, flops): (f64, u64) = shares.iter().fold((0.0, 0), |(t, f), s| (t + s.us, f + s.flops));
     if us <= 0.0 || flops == 0 {
         return;

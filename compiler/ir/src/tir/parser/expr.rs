@@ -173,7 +173,7 @@ impl Parser {
                 None => return Err(Error::parse(span, format!("unknown reduction `T.{n}`"))),
             },
             _ => {
-                if let Some(f) = Intrinsic::ALL.into_iter().find(|f| f.name() == n) {
+                if let Some(f) = Intrinsic::ALL.iter().copied().find(|f| f.name() == n) {
                     return self.intrinsic(f);
                 }
                 if !["float", "int", "uint", "bool"].iter().any(|p| n.starts_with(p)) {
