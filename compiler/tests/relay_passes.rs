@@ -232,6 +232,39 @@ fn simplify_inference_and_expr() {
     );
 }
 
+/// A quantization round trip (QuantizeLinear then DequantizeLinear, as the
+/// ONNX importer writes them) loses its conversions and its zero point's
+/// two additions; a cast that can overflow, a clip to non-integral bounds, a
+/// value that is not an integer, or two different zero points stay.
+#[test]
+fn simplify_expr_drops_quantization_round_trips() {
+    check(
+        "def @main(%x: Tensor[(4), float32]) {\n  %0 = divide(%x, 0.5f);\n  %1 = round(%0);\n  %2 = add(%1, -3f);\n  %3 = clip(%2, a_min=-128f, a_max=127f);\n  %4 = cast(%3, dtype=\"int8\");\n  %5 = cast(%4, dtype=\"float32\");\n  %6 = subtract(%5, -3f);\n  %7 = clip(%2, a_min=0f, a_max=255f);\n  %8 = cast(%7, dtype=\"int8\");\n  %9 = cast(%8, dtype=\"float32\");\n  %10 = clip(%0, a_min=0f, a_max=100f);\n  %11 = cast(%10, dtype=\"uint8\");\n  %12 = cast(%11, dtype=\"float32\");\n  %13 = clip(%2, a_min=0.5f, a_max=100f);\n  %14 = cast(%13, dtype=\"uint8\");\n  %15 = cast(%14, dtype=\"float32\");\n  %16 = subtract(%3, 2f);\n  (%6, %9, %12, %15, %16)\n}",
+        &["SimplifyExpr"],
+        expect![[r##"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(4), float32]) {
+              %0 = divide(%x, 0.5f) /* ty=Tensor[(4), float32] */;
+              %1 = round(%0) /* ty=Tensor[(4), float32] */;
+              %2 = clip(%1, a_min=-125.0f, a_max=130.0f) /* ty=Tensor[(4), float32] */;
+              %3 = add(%1, -3f) /* ty=Tensor[(4), float32] */;
+              %4 = clip(%3, a_min=0.0f, a_max=255.0f) /* ty=Tensor[(4), float32] */;
+              %5 = cast(%4, dtype="int8") /* ty=Tensor[(4), int8] */;
+              %6 = cast(%5, dtype="float32") /* ty=Tensor[(4), float32] */;
+              %7 = clip(%0, a_min=0.0f, a_max=100.0f) /* ty=Tensor[(4), float32] */;
+              %8 = cast(%7, dtype="uint8") /* ty=Tensor[(4), uint8] */;
+              %9 = cast(%8, dtype="float32") /* ty=Tensor[(4), float32] */;
+              %10 = clip(%3, a_min=0.5f, a_max=100.0f) /* ty=Tensor[(4), float32] */;
+              %11 = cast(%10, dtype="uint8") /* ty=Tensor[(4), uint8] */;
+              %12 = cast(%11, dtype="float32") /* ty=Tensor[(4), float32] */;
+              %13 = clip(%3, a_min=-128.0f, a_max=127.0f) /* ty=Tensor[(4), float32] */;
+              %14 = subtract(%13, 2f) /* ty=Tensor[(4), float32] */;
+              (%2, %6, %9, %12, %14) /* ty=(Tensor[(4), float32], Tensor[(4), float32], Tensor[(4), float32], Tensor[(4), float32], Tensor[(4), float32]) */
+            }
+        "##]],
+    );
+}
+
 #[test]
 fn fold_scale_axis_moves_scales_into_weights() {
     check(

@@ -5,7 +5,17 @@
 //! - `power(x, 2)` → `x * x`, `power(x, 3)` → `x * x * x` (float `x`);
 //! - `negative(negative(x))` → `x`; `cast(x, dtype of x)` → `x`;
 //! - `reshape(reshape(x))` (either may be `contrib_reverse_reshape`) → one `reshape`; a reshape to the same shape → `x`;
-//! - `transpose(transpose(x))` → one `transpose`, or `x` when the permutations cancel.
+//! - `transpose(transpose(x))` → one `transpose`, or `x` when the permutations cancel;
+//! - quantization round trips (ONNX QuantizeLinear then DequantizeLinear):
+//!   `cast(cast(x, int), float)` → `x` when `x` is a float of the outer
+//!   type holding integers inside the integer type's range (a `clip` to
+//!   integral bounds of integral values), and `clip(r + z, lo, hi) − z` →
+//!   `clip(r, lo − z, hi − z)` for integral `r` and the same scalar integral
+//!   `z` (exact: every value involved below 2²⁴ is an integer, and one
+//!   that is not is clipped on both sides). Each quantized activation then
+//!   costs a division, a rounding and a clip, not also two conversions and
+//!   two additions. A NaN, which the conversions would have turned into
+//!   some integer, stays NaN.
 //!
 //! Types come from the original (pre-rewrite) nodes, which inference has seen.
 
@@ -22,6 +32,43 @@ fn is_constant_all(store: &Store, id: ExprId, value: f64) -> bool {
         }
         _ => false,
     }
+}
+
+/// A rank-0 constant's value (it broadcasts nothing).
+fn scalar_constant(store: &Store, id: ExprId) -> Option<f64> {
+    match store.kind(id) {
+        ExprKind::Constant(c) if store.constant_data(*c).shape().is_empty() => {
+            store.constant_data(*c).to_f64_vec().first().copied()
+        }
+        _ => None,
+    }
+}
+
+fn integral(v: f64) -> bool {
+    v.is_finite() && v.fract() == 0.0
+}
+
+/// Whether every (non-NaN) value of `id` is an integer: a rounding, a clip
+/// of integers to integral bounds, a sum or difference of integers, an
+/// integral constant. (By the ops alone: nodes this pass made have no type yet.)
+fn integral_valued(store: &Store, id: ExprId) -> bool {
+    if let ExprKind::Constant(c) = store.kind(id) {
+        return store.constant_data(*c).to_f64_vec().iter().all(|&v| integral(v));
+    }
+    let a = args(store, id);
+    match store.op_name(id) {
+        Some("round" | "floor" | "ceil" | "trunc") => true,
+        Some("clip") => {
+            clip_bounds(store, id).is_some_and(|(lo, hi)| integral(lo) && integral(hi)) && integral_valued(store, a[0])
+        }
+        Some("add" | "subtract") => integral_valued(store, a[0]) && integral_valued(store, a[1]),
+        _ => false,
+    }
+}
+
+fn clip_bounds(store: &Store, clip: ExprId) -> Option<(f64, f64)> {
+    let c = store.as_call(clip)?;
+    Some((c.attrs.float("a_min").ok()?, c.attrs.float("a_max").ok()?))
 }
 
 fn args(store: &Store, id: ExprId) -> Vec<ExprId> {
@@ -61,6 +108,11 @@ impl ExprMutator for Simplify {
         let (pre_args, post_args) = (args(store, pre), args(store, post));
         match name {
             "add" | "subtract" | "multiply" | "divide" => {
+                if name == "subtract" {
+                    if let Some(clip) = quantized_zero_point(store, pre, post) {
+                        return clip;
+                    }
+                }
                 let identity = if matches!(name, "add" | "subtract") { 0.0 } else { 1.0 };
                 let commutes = matches!(name, "add" | "multiply");
                 if is_constant_all(store, post_args[1], identity) && same_type(store, pre, pre_args[0]) {
@@ -99,7 +151,7 @@ impl ExprMutator for Simplify {
                 if same_type(store, pre, pre_args[0]) {
                     post_args[0]
                 } else {
-                    post
+                    integer_round_trip(store, pre, post).unwrap_or(post)
                 }
             }
             // TVM's SimplifyReshape: a reshape-like op (`reshape`,
@@ -142,6 +194,45 @@ impl ExprMutator for Simplify {
             _ => post,
         }
     }
+}
+
+/// `cast(cast(x, int), float)` as `x` (see the module's notes): `pre` and
+/// `post` are the outer cast before and after its operands were rewritten.
+fn integer_round_trip(store: &Store, pre: ExprId, post: ExprId) -> Option<ExprId> {
+    let inner = args(store, post)[0];
+    if store.op_name(inner) != Some("cast") {
+        return None;
+    }
+    let x = args(store, inner)[0];
+    let int = store.checked_type(args(store, pre)[0]).and_then(Type::as_tensor)?.dtype;
+    if !int.is_int() || !same_type(store, pre, args(store, args(store, pre)[0])[0]) {
+        return None;
+    }
+    let (lo, hi) = clip_bounds(store, x).filter(|_| store.op_name(x) == Some("clip"))?;
+    let (min, max) = int.value_range();
+    (min <= lo && hi <= max && integral_valued(store, x)).then_some(x)
+}
+
+/// `clip(r + z, lo, hi) − z` as `clip(r, lo − z, hi − z)` (see the module's
+/// notes), for the `subtract` `pre` / `post`.
+fn quantized_zero_point(store: &mut Store, pre: ExprId, post: ExprId) -> Option<ExprId> {
+    let [clip, z] = args(store, post)[..] else { return None };
+    if store.op_name(clip) != Some("clip") || !same_type(store, pre, args(store, pre)[0]) {
+        return None;
+    }
+    let (lo, hi) = clip_bounds(store, clip)?;
+    let sum = args(store, clip)[0];
+    if store.op_name(sum) != Some("add") {
+        return None;
+    }
+    let [r, z_in] = args(store, sum)[..] else { return None };
+    let z_value = scalar_constant(store, z).filter(|&v| integral(v))?;
+    if scalar_constant(store, z_in) != Some(z_value) || !integral_valued(store, r) || !integral_valued(store, clip) {
+        return None;
+    }
+    let bounds = [("a_min", AttrValue::Float(lo - z_value)), ("a_max", AttrValue::Float(hi - z_value))];
+    let span = store.span(post).clone();
+    store.call_op_at("clip", vec![r], Attrs::from_pairs(bounds), span).ok()
 }
 
 /// Simplify one function; returns the new function handle.
