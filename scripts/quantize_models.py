@@ -13,7 +13,13 @@ calibrated on 8 seeded random inputs of the model's input shape (MinMax):
                       com.microsoft QLinearAdd, QLinearGlobalAveragePool, QGemm;
                       uint8 activations, per-channel int8 weights);
 and for each `<model>.<format>.output.npy`: ONNX Runtime's output on the
-model's stored input (`<model>.input.npy`), the reference kiln's is compared with.
+model's stored input (`<model>.input.npy`), the reference kiln's is compared with,
+and `<model>.<format>.output.cpu`: whether the CPU that computed it has VNNI
+(`vnni` or `no-vnni`). Without VNNI, ONNX Runtime's int8 results are not the
+exact integer arithmetic: its AVX2 uint8 x int8 kernels saturate the pairwise
+sums of `vpmaddubsw` (MobileNetV2's first QLinearConv: 3,380 values up to 103
+steps off), and its QDQ int8 convolutions run in float there; kiln's test then
+allows a few steps (see `compiler/tests/onnx_models.rs`).
 Needs: pip install onnx onnxruntime numpy.
 """
 import os
@@ -36,6 +42,15 @@ class RandomInputs(CalibrationDataReader):
 
     def get_next(self):
         return next(self.batches, None)
+
+
+def vnni():
+    """Whether this CPU has a VNNI dot product (AVX-512 VNNI or AVX-VNNI)."""
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 def main():
@@ -70,6 +85,8 @@ def main():
             sess = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
             y = sess.run(None, {inp.name: x})[0]
             np.save(os.path.join(OUT, f"{name}.{fmt}.output.npy"), y)
+            with open(os.path.join(OUT, f"{name}.{fmt}.output.cpu"), "w") as f:
+                f.write("vnni\n" if vnni() else "no-vnni\n")
             print(f"wrote {dst} and its ONNX Runtime output {y.shape}")
         os.remove(pre)
 

@@ -26,6 +26,7 @@ use kiln_ir::Tensor;
 mod importer;
 mod ops;
 pub mod proto;
+mod qdq;
 
 use importer::{Importer, Node};
 use proto::{ModelProto, ValueInfoProto};
@@ -80,6 +81,9 @@ pub(crate) fn import_from(
     bound: &[(String, Tensor)],
 ) -> Result<IRModule, OnnxError> {
     let mut model = ModelProto::decode(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
+    if let Some(g) = model.graph.as_mut() {
+        qdq::fuse_qdq_convolutions(g);
+    }
     // The initializers' raw bytes move into their tensors: the weights are not copied again.
     let raw: Vec<Option<prost::bytes::Bytes>> =
         (model.graph.iter_mut()).flat_map(|g| g.initializer.iter_mut().map(|init| init.raw_data.take())).collect();

@@ -9,7 +9,7 @@
 //! message of its other operand pushes that scale down the path, scaling the
 //! biases on the way and, at the end, the weights.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use kiln_ir::relay::{post_order, Callee, ExprId, ExprKind, Store};
 
@@ -192,9 +192,17 @@ pub fn backward_fold_scale_axis(store: &mut Store, func: ExprId) -> ExprId {
     if messages.is_empty() {
         return func;
     }
+    // A scale whose product is rounded stays where it is: a quantized
+    // product's requantization (`round(acc · m)`) is exact only as written.
+    let rounded: FxHashSet<ExprId> = order
+        .iter()
+        .filter(|&&id| store.op_name(id) == Some("round"))
+        .filter_map(|&id| store.as_call(id).and_then(|c| c.args.first().copied()))
+        .collect();
     let mut t = Transformer { messages: &messages, memo: FxHashMap::default() };
     for &id in &order {
-        let folded = if store.op_name(id) == Some("multiply") { t.fold_multiply(store, id) } else { None };
+        let folds = store.op_name(id) == Some("multiply") && !rounded.contains(&id);
+        let folded = if folds { t.fold_multiply(store, id) } else { None };
         let new = folded.unwrap_or_else(|| rebuild(store, id, |c| t.memo.get(&c).copied().unwrap_or(c)));
         t.memo.insert(id, new);
     }
