@@ -80,3 +80,42 @@ fn object_assembly_and_ir_are_emitted() {
     assert!(LlvmTarget::parse("llvm -mcpu=native -bogus").is_err());
     assert!(LlvmTarget::parse("cuda").is_err());
 }
+
+/// Floor division and remainder by positive constants, of a loop variable
+/// (known non-negative: emitted as unsigned division) and of a value below
+/// zero (the corrected signed form), against Rust's `div_euclid`/`rem_euclid`
+/// (which floor for positive divisors).
+#[test]
+fn floor_division_of_loop_variables_and_negative_values() {
+    use kiln::tir::TirType;
+    let n = 40usize;
+    let a = placeholder("a", &[n], DataType::F32);
+    let f32t = TirType::scalar(DataType::F32);
+    let out = compute("out", &[n], |i| {
+        let v = i[0].clone();
+        let shifted = Expr::bin(BinOp::Sub, v.clone(), Expr::int(17));
+        let terms = [
+            Expr::bin(BinOp::FloorDiv, v.clone(), Expr::int(7)),
+            Expr::bin(BinOp::FloorMod, v.clone(), Expr::int(7)),
+            Expr::bin(BinOp::FloorDiv, shifted.clone(), Expr::int(5)),
+            Expr::bin(BinOp::FloorMod, shifted, Expr::int(5)),
+        ];
+        let mut sum = a.at(i);
+        for (k, t) in terms.into_iter().enumerate() {
+            let weight = Expr::float(10f64.powi(2 * k as i32), DataType::F32);
+            sum = sum + Expr::cast(f32t, t) * weight;
+        }
+        sum
+    });
+    let f = simplify_prim_func(flatten_buffers(lower("floordiv", &[a], &[out]).expect("lower")));
+    let jit = Jit::new("floordiv", &[f]).expect("jit");
+    let mut a: Vec<f32> = vec![0.0; n];
+    let mut out = vec![0f32; n];
+    run(&jit, "floordiv", &mut [&mut a, &mut out], 1);
+    for (i, got) in out.iter().enumerate() {
+        let (v, s) = (i as i64, i as i64 - 17);
+        let want =
+            (v.div_euclid(7) + v.rem_euclid(7) * 100 + s.div_euclid(5) * 10_000 + s.rem_euclid(5) * 1_000_000) as f32;
+        assert_eq!(*got, want, "at {i}");
+    }
+}

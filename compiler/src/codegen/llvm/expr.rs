@@ -186,6 +186,17 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         // Unsigned: truncation is flooring.
                         BinOp::FloorDiv if unsigned => self.e(self.b.build_int_unsigned_div(x, y, "div"))?.into(),
                         BinOp::FloorMod if unsigned => self.e(self.b.build_int_unsigned_rem(x, y, "rem"))?.into(),
+                        // A non-negative dividend over a positive constant:
+                        // truncating is flooring (LLVM turns either into a
+                        // multiply and shifts; this form needs no correction,
+                        // which in a gather's per-lane indices was most of
+                        // the code LLVM had to simplify).
+                        BinOp::FloorDiv if self.non_negative(a) && positive_constant(b) => {
+                            self.e(self.b.build_int_unsigned_div(x, y, "div"))?.into()
+                        }
+                        BinOp::FloorMod if self.non_negative(a) && positive_constant(b) => {
+                            self.e(self.b.build_int_unsigned_rem(x, y, "rem"))?.into()
+                        }
                         BinOp::FloorDiv | BinOp::FloorMod => {
                             // Truncating division, corrected toward negative infinity.
                             let q = self.e(self.b.build_int_signed_div(x, y, "q"))?;
@@ -564,5 +575,32 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // SAFETY (of the generated code): indices come from loops over the buffer's static shape.
         let elem = elem_type(self.ctx, buf.elem());
         unsafe { self.e(compat::in_bounds_gep(&self.b, elem, base, &[i], "addr")) }
+    }
+}
+
+/// Whether `e` is an integer constant above zero.
+fn positive_constant(e: &Expr) -> bool {
+    matches!(e, Expr::Int(v, _) if *v > 0)
+}
+
+impl FnGen<'_, '_> {
+    /// Whether the integer expression `e` is never negative, as far as its
+    /// form shows: constants, non-negative variables, and sums, products,
+    /// minima, maxima, floor divisions and remainders of such (by positive
+    /// constants); any unsigned value.
+    pub(super) fn non_negative(&self, e: &Expr) -> bool {
+        if e.ty().elem.is_unsigned() {
+            return true;
+        }
+        match e {
+            Expr::Int(v, _) => *v >= 0,
+            Expr::Var(v) => self.non_negative_vars.contains(&v.id),
+            Expr::Bin(BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max, a, b) => {
+                self.non_negative(a) && self.non_negative(b)
+            }
+            Expr::Bin(BinOp::FloorDiv, a, b) => self.non_negative(a) && positive_constant(b),
+            Expr::Bin(BinOp::FloorMod, _, b) => positive_constant(b),
+            _ => false,
+        }
     }
 }

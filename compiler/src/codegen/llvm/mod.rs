@@ -8,7 +8,7 @@
 //! module runs LLVM's `default<O3>` pipeline for the target CPU, whose loop
 //! vectorizer produces the vector code.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::basic_block::BasicBlock;
@@ -57,6 +57,10 @@ struct FnGen<'a, 'ctx> {
     func: FunctionValue<'ctx>,
     kernel: String,
     vars: HashMap<u32, BasicValueEnum<'ctx>>,
+    /// Integer variables known to be non-negative (loop variables from a
+    /// non-negative start; lets of non-negative values): their floor
+    /// divisions by positive constants are plain unsigned divisions.
+    non_negative_vars: HashSet<u32>,
     buffers: HashMap<u32, PointerValue<'ctx>>,
     task_id: IntValue<'ctx>,
     num_tasks: IntValue<'ctx>,
@@ -172,6 +176,7 @@ fn start_kernel<'a, 'ctx>(
         func,
         kernel: f.name.clone(),
         vars: HashMap::new(),
+        non_negative_vars: HashSet::new(),
         buffers,
         task_id,
         num_tasks,

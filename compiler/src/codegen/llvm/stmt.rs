@@ -92,6 +92,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
             Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
             Stmt::Let { var, value, body } => {
                 let v = self.expr(value)?;
+                if self.non_negative(value) {
+                    self.non_negative_vars.insert(var.id);
+                }
                 self.vars.insert(var.id, v);
                 self.stmt(body)
             }
@@ -130,6 +133,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
     ) -> Result<(), CodegenError> {
         let min_v = self.expr(min)?.into_int_value();
         let ext_v = self.expr(extent)?.into_int_value();
+        if self.non_negative(min) {
+            self.non_negative_vars.insert(var.id);
+        }
         if let (ForKind::ThreadBinding(axis), true) = (kind, self.gpu) {
             // No loop: this thread's (or block's) index, guarded by the extent
             // (the launch may have more threads than this loop has iterations).
