@@ -44,6 +44,7 @@ fn main() {
         five_thousand_corrupted_models_never_panic,
         one_dimensional_conv_and_pool_run_as_2d,
         qdq_convolution_computes_the_integer_arithmetic_exactly,
+        qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly,
     ]);
     libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit()
 }
@@ -479,5 +480,110 @@ fn qdq_convolution_computes_the_integer_arithmetic_exactly() {
         let got = out[0].to_f64_vec();
         let wrong = got.iter().zip(&want).filter(|(g, w)| **g != **w as f64).count();
         assert_eq!(wrong, 0, "{wrong} of {} values differ from the integer arithmetic ({threads} threads)", want.len());
+    }
+}
+
+/// QDQ `MatMul` (per-column int8 weight) then QDQ `Gemm` (`transB`, per-row
+/// int8 weight, int32 bias) import as QLinearMatMul and QGemm, whose outputs
+/// equal, bit for bit, the integer arithmetic `saturate(round_half_even(
+/// float(Σ (a − a_zp)·b [+ c]) · (a_scale · b_scale / y_scale)) + y_zp)`.
+fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
+    use onnx::proto::attribute_proto::AttributeType;
+    use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
+    use prost::Message;
+    let (rows, k, n, m) = (3usize, 6usize, 5usize, 4usize);
+    let (xs, xz, hs, hz, ys, yz) = (0.04f32, -2i64, 0.09f32, 7i64, 0.13f32, -3i64);
+    let w1s: Vec<f32> = (0..n).map(|j| 0.02 + 0.004 * j as f32).collect();
+    let w1: Vec<i64> = (0..k * n).map(|i| ((i * 53 + 7) % 255) as i64 - 127).collect();
+    let w2s: Vec<f32> = (0..m).map(|j| 0.015 + 0.005 * j as f32).collect();
+    let w2: Vec<i64> = (0..m * n).map(|i| ((i * 29 + 3) % 255) as i64 - 127).collect();
+    let b2: Vec<i64> = (0..m).map(|j| j as i64 * 311 - 400).collect();
+    let tensor = |name: &str, dims: &[i64], dt: i32, raw: Vec<u8>| TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(dt),
+        raw_data: Some(raw.into()),
+        ..Default::default()
+    };
+    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let i8s = |v: &[i64]| v.iter().map(|&x| x as i8 as u8).collect::<Vec<u8>>();
+    let b2s: Vec<f32> = w2s.iter().map(|w| hs * w).collect();
+    let inits = vec![
+        tensor("xs", &[], 1, f32s(&[xs])),
+        tensor("xz", &[], 3, i8s(&[xz])),
+        tensor("hs", &[], 1, f32s(&[hs])),
+        tensor("hz", &[], 3, i8s(&[hz])),
+        tensor("ys", &[], 1, f32s(&[ys])),
+        tensor("yz", &[], 3, i8s(&[yz])),
+        tensor("w1", &[k as i64, n as i64], 3, i8s(&w1)),
+        tensor("w1s", &[n as i64], 1, f32s(&w1s)),
+        tensor("w2", &[m as i64, n as i64], 3, i8s(&w2)),
+        tensor("w2s", &[m as i64], 1, f32s(&w2s)),
+        tensor("b2", &[m as i64], 6, b2.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()),
+        tensor("b2s", &[m as i64], 1, f32s(&b2s)),
+    ];
+    let int = |name: &str, v: i64| AttributeProto {
+        name: Some(name.into()),
+        i: Some(v),
+        r#type: Some(AttributeType::Int.into()),
+        ..Default::default()
+    };
+    let node = |op: &str, ins: &[&str], out: &str, attribute: Vec<AttributeProto>| NodeProto {
+        op_type: Some(op.into()),
+        name: Some(format!("{op}_{out}")),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: vec![out.into()],
+        attribute,
+        ..Default::default()
+    };
+    let nodes = vec![
+        node("QuantizeLinear", &["x", "xs", "xz"], "xq", vec![]),
+        node("DequantizeLinear", &["xq", "xs", "xz"], "xd", vec![]),
+        node("DequantizeLinear", &["w1", "w1s"], "w1d", vec![int("axis", 1)]),
+        node("MatMul", &["xd", "w1d"], "h", vec![]),
+        node("QuantizeLinear", &["h", "hs", "hz"], "hq", vec![]),
+        node("DequantizeLinear", &["hq", "hs", "hz"], "hd", vec![]),
+        node("DequantizeLinear", &["w2", "w2s"], "w2d", vec![int("axis", 0)]),
+        node("DequantizeLinear", &["b2", "b2s"], "b2d", vec![int("axis", 0)]),
+        node("Gemm", &["hd", "w2d", "b2d"], "g", vec![int("transB", 1)]),
+        node("QuantizeLinear", &["g", "ys", "yz"], "yq", vec![]),
+        node("DequantizeLinear", &["yq", "ys", "yz"], "y", vec![]),
+    ];
+    let g = GraphProto {
+        name: Some("qdq_dense".into()),
+        input: vec![value_info("x", &[rows as i64, k as i64])],
+        output: vec![value_info("y", &[rows as i64, m as i64])],
+        initializer: inits,
+        node: nodes,
+        ..Default::default()
+    };
+    let model = ModelProto { opset_import: vec![opset(19)], ir_version: Some(9), graph: Some(g), ..Default::default() };
+    let mut module = onnx::import(&model.encode_to_vec(), &[]).expect("import");
+    infer_module(&mut module).expect("infer");
+    let text = kiln::relay::print_module(&module);
+    assert_eq!(text.matches("divide(").count(), 1, "only the input's QuantizeLinear divides: {text}");
+    let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.71).sin() * 4.0).collect();
+    let quantize = |v: f32, z: i64| (v.round_ties_even() as i64 + z).clamp(-128, 127);
+    let xq: Vec<i64> = x.iter().map(|&v| quantize(v / xs, xz)).collect();
+    let h: Vec<i64> = (0..rows * n)
+        .map(|i| {
+            let (r, j) = (i / n, i % n);
+            let acc: i64 = (0..k).map(|t| (xq[r * k + t] - xz) * w1[t * n + j]).sum();
+            quantize(acc as f32 * (xs * w1s[j] / hs), hz)
+        })
+        .collect();
+    let want: Vec<f32> = (0..rows * m)
+        .map(|i| {
+            let (r, j) = (i / m, i % m);
+            let acc: i64 = (0..n).map(|t| (h[r * n + t] - hz) * w2[j * n + t]).sum::<i64>() + b2[j];
+            (quantize(acc as f32 * (hs * w2s[j] / ys), yz) - yz) as f32 * ys
+        })
+        .collect();
+    let (_, plan) = optimize_and_plan(module, Arc::new(PassContext::new().with_opt_level(3))).expect("compile");
+    let jit = Jit::new("qdq_dense", &plan.kernels).expect("jit");
+    let out = host::run(&plan, &jit, &[kiln::Tensor::from_f32(vec![rows, k], &x)], 1).expect("run");
+    let got = out[0].to_f64_vec();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(*g, *w as f64, "value {i} differs from the integer arithmetic");
     }
 }

@@ -82,7 +82,7 @@ pub(crate) fn import_from(
 ) -> Result<IRModule, OnnxError> {
     let mut model = ModelProto::decode(bytes).map_err(|e| OnnxError::Corrupt(e.to_string()))?;
     if let Some(g) = model.graph.as_mut() {
-        qdq::fuse_qdq_convolutions(g);
+        qdq::fuse_qdq_products(g);
     }
     // The initializers' raw bytes move into their tensors: the weights are not copied again.
     let raw: Vec<Option<prost::bytes::Bytes>> =

@@ -235,11 +235,7 @@ fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError
             None => None,
         };
         let acc = conv_of(im, node, x, w, bias)?;
-        let channels = multiplier.len();
-        let m = im.constant(Tensor::from_f32(vec![channels], &multiplier));
-        let m = along_axis(im, node, m, acc, 1, "the requantization multiplier")?;
-        let scaled = im.op(node, "multiply", vec![acc, m])?;
-        return quantized_integers(im, node, scaled, 7);
+        return requantized(im, node, acc, &multiplier, 1, 7);
     }
     let (xf, xs) = dequantized_input(im, node, 0, 1)?;
     let (wf, ws) = dequantized_input(im, node, 3, 0)?;
@@ -295,6 +291,25 @@ fn integral(im: &mut Importer, node: &Node, at: usize, axis: i64) -> Result<Expr
     }
 }
 
+/// The integer products `acc` times the `multiplier` (one value, or one per
+/// index of `axis`), quantized with the zero point at input `zero_point_at`.
+fn requantized(
+    im: &mut Importer,
+    node: &Node,
+    acc: ExprId,
+    multiplier: &[f32],
+    axis: i64,
+    zero_point_at: usize,
+) -> Result<Vec<ExprId>, OnnxError> {
+    let m = match multiplier {
+        [one] => im.constant(Tensor::from_f32(vec![], &[*one])),
+        _ => im.constant(Tensor::from_f32(vec![multiplier.len()], multiplier)),
+    };
+    let m = along_axis(im, node, m, acc, axis, "the requantization multiplier")?;
+    let scaled = im.op(node, "multiply", vec![acc, m])?;
+    quantized_integers(im, node, scaled, zero_point_at)
+}
+
 /// `saturate(round_half_to_even(y) + zero_point)` in the zero point's type
 /// (input `zero_point_at`; uint8 without one): `y` is already in steps of
 /// the output's scale.
@@ -318,7 +333,16 @@ fn quantized_integers(
 }
 
 /// QLinearMatMul: a, a_scale, a_zp (per row), b, b_scale, b_zp (per column), y_scale, y_zp.
+/// With constant scales (a single one for `a`), the integer arithmetic of
+/// int8 runtimes, as [`qlinear_conv`]: `(a − a_zp)·(b − b_zp)` over
+/// integers, times `a_scale · b_scale[column] / y_scale`.
 fn qlinear_matmul(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
+    if let Some(multiplier) = requantization(im, node, 1, 4, 6)? {
+        let a = integral(im, node, 0, -2)?;
+        let b = integral(im, node, 3, -1)?;
+        let acc = matmul_of(im, node, a, b)?;
+        return requantized(im, node, acc, &multiplier, -1, 7);
+    }
     let (af, _) = dequantized_input(im, node, 0, -2)?;
     let (bf, _) = dequantized_input(im, node, 3, -1)?;
     let yf = matmul_of(im, node, af, bf)?;
@@ -385,6 +409,20 @@ fn qlinear_global_average_pool(im: &mut Importer, node: &Node) -> Result<Vec<Exp
 /// y_scale the result stays float.
 fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let b_axis = if node.int("transB", 0)? != 0 { 0 } else { 1 };
+    // Requantized, with alpha 1 and constant scales: the integer arithmetic
+    // (see `qlinear_conv`), the int32 bias added to the integer products.
+    if im.optional_input(node, 7)?.is_some() && node.float("alpha", 1.0)? == 1.0 {
+        if let Some(multiplier) = requantization(im, node, 1, 4, 7)? {
+            let a = integral(im, node, 0, 0)?;
+            let b = integral(im, node, 3, b_axis)?;
+            let c = match im.optional_input(node, 6)? {
+                Some(c) => Some(cast(im, node, c, DataType::F32)?),
+                None => None,
+            };
+            let acc = gemm_of(im, node, a, b, c, 1.0)?;
+            return requantized(im, node, acc, &multiplier, 1, 8);
+        }
+    }
     let (af, a_s) = dequantized_input(im, node, 0, 0)?;
     let (bf, b_s) = dequantized_input(im, node, 3, b_axis)?;
     let c = im.optional_input(node, 6)?.map(|c| product_bias(im, node, c, a_s, b_s)).transpose()?;
