@@ -33,7 +33,7 @@ fn print_annotates_types() {
 fn every_command_has_help_and_wrong_options_are_errors() {
     let (code, out, _) = kiln(&["--help"]);
     assert_eq!(code, 0);
-    for cmd in ["print", "opt", "build", "run", "bench", "tune", "passes", "peak"] {
+    for cmd in ["print", "opt", "build", "run", "bench", "accuracy", "tune", "passes", "peak"] {
         assert!(out.contains(&format!("  {cmd} ")), "{cmd} missing from:\n{out}");
         let (code, help, err) = kiln(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}: {err}");
@@ -436,4 +436,28 @@ fn peak_prints_gflops_per_thread_count() {
     assert_eq!(rates.len(), 2, "{out}");
     assert!(rates.iter().all(|&r| r > 0.1), "{out}");
     assert!(out.contains("on 1 thread(s)") && out.contains("on 2 thread(s)"), "{out}");
+}
+
+/// `kiln accuracy`: a model against itself is exact with full top-1
+/// agreement; a reference whose outputs have another shape is an error
+/// naming both files.
+#[test]
+fn accuracy_compares_a_model_with_a_reference() {
+    let dir = tempfile::tempdir().expect("dir");
+    let x = kiln::Tensor::from_f32(vec![1, 784], &(0..784).map(|i| (i as f32 * 0.013).cos()).collect::<Vec<_>>());
+    let xin = write(&dir, "x.npy", &kiln::npy::write_npy(&x));
+    let input = format!("x={xin}");
+    let same = ["accuracy", MLP, "--weights", WEIGHTS, "--reference", MLP, "--reference-weights", WEIGHTS];
+    let (code, stdout, err) = kiln(&[&same[..], &["--input", &input]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.starts_with("output 0 [1, 10]: max abs error 0.000000e0, mean abs error 0.000000e0"), "{stdout}");
+    assert!(stdout.contains("top-1 agreement 1/1 (100.0%)"), "{stdout}");
+    let relu = write(
+        &dir,
+        "relu.relay",
+        b"#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(1, 784), float32]) {\n  nn.relu(%x)\n}\n",
+    );
+    let (code, _, err) = kiln(&["accuracy", MLP, "--weights", WEIGHTS, "--reference", &relu, "--input", &input]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("output 0 is [1, 10] in") && err.contains("[1, 784] in the reference"), "{err}");
 }

@@ -44,6 +44,11 @@ pub enum Command {
     /// candidates against the rule's schedule, and write the fastest to a tuning log that
     /// `--tuning FILE` and `Build::tuning_log` apply
     Tune(TuneOptions),
+    /// Run a model and a reference model (for a quantized model, its float original) on the
+    /// same inputs and print how far each output is from the reference's: largest and mean
+    /// absolute error, the largest relative to the reference's largest magnitude, and top-1
+    /// agreement along the last axis
+    Accuracy(AccuracyOptions),
     /// List the registered passes
     Passes,
     /// Measure this CPU's fp32 multiply-add peak (GFLOP/s) on 1 to N threads, for comparing a
@@ -204,6 +209,19 @@ pub struct RunOptions {
     /// instead of compiling it here
     #[arg(long, value_name = "FILE")]
     pub ptx: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct AccuracyOptions {
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// The model whose outputs are the reference: the same inputs and outputs (a Relay text
+    /// file or an ONNX model), compiled for the same target
+    #[arg(long, value_name = "FILE")]
+    pub reference: String,
+    /// Bind the reference's @main parameters from a .safetensors or .npy file (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub reference_weights: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -3,6 +3,7 @@
 //! Every user error is one message on stderr that says what and where, and
 //! exit code 1 — never a panic.
 
+mod accuracy;
 mod args;
 mod peak;
 mod progress;
@@ -109,6 +110,7 @@ fn opt(o: &OptOptions) -> Result<(), String> {
 }
 
 /// Options shared by `kiln build` and `kiln run`.
+#[derive(Clone)]
 struct CompileArgs {
     file: String,
     target: String,
@@ -702,6 +704,7 @@ fn run(command: Command) -> Result<(), String> {
         Command::Run(r) => run_model(&CompileArgs::run(r), false),
         Command::Bench(b) => run_model(&CompileArgs::bench(b), true),
         Command::Tune(t) => tune::tune(t),
+        Command::Accuracy(a) => accuracy::accuracy(a),
         Command::Peak { threads } => {
             peak::peak(threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())))
         }
