@@ -2,7 +2,9 @@
 """kiln next to ONNX Runtime on the reference models, measured in the same run.
 
 Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [MODELS_DIR [REAL_MODELS_DIR]]
-  MODELS_DIR       the reference models (default ../shared/models)
+  MODELS_DIR       the reference models (default ../shared/models); its `quantized/` (from
+                   scripts/quantize_models.py) adds resnet18 and mobilenetv2 in QDQ and
+                   QOperator form (`resnet18.qdq`, …), next to ORT's int8 kernels
   REAL_MODELS_DIR  yolov8n and pplcnet from fetch_real_models.py (default MODELS_DIR/real;
                    skipped when absent)
   --target T       kiln's target (default `llvm -mcpu=native`); `llvm -mcpu=znver3` measures
@@ -53,6 +55,12 @@ CASES = [
     ("yolov8n", os.path.join(REAL, "yolov8n.onnx"), os.path.join(REAL, "yolov8n.input.images.npy"), 10),
     ("pplcnet", os.path.join(REAL, "pplcnet.onnx"), os.path.join(REAL, "pplcnet.input.x.npy"), 20),
 ]
+# Quantized by scripts/quantize_models.py (int8; ORT runs its int8 kernels): skipped when absent.
+QUANTIZED = os.path.join(MODELS, "quantized")
+for base, runs in (("resnet18", 10), ("mobilenetv2", 20)):
+    for fmt in ("qdq", "qop"):
+        CASES.append((f"{base}.{fmt}", os.path.join(QUANTIZED, f"{base}.{fmt}.onnx"),
+                      os.path.join(MODELS, f"{base}.input.npy"), runs))
 
 
 def ort_times_us(model, x, threads, runs):
@@ -110,10 +118,10 @@ def model_gflop(model, x):
         out = shapes.get(node.output[0])
         if out is None:
             continue
-        if node.op_type == "Conv":
-            w = shapes[node.input[1]]
+        if node.op_type in ("Conv", "QLinearConv"):
+            w = shapes[node.input[1 if node.op_type == "Conv" else 3]]
             flops += 2 * int(np.prod(out)) * int(np.prod(w[1:]))
-        elif node.op_type in ("Gemm", "MatMul"):
+        elif node.op_type in ("Gemm", "MatMul", "QGemm", "QLinearMatMul"):
             a = shapes[node.input[0]]
             transposed = node.op_type == "Gemm" and any(at.name == "transA" and at.i for at in node.attribute)
             flops += 2 * int(np.prod(out)) * (a[-2] if transposed else a[-1])
@@ -164,7 +172,10 @@ def main():
         input_name = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).get_inputs()[0].name
         log = os.path.join(OPTS.tuning, f"{name}.json") if OPTS.tuning else None
         log = log if log and os.path.exists(log) else None
-        gflop = model_gflop(model, x)
+        # A quantized model's work is its float original's (ONNX shape inference stops at
+        # com.microsoft operators, which would leave most of a QOperator graph uncounted).
+        original = os.path.join(MODELS, name.split(".")[0] + ".onnx")
+        gflop = model_gflop(original if "." in name and os.path.exists(original) else model, x)
         fastest_ratios = []
         work = f"{gflop:.2f} GFLOP" if gflop >= 0.1 else f"{gflop * 1e3:.2f} MFLOP"
         row, tuned = [f"{name} ({work})"], []
