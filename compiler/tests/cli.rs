@@ -450,8 +450,24 @@ fn accuracy_compares_a_model_with_a_reference() {
     let same = ["accuracy", MLP, "--weights", WEIGHTS, "--reference", MLP, "--reference-weights", WEIGHTS];
     let (code, stdout, err) = kiln(&[&same[..], &["--input", &input]].concat());
     assert_eq!(code, 0, "{err}");
-    assert!(stdout.starts_with("output 0 [1, 10]: max abs error 0.000000e0, mean abs error 0.000000e0"), "{stdout}");
+    assert!(
+        stdout.starts_with("output 0 [1, 10], 1 sample(s): max abs error 0.000000e0, mean abs error 0.000000e0"),
+        "{stdout}"
+    );
     assert!(stdout.contains("top-1 agreement 1/1 (100.0%)"), "{stdout}");
+    // Three samples stacked along the first axis of a 1 × 784 input run one at a time.
+    let xs: Vec<f32> = (0..3 * 784).map(|i| (i as f32 * 0.029).sin()).collect();
+    let stacked = write(&dir, "xs.npy", &kiln::npy::write_npy(&kiln::Tensor::from_f32(vec![3, 784], &xs)));
+    let (code, stdout, err) = kiln(&[&same[..], &["--input", &format!("x={stacked}")]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("3 sample(s): max abs error 0.000000e0") && stdout.contains("top-1 agreement 3/3"),
+        "{stdout}"
+    );
+    let odd = write(&dir, "odd.npy", &kiln::npy::write_npy(&kiln::Tensor::from_f32(vec![2, 392], &xs[..784])));
+    let (code, _, err) = kiln(&[&same[..], &["--input", &format!("x={odd}")]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("input `x` is [2, 392]: expected [1, 784]"), "{err}");
     let relu = write(
         &dir,
         "relu.relay",
