@@ -378,12 +378,19 @@ fn one_dimensional_conv_and_pool_run_as_2d() {
 /// DequantizeLinear) imports as one integer convolution: its output equals,
 /// bit for bit, the integer arithmetic of int8 runtimes —
 /// `saturate(round_half_even(float(Σ (x − x_zp)·w + b) · (x_scale · w_scale / y_scale)) + y_zp)`
-/// — over inputs with many values near rounding ties, at 1 and 2 threads.
+/// — over inputs with many values near rounding ties, at 1 and 2 threads:
+/// 3 → 4 channels (a direct convolution), and 32 → 32 on 16 × 16 (Winograd,
+/// which must be F(2 × 2, 3 × 3) for integers: F(4 × 4)'s transforms round).
 fn qdq_convolution_computes_the_integer_arithmetic_exactly() {
+    qdq_convolution_case(3, 4, 7, false);
+    qdq_convolution_case(32, 32, 16, true);
+}
+
+fn qdq_convolution_case(c: usize, o: usize, h: usize, winograd: bool) {
     use onnx::proto::attribute_proto::AttributeType;
     use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
     use prost::Message;
-    let (c, o, h, k) = (3usize, 4usize, 7usize, 3usize);
+    let k = 3usize;
     let (xs, xz, ys, yz) = (0.05f32, 3i64, 0.07f32, -5i64);
     let ws: Vec<f32> = (0..o).map(|i| 0.011 + 0.003 * i as f32).collect();
     let wq: Vec<i64> = (0..o * c * k * k).map(|i| ((i * 37 + 11) % 255) as i64 - 127).collect();
@@ -473,6 +480,13 @@ fn qdq_convolution_computes_the_integer_arithmetic_exactly() {
         }
     }
     let (_, plan) = optimize_and_plan(module, Arc::new(PassContext::new().with_opt_level(3))).expect("compile");
+    let tiles: Vec<&String> = plan.kernels.iter().filter_map(|f| f.attrs.get("winograd.tile")).collect();
+    println!("{c} → {o} channels on {h} × {h}: Winograd tiles {tiles:?}");
+    if winograd && !tiles.is_empty() {
+        assert!(tiles.iter().all(|t| t.as_str() == "2"), "integer weights take F(2 × 2) only: {tiles:?}");
+    } else if !winograd {
+        assert!(tiles.is_empty(), "{tiles:?}");
+    }
     let jit = Jit::new("qdq_conv", &plan.kernels).expect("jit");
     for threads in [1, 2] {
         let input = kiln::Tensor::from_f32(vec![1, c, h, h], &x);

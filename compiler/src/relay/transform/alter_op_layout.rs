@@ -252,12 +252,27 @@ const WINOGRAD_TILE_BLOCK: usize = 16;
 /// `WINOGRAD_MAX_WEIGHT_BYTES` (`WINOGRAD_MAX_WEIGHT_BYTES_16_LANES` on AVX-512);
 /// the larger tile first (fewer products). Targets of 8 or more lanes (AVX2,
 /// AVX-512); narrower ones keep direct convolutions.
-pub fn winograd_tile(n: usize, c: usize, k: usize, oh: usize, ow: usize, unit: VectorUnit) -> Option<(usize, usize)> {
+///
+/// `integral`: the weights are integers (a quantized product's, which must
+/// come out exact): only F(2 × 2, 3 × 3), whose transforms keep integers
+/// integers (quarters in the transformed weights), so that the products sum
+/// exactly in float32 while the sums stay below 2²²; F(4 × 4)'s sixths and
+/// twenty-fourths would round.
+pub fn winograd_tile(
+    n: usize,
+    c: usize,
+    k: usize,
+    oh: usize,
+    ow: usize,
+    unit: VectorUnit,
+    integral: bool,
+) -> Option<(usize, usize)> {
     if unit.f32_lanes < 8 || c < WINOGRAD_MIN_CHANNELS || k < WINOGRAD_MIN_CHANNELS {
         return None;
     }
     let block = WINOGRAD_TILE_BLOCK.max(unit.f32_lanes);
-    [4usize, 2].into_iter().find_map(|m| {
+    let tiles: &[usize] = if integral { &[2] } else { &[4, 2] };
+    tiles.iter().copied().find_map(|m| {
         let alpha = m + 2;
         let tiles = WinogradTiles::new(n, oh, ow, m).ok()?.count.next_multiple_of(block);
         let cheaper = 10 * alpha * alpha * tiles <= 6 * 9 * n * oh * ow;
@@ -295,7 +310,10 @@ fn winograd_conv2d(store: &mut Store, pre: ExprId, post: ExprId, call: &Call, un
     let padding = crate::topi::expand_ints(a, "padding", 4).ok()?;
     let (k, ch) = (wshape[0], wshape[1]);
     let [n, _, oh, ow] = out_ty.shape[..] else { return None };
-    let (m, tiles) = winograd_tile(n, ch, k, oh, ow, unit)?;
+    let weight = store.constant_data(*c);
+    let integral = weight.dtype() == kiln_ir::DataType::F32
+        && weight.bytes().chunks_exact(4).all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).fract() == 0.0);
+    let (m, tiles) = winograd_tile(n, ch, k, oh, ow, unit, integral)?;
     let alpha = (m + 2) as i64;
     let span = store.span(post).clone();
     let mut call = |op: &str, args: Vec<ExprId>, attrs: Vec<(&str, AttrValue)>| {
