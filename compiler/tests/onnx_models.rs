@@ -387,78 +387,36 @@ fn qdq_convolution_computes_the_integer_arithmetic_exactly() {
 }
 
 fn qdq_convolution_case(c: usize, o: usize, h: usize, winograd: bool) {
-    use onnx::proto::attribute_proto::AttributeType;
-    use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
-    use prost::Message;
+    use qdq_graph::{f32s, i32s, i8s, int, ints, node, tensor};
     let k = 3usize;
     let (xs, xz, ys, yz) = (0.05f32, 3i64, 0.07f32, -5i64);
     let ws: Vec<f32> = (0..o).map(|i| 0.011 + 0.003 * i as f32).collect();
     let wq: Vec<i64> = (0..o * c * k * k).map(|i| ((i * 37 + 11) % 255) as i64 - 127).collect();
     let bq: Vec<i64> = (0..o).map(|i| i as i64 * 977 - 1500).collect();
-    let tensor = |name: &str, dims: &[i64], dt: i32, raw: Vec<u8>| TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(dt),
-        raw_data: Some(raw.into()),
-        ..Default::default()
-    };
-    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let bias_scale: Vec<f32> = ws.iter().map(|w| xs * w).collect();
     let inits = vec![
         tensor("xs", &[], 1, f32s(&[xs])),
-        tensor("xz", &[], 3, vec![xz as i8 as u8]),
+        tensor("xz", &[], 3, i8s(&[xz])),
         tensor("ys", &[], 1, f32s(&[ys])),
-        tensor("yz", &[], 3, vec![yz as i8 as u8]),
-        tensor("wq", &[o as i64, c as i64, k as i64, k as i64], 3, wq.iter().map(|&v| v as i8 as u8).collect()),
+        tensor("yz", &[], 3, i8s(&[yz])),
+        tensor("wq", &[o as i64, c as i64, k as i64, k as i64], 3, i8s(&wq)),
         tensor("ws", &[o as i64], 1, f32s(&ws)),
         tensor("wz", &[o as i64], 3, vec![0; o]),
-        tensor("bq", &[o as i64], 6, bq.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()),
+        tensor("bq", &[o as i64], 6, i32s(&bq)),
         tensor("bs", &[o as i64], 1, f32s(&bias_scale)),
     ];
-    let axis0 = AttributeProto {
-        name: Some("axis".into()),
-        i: Some(0),
-        r#type: Some(AttributeType::Int.into()),
-        ..Default::default()
-    };
-    let node = |op: &str, ins: &[&str], out: &str, attribute: Vec<AttributeProto>| NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{out}")),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: vec![out.into()],
-        attribute,
-        ..Default::default()
-    };
-    let pads = AttributeProto {
-        name: Some("pads".into()),
-        ints: vec![1; 4],
-        r#type: Some(AttributeType::Ints.into()),
-        ..Default::default()
-    };
     let nodes = vec![
         node("QuantizeLinear", &["x", "xs", "xz"], "xq", vec![]),
         node("DequantizeLinear", &["xq", "xs", "xz"], "xd", vec![]),
-        node("DequantizeLinear", &["wq", "ws", "wz"], "wd", vec![axis0.clone()]),
-        node("DequantizeLinear", &["bq", "bs"], "bd", vec![axis0]),
-        node("Conv", &["xd", "wd", "bd"], "conv", vec![pads]),
+        node("DequantizeLinear", &["wq", "ws", "wz"], "wd", vec![int("axis", 0)]),
+        node("DequantizeLinear", &["bq", "bs"], "bd", vec![int("axis", 0)]),
+        node("Conv", &["xd", "wd", "bd"], "conv", vec![ints("pads", &[1; 4])]),
         node("QuantizeLinear", &["conv", "ys", "yz"], "yq", vec![]),
         node("DequantizeLinear", &["yq", "ys", "yz"], "y", vec![]),
     ];
-    let g = GraphProto {
-        name: Some("qdq_conv".into()),
-        input: vec![value_info("x", &[1, c as i64, h as i64, h as i64])],
-        output: vec![value_info("y", &[1, o as i64, h as i64, h as i64])],
-        initializer: inits,
-        node: nodes,
-        ..Default::default()
-    };
-    let m = ModelProto { opset_import: vec![opset(19)], ir_version: Some(9), graph: Some(g), ..Default::default() };
-    let mut module = onnx::import(&m.encode_to_vec(), &[]).expect("import");
-    infer_module(&mut module).expect("infer");
-    // One integer convolution: the output is requantized by a multiplier,
-    // not dequantized and divided by its scale (only the input's QuantizeLinear divides).
-    let text = kiln::relay::print_module(&module);
-    assert_eq!(text.matches("divide(").count(), 1, "{text}");
+    let (input, output) =
+        (value_info("x", &[1, c as i64, h as i64, h as i64]), value_info("y", &[1, o as i64, h as i64, h as i64]));
+    let module = qdq_graph::import(input, output, inits, nodes);
     // Inputs on and around the input's rounding ties (x / x_scale = n + 0.5).
     let x: Vec<f32> =
         (0..c * h * h).map(|i| xs * ((i as f32 * 0.37).sin() * 120.0).round() / 2.0 + (i % 3) as f32 * 1e-9).collect();
@@ -502,9 +460,7 @@ fn qdq_convolution_case(c: usize, o: usize, h: usize, winograd: bool) {
 /// equal, bit for bit, the integer arithmetic `saturate(round_half_even(
 /// float(Σ (a − a_zp)·b [+ c]) · (a_scale · b_scale / y_scale)) + y_zp)`.
 fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
-    use onnx::proto::attribute_proto::AttributeType;
-    use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
-    use prost::Message;
+    use qdq_graph::{f32s, i32s, i8s, int, node, tensor};
     let (rows, k, n, m) = (3usize, 6usize, 5usize, 4usize);
     let (xs, xz, hs, hz, ys, yz) = (0.04f32, -2i64, 0.09f32, 7i64, 0.13f32, -3i64);
     let w1s: Vec<f32> = (0..n).map(|j| 0.02 + 0.004 * j as f32).collect();
@@ -512,15 +468,6 @@ fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
     let w2s: Vec<f32> = (0..m).map(|j| 0.015 + 0.005 * j as f32).collect();
     let w2: Vec<i64> = (0..m * n).map(|i| ((i * 29 + 3) % 255) as i64 - 127).collect();
     let b2: Vec<i64> = (0..m).map(|j| j as i64 * 311 - 400).collect();
-    let tensor = |name: &str, dims: &[i64], dt: i32, raw: Vec<u8>| TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(dt),
-        raw_data: Some(raw.into()),
-        ..Default::default()
-    };
-    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let i8s = |v: &[i64]| v.iter().map(|&x| x as i8 as u8).collect::<Vec<u8>>();
     let b2s: Vec<f32> = w2s.iter().map(|w| hs * w).collect();
     let inits = vec![
         tensor("xs", &[], 1, f32s(&[xs])),
@@ -533,23 +480,9 @@ fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
         tensor("w1s", &[n as i64], 1, f32s(&w1s)),
         tensor("w2", &[m as i64, n as i64], 3, i8s(&w2)),
         tensor("w2s", &[m as i64], 1, f32s(&w2s)),
-        tensor("b2", &[m as i64], 6, b2.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()),
+        tensor("b2", &[m as i64], 6, i32s(&b2)),
         tensor("b2s", &[m as i64], 1, f32s(&b2s)),
     ];
-    let int = |name: &str, v: i64| AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(AttributeType::Int.into()),
-        ..Default::default()
-    };
-    let node = |op: &str, ins: &[&str], out: &str, attribute: Vec<AttributeProto>| NodeProto {
-        op_type: Some(op.into()),
-        name: Some(format!("{op}_{out}")),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: vec![out.into()],
-        attribute,
-        ..Default::default()
-    };
     let nodes = vec![
         node("QuantizeLinear", &["x", "xs", "xz"], "xq", vec![]),
         node("DequantizeLinear", &["xq", "xs", "xz"], "xd", vec![]),
@@ -563,19 +496,8 @@ fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
         node("QuantizeLinear", &["g", "ys", "yz"], "yq", vec![]),
         node("DequantizeLinear", &["yq", "ys", "yz"], "y", vec![]),
     ];
-    let g = GraphProto {
-        name: Some("qdq_dense".into()),
-        input: vec![value_info("x", &[rows as i64, k as i64])],
-        output: vec![value_info("y", &[rows as i64, m as i64])],
-        initializer: inits,
-        node: nodes,
-        ..Default::default()
-    };
-    let model = ModelProto { opset_import: vec![opset(19)], ir_version: Some(9), graph: Some(g), ..Default::default() };
-    let mut module = onnx::import(&model.encode_to_vec(), &[]).expect("import");
-    infer_module(&mut module).expect("infer");
-    let text = kiln::relay::print_module(&module);
-    assert_eq!(text.matches("divide(").count(), 1, "only the input's QuantizeLinear divides: {text}");
+    let (input, output) = (value_info("x", &[rows as i64, k as i64]), value_info("y", &[rows as i64, m as i64]));
+    let module = qdq_graph::import(input, output, inits, nodes);
     let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.71).sin() * 4.0).collect();
     let quantize = |v: f32, z: i64| (v.round_ties_even() as i64 + z).clamp(-128, 127);
     let xq: Vec<i64> = x.iter().map(|&v| quantize(v / xs, xz)).collect();
@@ -599,5 +521,92 @@ fn qdq_matmul_and_gemm_compute_the_integer_arithmetic_exactly() {
     let got = out[0].to_f64_vec();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert_eq!(*g, *w as f64, "value {i} differs from the integer arithmetic");
+    }
+}
+
+/// Helpers of the QDQ tests: an initializer from raw little-endian bytes
+/// (`dt` an ONNX element type), a node, an integer attribute, and a
+/// one-graph model from them, imported and type-checked.
+mod qdq_graph {
+    use kiln::frontend::onnx;
+    use onnx::proto::attribute_proto::AttributeType;
+    use onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
+    use prost::Message;
+
+    pub fn tensor(name: &str, dims: &[i64], dt: i32, raw: Vec<u8>) -> TensorProto {
+        TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(dt),
+            raw_data: Some(raw.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    pub fn i8s(v: &[i64]) -> Vec<u8> {
+        v.iter().map(|&x| x as i8 as u8).collect()
+    }
+
+    pub fn i32s(v: &[i64]) -> Vec<u8> {
+        v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect()
+    }
+
+    pub fn node(op: &str, ins: &[&str], out: &str, attribute: Vec<AttributeProto>) -> NodeProto {
+        NodeProto {
+            op_type: Some(op.into()),
+            name: Some(format!("{op}_{out}")),
+            input: ins.iter().map(|s| s.to_string()).collect(),
+            output: vec![out.into()],
+            attribute,
+            ..Default::default()
+        }
+    }
+
+    pub fn ints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: Some(name.into()),
+            ints: v.to_vec(),
+            r#type: Some(AttributeType::Ints.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn int(name: &str, v: i64) -> AttributeProto {
+        AttributeProto {
+            name: Some(name.into()),
+            i: Some(v),
+            r#type: Some(AttributeType::Int.into()),
+            ..Default::default()
+        }
+    }
+
+    /// The model of `nodes` over `initializer`, from `input` to `output`,
+    /// imported; the import must requantize each product with a multiplier
+    /// (only the input's QuantizeLinear divides).
+    pub fn import(
+        input: ValueInfoProto,
+        output: ValueInfoProto,
+        initializer: Vec<TensorProto>,
+        node: Vec<NodeProto>,
+    ) -> kiln::relay::IRModule {
+        let g = GraphProto {
+            name: Some("qdq".into()),
+            input: vec![input],
+            output: vec![output],
+            initializer,
+            node,
+            ..Default::default()
+        };
+        let opset = onnx::proto::OperatorSetIdProto { version: Some(19), ..Default::default() };
+        let m = ModelProto { opset_import: vec![opset], ir_version: Some(9), graph: Some(g), ..Default::default() };
+        let mut module = onnx::import(&m.encode_to_vec(), &[]).expect("import");
+        kiln::relay::infer_module(&mut module).expect("infer");
+        let text = kiln::relay::print_module(&module);
+        assert_eq!(text.matches("divide(").count(), 1, "only the input's QuantizeLinear divides: {text}");
+        module
     }
 }
