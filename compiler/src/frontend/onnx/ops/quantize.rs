@@ -247,7 +247,7 @@ fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError
 /// The per-channel requantization multipliers `a_scale · w_scale[c] / y_scale`
 /// (inputs `a_scale_at`, `w_scale_at`, `y_scale_at`) in float32, as ONNX
 /// Runtime computes them; `None` unless all three are float32 constants, the
-/// input and output scales single values.
+/// input and output scales single values, and both operands 8-bit integers.
 fn requantization(
     im: &mut Importer,
     node: &Node,
@@ -262,6 +262,14 @@ fn requantization(
             .filter(|t| t.dtype() == DataType::F32)
             .map(|t| t.to_f64_vec().iter().map(|&v| v as f32).collect()))
     };
+    // 8-bit operands: their products (at most 255 · 255) sum exactly in
+    // float32 far enough; 16-bit ones keep the float arithmetic.
+    for operand in [a_scale_at - 1, w_scale_at - 1] {
+        let q = im.input(node, operand)?;
+        if !matches!(im.dtype_of(node, q)?, DataType::I8 | DataType::U8) {
+            return Ok(None);
+        }
+    }
     let (Some(a), Some(w), Some(y)) = (value(im, a_scale_at)?, value(im, w_scale_at)?, value(im, y_scale_at)?) else {
         return Ok(None);
     };
