@@ -468,6 +468,10 @@ fn accuracy_compares_a_model_with_a_reference() {
     let (code, _, err) = kiln(&[&same[..], &["--input", &format!("x={odd}")]].concat());
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("input `x` is [2, 392]: expected [1, 784]"), "{err}");
+    let empty = write(&dir, "empty.npy", &kiln::npy::write_npy(&kiln::Tensor::from_f32(vec![0, 784], &[])));
+    let (code, _, err) = kiln(&[&same[..], &["--input", &format!("x={empty}")]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("input `x` is [0, 784]"), "{err}");
     let relu = write(
         &dir,
         "relu.relay",

@@ -263,6 +263,20 @@ fn simplify_expr_drops_quantization_round_trips() {
             }
         "##]],
     );
+    // Integers may wrap in the sum: their zero point stays.
+    check(
+        "def @main(%n: Tensor[(4), int8]) {\n  %0 = round(%n);\n  %1 = add(%0, 3i8);\n  %2 = clip(%1, a_min=-128f, a_max=127f);\n  subtract(%2, 3i8)\n}",
+        &["SimplifyExpr"],
+        expect![[r##"
+            #[version = "0.0.5"]
+            def @main(%n: Tensor[(4), int8]) {
+              %0 = round(%n) /* ty=Tensor[(4), int8] */;
+              %1 = add(%0, 3i8) /* ty=Tensor[(4), int8] */;
+              %2 = clip(%1, a_min=-128.0f, a_max=127.0f) /* ty=Tensor[(4), int8] */;
+              subtract(%2, 3i8) /* ty=Tensor[(4), int8] */
+            }
+        "##]],
+    );
 }
 
 #[test]

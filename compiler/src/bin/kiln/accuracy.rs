@@ -63,7 +63,10 @@ fn samples(plan: &ExecutorPlan, inputs: Vec<Tensor>) -> Result<Vec<Vec<Tensor>>,
         if x.shape() == want.as_slice() {
             continue;
         }
-        let stacked = want.first() == Some(&1) && x.shape().len() == want.len() && x.shape()[1..] == want[1..];
+        let stacked = want.first() == Some(&1)
+            && x.shape().len() == want.len()
+            && x.shape()[0] > 1
+            && x.shape()[1..] == want[1..];
         if !stacked || (count > 1 && x.shape()[0] != count) {
             return Err(format!(
                 "input `{}` is {:?}: expected {want:?}, or N samples of it stacked along the first axis (the same \

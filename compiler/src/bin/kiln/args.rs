@@ -47,7 +47,9 @@ pub enum Command {
     /// Run a model and a reference model (for a quantized model, its float original) on the
     /// same inputs and print how far each output is from the reference's: largest and mean
     /// absolute error, the largest relative to the reference's largest magnitude, and top-1
-    /// agreement along the last axis
+    /// agreement along the last axis. An input of N × … where the model takes 1 × … is N
+    /// samples, run one at a time (an ONNX model whose first dimension is fixed above 1 needs
+    /// its --input-shape)
     Accuracy(AccuracyOptions),
     /// List the registered passes
     Passes,

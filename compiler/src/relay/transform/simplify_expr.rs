@@ -217,7 +217,8 @@ fn integer_round_trip(store: &Store, pre: ExprId, post: ExprId) -> Option<ExprId
 /// notes), for the `subtract` `pre` / `post`.
 fn quantized_zero_point(store: &mut Store, pre: ExprId, post: ExprId) -> Option<ExprId> {
     let [clip, z] = args(store, post)[..] else { return None };
-    if store.op_name(clip) != Some("clip") || !same_type(store, pre, args(store, pre)[0]) {
+    // Floats only: an integer sum could wrap where the clip would not.
+    if store.op_name(clip) != Some("clip") || !is_float(store, pre) || !same_type(store, pre, args(store, pre)[0]) {
         return None;
     }
     let (lo, hi) = clip_bounds(store, clip)?;
