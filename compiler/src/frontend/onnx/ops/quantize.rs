@@ -132,9 +132,23 @@ fn quantize(
     let x = if xdt == dt { x } else { cast(im, node, x, dt)? };
     let scale = along_axis(im, node, scale, x, axis, "a scale")?;
     let scaled = im.op(node, "divide", vec![x, scale])?;
-    let mut q = im.op(node, "round", vec![scaled])?;
+    saturated(im, node, scaled, zero_point, out, axis)
+}
+
+/// `saturate(round_half_to_even(y) + zero_point)` as `out`: `y` is in steps
+/// of the output's scale, the zero point along `axis` when a vector.
+fn saturated(
+    im: &mut Importer,
+    node: &Node,
+    y: ExprId,
+    zero_point: Option<ExprId>,
+    out: DataType,
+    axis: i64,
+) -> Result<ExprId, OnnxError> {
+    let dt = im.dtype_of(node, y)?;
+    let mut q = im.op(node, "round", vec![y])?;
     if let Some(z) = zero_point {
-        let z = along_axis(im, node, z, x, axis, "a zero point")?;
+        let z = along_axis(im, node, z, y, axis, "a zero point")?;
         let z = cast(im, node, z, dt)?;
         q = im.op(node, "add", vec![q, z])?;
     }
@@ -230,10 +244,7 @@ fn qlinear_conv(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError
     if let Some(multiplier) = requantization(im, node, 1, 4, 6)? {
         let x = integral(im, node, 0, 1)?;
         let w = integral(im, node, 3, 0)?;
-        let bias = match im.optional_input(node, 8)? {
-            Some(b) => Some(cast(im, node, b, DataType::F32)?),
-            None => None,
-        };
+        let bias = im.optional_input(node, 8)?.map(|b| cast(im, node, b, DataType::F32)).transpose()?;
         let acc = conv_of(im, node, x, w, bias)?;
         return requantized(im, node, acc, &multiplier, 1, 7);
     }
@@ -280,23 +291,12 @@ fn requantization(
     Ok(Some(w.iter().map(|&w| a * w / y).collect()))
 }
 
-/// Input `at` (a quantized tensor, its zero point at `at + 2`) as the
-/// integers `q − zero_point` in float32, the zero point along `axis`.
+/// Input `at` (an 8-bit quantized tensor, its zero point at `at + 2`) as
+/// the integers `q − zero_point` in float32, the zero point along `axis`.
 fn integral(im: &mut Importer, node: &Node, at: usize, axis: i64) -> Result<ExprId, OnnxError> {
     let q = im.input(node, at)?;
-    let qdt = im.dtype_of(node, q)?;
-    if !quantized(qdt) {
-        return Err(node.err(format!("needs a quantized operand (int8, uint8, int16, uint16), found {qdt}")));
-    }
-    let x = cast(im, node, q, DataType::F32)?;
-    match im.optional_input(node, at + 2)? {
-        Some(z) => {
-            let z = along_axis(im, node, z, q, axis, "a zero point")?;
-            let z = cast(im, node, z, DataType::F32)?;
-            im.op(node, "subtract", vec![x, z])
-        }
-        None => Ok(x),
-    }
+    let zero_point = im.optional_input(node, at + 2)?;
+    centered(im, node, q, zero_point, axis, DataType::F32)
 }
 
 /// The integer products `acc` times the `multiplier` (one value, or one per
@@ -315,29 +315,9 @@ fn requantized(
     };
     let m = along_axis(im, node, m, acc, axis, "the requantization multiplier")?;
     let scaled = im.op(node, "multiply", vec![acc, m])?;
-    quantized_integers(im, node, scaled, zero_point_at)
-}
-
-/// `saturate(round_half_to_even(y) + zero_point)` in the zero point's type
-/// (input `zero_point_at`; uint8 without one): `y` is already in steps of
-/// the output's scale.
-fn quantized_integers(
-    im: &mut Importer,
-    node: &Node,
-    y: ExprId,
-    zero_point_at: usize,
-) -> Result<Vec<ExprId>, OnnxError> {
     let zero_point = im.optional_input(node, zero_point_at)?;
     let out = quantized_type(im, node, zero_point)?;
-    let mut q = im.op(node, "round", vec![y])?;
-    if let Some(z) = zero_point {
-        let z = cast(im, node, z, DataType::F32)?;
-        q = im.op(node, "add", vec![q, z])?;
-    }
-    let (lo, hi) = DataType::value_range(out);
-    let q =
-        im.call(node, "clip", vec![q], attrs(&[("a_min", AttrValue::Float(lo)), ("a_max", AttrValue::Float(hi))]))?;
-    one(cast(im, node, q, out)?)
+    one(saturated(im, node, scaled, zero_point, out, axis)?)
 }
 
 /// QLinearMatMul: a, a_scale, a_zp (per row), b, b_scale, b_zp (per column), y_scale, y_zp.
@@ -423,10 +403,7 @@ fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         if let Some(multiplier) = requantization(im, node, 1, 4, 7)? {
             let a = integral(im, node, 0, 0)?;
             let b = integral(im, node, 3, b_axis)?;
-            let c = match im.optional_input(node, 6)? {
-                Some(c) => Some(cast(im, node, c, DataType::F32)?),
-                None => None,
-            };
+            let c = im.optional_input(node, 6)?.map(|c| cast(im, node, c, DataType::F32)).transpose()?;
             let acc = gemm_of(im, node, a, b, c, 1.0)?;
             return requantized(im, node, acc, &multiplier, 1, 8);
         }
@@ -441,23 +418,25 @@ fn qgemm(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     }
 }
 
-/// `q − zero_point` as int32, the zero point along `axis` when a vector.
+/// `q − zero_point` (int8 or uint8 `q`) as `dt` (int32, or float32 holding
+/// the integers), the zero point along `axis` when a vector.
 fn centered(
     im: &mut Importer,
     node: &Node,
     q: ExprId,
     zero_point: Option<ExprId>,
     axis: i64,
+    dt: DataType,
 ) -> Result<ExprId, OnnxError> {
     let qdt = im.dtype_of(node, q)?;
     if !matches!(qdt, DataType::I8 | DataType::U8) {
         return Err(node.err(format!("needs int8 or uint8 operands, found {qdt}")));
     }
-    let x = cast(im, node, q, DataType::I32)?;
+    let x = cast(im, node, q, dt)?;
     match zero_point {
         Some(z) => {
             let z = along_axis(im, node, z, q, axis, "a zero point")?;
-            let z = cast(im, node, z, DataType::I32)?;
+            let z = cast(im, node, z, dt)?;
             im.op(node, "subtract", vec![x, z])
         }
         None => Ok(x),
@@ -467,15 +446,15 @@ fn centered(
 /// MatMulInteger: a, b, a_zero_point (per row), b_zero_point (per column); int32.
 fn matmul_integer(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (a, b) = (im.input(node, 0)?, im.input(node, 1)?);
-    let a = centered(im, node, a, im.optional_input(node, 2)?, -2)?;
-    let b = centered(im, node, b, im.optional_input(node, 3)?, -1)?;
+    let a = centered(im, node, a, im.optional_input(node, 2)?, -2, DataType::I32)?;
+    let b = centered(im, node, b, im.optional_input(node, 3)?, -1, DataType::I32)?;
     one(matmul_of(im, node, a, b)?)
 }
 
 /// ConvInteger: x, w, x_zero_point, w_zero_point (per output channel); int32.
 fn conv_integer(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     let (x, w) = (im.input(node, 0)?, im.input(node, 1)?);
-    let x = centered(im, node, x, im.optional_input(node, 2)?, 1)?;
-    let w = centered(im, node, w, im.optional_input(node, 3)?, 0)?;
+    let x = centered(im, node, x, im.optional_input(node, 2)?, 1, DataType::I32)?;
+    let w = centered(im, node, w, im.optional_input(node, 3)?, 0, DataType::I32)?;
     one(conv_of(im, node, x, w, None)?)
 }
