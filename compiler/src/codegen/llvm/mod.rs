@@ -199,6 +199,19 @@ fn emit_kernel<'ctx>(
     let i64t = ctx.i64_type();
     let mut g = start_kernel(ctx, module, f, false)?;
     let (func, task_id) = (g.func, g.task_id);
+    // Compiled once: LLVM otherwise inlined a copy of a small kernel into its
+    // packed entry and compiled both (a tenth of ResNet-18's code, a third of
+    // gpt_tiny's). The call costs nothing next to a kernel's work.
+    func.add_attribute(
+        AttributeLoc::Function,
+        ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("noinline"), 0),
+    );
+    // Copies stay the vector loops kiln wrote. As `memcpy` calls (loop idiom
+    // recognition), unrolled by LLVM and expanded again by its back end, they
+    // made blocks of thousands of memory operations whose DAG combining is
+    // quadratic: gpt_tiny's 4 × 64 × 64 head transpose took 0.5 s to compile
+    // (70 ms now), MobileNetV2's padded-image copies held 1,648 such calls.
+    func.add_attribute(AttributeLoc::Function, ctx.create_string_attribute("no-builtin-memcpy", ""));
     // Fast math only where the target (`-fast-math`) or the kernel's pass
     // context (`tir.fast_math`) allows it.
     if target.fast_math || f.attrs.get("fast_math").is_some_and(|v| v == "true") {
