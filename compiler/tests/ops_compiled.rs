@@ -301,7 +301,9 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
 /// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
 /// direct convolution;
 /// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
-/// over 32 tiles of both images. All equal the interpreter on LLVM and C.
+/// over 32 tiles of both images. The products read their weights packed in
+/// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`). All
+/// equal the interpreter on LLVM and C.
 fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
@@ -321,6 +323,14 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
         // An input and an output transform per Winograd convolution.
         let want: &[&str] = if lanes >= 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
         assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
+        // Every product reads its weights packed in panels of its tile rows:
+        // 6 on AVX2 (64 rows: ten panels and a zero-padded one), 8 (64
+        // channels) and 4 (32 channels, 32-column tiles) on AVX-512.
+        let mut rows: Vec<&str> =
+            kernels.iter().filter_map(|k| k.attrs.get("batch_matmul_pack.rows").map(String::as_str)).collect();
+        rows.sort_unstable();
+        let want: &[&str] = if lanes == 8 { &["6", "6", "6"] } else { &["4", "8", "8"] };
+        assert_eq!(rows, want, "packed Winograd weights with {lanes} lanes");
     });
 }
 

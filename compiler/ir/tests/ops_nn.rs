@@ -107,6 +107,24 @@ fn dense_pack() {
 }
 
 #[test]
+fn batch_matmul_pack() {
+    let rel_pack =
+        |a: &[usize], b: &[usize], at: &[(&str, AttrValue)]| rel("nn.contrib_batch_matmul_pack", &[ty(a), ty(b)], at);
+    // A in panels of 2 rows: [batch 1, 2 panels, in 2, 2] is 4 rows.
+    assert_eq!(rel_pack(&[1, 2, 2, 2], &[1, 2, 3], &[]).unwrap(), ty(&[1, 4, 3]));
+    let three = [("units", AttrValue::Int(3))];
+    assert_eq!(rel_pack(&[1, 2, 2, 2], &[1, 2, 3], &three).unwrap(), ty(&[1, 3, 3]));
+    assert!(rel_pack(&[1, 2, 2, 2], &[1, 2, 3], &[("units", AttrValue::Int(2))]).unwrap_err().contains("units=2"));
+    assert!(rel_pack(&[1, 2, 2, 2], &[1, 3, 3], &[]).unwrap_err().contains("[batch, units/r, in, r]"));
+    assert!(rel_pack(&[1, 2, 2, 2], &[2, 2, 3], &[]).unwrap_err().contains("batch sizes"));
+    // A = [[1, 2], [3, 4], [5, 6]] (3 rows, panels of 2: the last padded with
+    // a zero row), packed [[[1, 3], [2, 4]], [[5, 0], [6, 0]]]; B = [[1, 0], [1, 1]].
+    let a = t(&[1, 2, 2, 2], &[1.0, 3.0, 2.0, 4.0, 5.0, 0.0, 6.0, 0.0]);
+    let b = t(&[1, 2, 2], &[1.0, 0.0, 1.0, 1.0]);
+    assert_eq!(vals(&eval("nn.contrib_batch_matmul_pack", &[a, b], &three)), vec![3.0, 2.0, 7.0, 4.0, 11.0, 6.0]);
+}
+
+#[test]
 fn batch_matmul() {
     let tb = [("transpose_b", AttrValue::Bool(true))];
     assert_eq!(rel("nn.batch_matmul", &[ty(&[2, 3, 4]), ty(&[2, 5, 4])], &tb).unwrap(), ty(&[2, 3, 5]));

@@ -157,6 +157,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut weight_block = None;
     let mut groups = 1;
     let mut panel = None;
+    let mut packed_rows = None;
     let mut winograd_tile = None;
     let mut pointwise = false;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
@@ -178,6 +179,11 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                         .then(|| call.args.get(1).and_then(|&w| store.checked_type(w)))
                         .flatten()
                         .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(2).copied()));
+                    // A packed in row panels [batch, units / r, in, r]: the tile's rows are r.
+                    packed_rows = (def.name == "nn.contrib_batch_matmul_pack")
+                        .then(|| call.args.first().and_then(|&a| store.checked_type(a)))
+                        .flatten()
+                        .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(3).copied()));
                     let transform = matches!(
                         def.name,
                         "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform"
@@ -207,6 +213,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     }
     if let Some(b) = panel {
         prim.attrs.insert("dense_pack.panel".into(), b.to_string());
+    }
+    if let Some(r) = packed_rows {
+        prim.attrs.insert("batch_matmul_pack.rows".into(), r.to_string());
     }
     if let Some(m) = winograd_tile {
         prim.attrs.insert("winograd.tile".into(), m.to_string());

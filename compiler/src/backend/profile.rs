@@ -64,7 +64,7 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
         "nn.contrib_winograd_input_transform"
         | "nn.contrib_winograd_output_transform"
         | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,
-        "nn.batch_matmul" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack" => {
+        "nn.batch_matmul" | "nn.contrib_batch_matmul_pack" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack" => {
             let inputs = call_inputs(plan, call);
             if inputs.iter().any(|&t| produced_by_winograd_transform(plan, t)) {
                 KernelClass::Winograd

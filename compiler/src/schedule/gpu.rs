@@ -244,7 +244,8 @@ fn finish(mut f: PrimFunc, strategy: String) -> Result<PrimFunc, ScheduleError> 
 }
 
 /// The anchors of the tiled strategy.
-const TILED_ANCHORS: [&str; 5] = ["nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul", "nn.conv2d"];
+const TILED_ANCHORS: [&str; 6] =
+    ["nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul", "nn.contrib_batch_matmul_pack", "nn.conv2d"];
 
 fn pow2_at_least(n: i64) -> i64 {
     (n.max(1) as u64).next_power_of_two() as i64

@@ -340,6 +340,18 @@ pub fn matmul_tile(rows: i64, cols: i64, unit: VectorUnit) -> (i64, i64) {
     (mi, jb)
 }
 
+/// The rows of the register tile that the product of `rows` × `cols`
+/// outputs takes (the rule's, as [`schedule_matmul`] picks it), where it is
+/// a fixed number of rows for every tile but the last: AlterOpLayout packs
+/// a constant A (Winograd's weights) in panels of that many rows, so that
+/// each tile reads one sequential stream of A. None where the rule's tile
+/// leaves no use for it (a single tile of rows).
+pub fn packed_product_rows(rows: i64, cols: i64, unit: VectorUnit) -> Option<i64> {
+    let (mi, jb) = matmul_tile(rows, cols, unit);
+    let r = two_vector_tile_rows(rows, jb, unit).unwrap_or_else(|| latency_rows(rows, mi, jb, unit));
+    (r > 1 && r < rows && cols % jb == 0).then_some(r)
+}
+
 /// The FMA latency needs at least this many independent accumulators in a
 /// register tile (two FMA ports, four cycles each).
 const LATENCY_ACCUMULATORS: i64 = 8;
@@ -368,6 +380,7 @@ fn latency_rows(rows: i64, mi: i64, jb: i64, unit: VectorUnit) -> i64 {
 /// matmul, dense, batch_matmul: see the module docs.
 fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
     let panel = f.attrs.get("dense_pack.panel").and_then(|b| b.parse::<i64>().ok());
+    let packed_rows = f.attrs.get("batch_matmul_pack.rows").and_then(|b| b.parse::<i64>().ok());
     let mut s = Schedule::new(f);
     let spatial = reduction_nest(s.func())
         .ok_or_else(|| ScheduleError { kernel: s.func().name.clone(), message: "no reduction nest".into() })?;
@@ -384,6 +397,18 @@ fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimF
     };
     let (mi, jb) = (knobs.rows.unwrap_or(mi), knobs.cols.unwrap_or(jb));
     let lanes = unit.f32_lanes as i64;
+    if let Some(r) = packed_rows {
+        // A in panels of r rows (see `packed_product_rows`): r-row tiles only.
+        if *knobs != Knobs::default() || packed_product_rows(ie, je, unit) != Some(r) {
+            return Err(ScheduleError {
+                kernel: s.func().name.clone(),
+                message: format!("A packed in panels of {r} rows takes the rule's {r}-row tiles only"),
+            });
+        }
+        if let Some(rows) = two_vector_tile_rows(ie, jb, unit).filter(|&t| t == r) {
+            return schedule_rows_with_tail(s, outer, (i, j), rows, (jb, true), true);
+        }
+    }
     let vectors = (jb + lanes - 1) / lanes;
     let tuned = *knobs != Knobs::default();
     if tuned
@@ -762,7 +787,7 @@ fn is_tiled(anchor: &str, f: &PrimFunc) -> bool {
     anchor == "nn.conv2d" || (MATMULS.contains(&anchor) && !f.attrs.contains_key("transpose_b"))
 }
 
-const MATMULS: [&str; 3] = ["nn.matmul", "nn.batch_matmul", "nn.contrib_dense_pack"];
+const MATMULS: [&str; 4] = ["nn.matmul", "nn.batch_matmul", "nn.contrib_batch_matmul_pack", "nn.contrib_dense_pack"];
 
 /// The strategy of `f`'s anchor at `knobs`, without falling back; None for
 /// a kernel with neither a reduction nor a strategy of its own (which

@@ -74,6 +74,7 @@ fn four(v: &[i64]) -> [i64; 4] {
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set_all(&["nn.dense", "nn.matmul"], Arc::new(dense));
     m.set("nn.contrib_dense_pack", Arc::new(contrib_dense_pack));
+    m.set("nn.contrib_batch_matmul_pack", Arc::new(contrib_batch_matmul_pack));
     m.set("nn.batch_matmul", Arc::new(batch_matmul));
     m.set("nn.bias_add", Arc::new(bias_add));
     m.set("nn.conv2d", Arc::new(conv2d));
@@ -147,6 +148,21 @@ fn batch_matmul(c: &ComputeCall) -> Result<TeValue, OpError> {
             b.at(&[batch(&b, &i[0]), kv.clone(), i[2].clone()])
         };
         sum(lhs * rhs, &[k.clone()])
+    }))
+}
+
+fn contrib_batch_matmul_pack(c: &ComputeCall) -> Result<TeValue, OpError> {
+    // A [batch, units / r, in, r]: row i is lane i % r of panel i / r.
+    let (shape, _) = c.out_tensor()?;
+    let (a, b) = (c.tensor(0)?, c.tensor(1)?);
+    let r = Expr::int(a.shape()[3] as i64);
+    let k = reduce_axis(a.shape()[2], "k");
+    let kv = Expr::var(&k.0);
+    one(compute("batch_matmul", &shape, |i| {
+        let (panel, lane) =
+            (Expr::bin(BinOp::FloorDiv, i[1].clone(), r.clone()), Expr::bin(BinOp::FloorMod, i[1].clone(), r.clone()));
+        let lhs = a.at(&[i[0].clone(), panel, kv.clone(), lane]);
+        sum(lhs * b.at(&[i[0].clone(), kv.clone(), i[2].clone()]), &[k.clone()])
     }))
 }
 

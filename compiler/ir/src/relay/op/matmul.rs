@@ -1,6 +1,8 @@
 //! The products: `nn.dense`, `nn.contrib_dense_pack` (a dense weight packed
-//! in column panels), `nn.matmul`, `nn.batch_matmul`; and the attributes they
-//! share with the convolution (`out_dtype`, blocked weight layouts).
+//! in column panels), `nn.matmul`, `nn.batch_matmul`,
+//! `nn.contrib_batch_matmul_pack` (its A packed in row panels); and the
+//! attributes they share with the convolution (`out_dtype`, blocked weight
+//! layouts).
 
 use super::util::{same_dtype, shape_str, tensor_arg, tensor_val};
 use super::{OpDef, OpPattern};
@@ -293,6 +295,58 @@ fn eval_batch_matmul(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
 }
 
+/// `nn.contrib_batch_matmul_pack`: `A · B` per batch over an `A` packed in
+/// row panels, `[batch, ⌈units / r⌉, in, r]`: row `i` is lane `i % r` of
+/// panel `i / r`, and the `r` rows of a panel are contiguous for every
+/// reduction step — one sequential stream for a product that walks `r` rows
+/// at a time (Winograd's transformed weights). `units` (the rows, default all
+/// of them) may leave the last panel partly unused (zero padding).
+fn rel_batch_matmul_pack(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let (a, b) = (tensor_arg(args, 0, "tensor_a")?, tensor_arg(args, 1, "tensor_b")?);
+    let dtype = same_dtype(a.dtype, b.dtype)?;
+    check_out_dtype(attrs, dtype)?;
+    if a.rank() != 4 || b.rank() != 3 || a.shape[3] == 0 || a.shape[2] != b.shape[1] {
+        return Err(format!(
+            "batch_matmul_pack needs A [batch, units/r, in, r] and B [batch, in, n], found {} and {}",
+            shape_str(&a.shape),
+            shape_str(&b.shape)
+        )
+        .into());
+    }
+    if a.shape[0] != b.shape[0] {
+        return Err(format!("batch sizes {} and {} differ", a.shape[0], b.shape[0]).into());
+    }
+    let rows = a.shape[1] * a.shape[3];
+    let units = match attrs.opt_int("units")? {
+        None => rows,
+        Some(u) if u >= 1 && (u as usize) <= rows && rows - (u as usize) < a.shape[3] => u as usize,
+        Some(u) => return Err(format!("units={u} but A holds {rows} rows (panels of {})", a.shape[3]).into()),
+    };
+    Ok(Type::tensor([a.shape[0], units, b.shape[2]], dtype))
+}
+
+fn eval_batch_matmul_pack(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    let (a, b) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let ty = rel_batch_matmul_pack(
+        &[Type::tensor(a.shape().to_vec(), a.dtype()), Type::tensor(b.shape().to_vec(), b.dtype())],
+        attrs,
+    )?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let (batch, m, n) = (t.shape[0], t.shape[1], t.shape[2]);
+    let (panels, k, r) = (a.shape()[1], a.shape()[2], a.shape()[3]);
+    let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+    let mut o = vec![0.0; batch * m * n];
+    for z in 0..batch {
+        for i in 0..m {
+            let row = ((z * panels + i / r) * k) * r + i % r;
+            for j in 0..n {
+                o[(z * m + i) * n + j] = (0..k).map(|x| av[row + x * r] * bv[(z * k + x) * n + j]).sum();
+            }
+        }
+    }
+    out(Tensor::from_f64(t.dtype, t.shape.clone(), &o))
+}
+
 pub(super) fn register(defs: &mut Vec<OpDef>) {
     use OpPattern::*;
     defs.push(
@@ -346,6 +400,18 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         )
         .attr(AttrSpec::bool("transpose_a", false))
         .attr(AttrSpec::bool("transpose_b", false))
+        .attr(AttrSpec::str("out_dtype", "")),
+    );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_batch_matmul_pack",
+            &["tensor_a", "tensor_b"],
+            OutEWiseFusable,
+            rel_batch_matmul_pack,
+            eval_batch_matmul_pack,
+            "`A · B` per batch over an A packed in row panels: [batch, units/r, in, r].",
+        )
+        .attr(AttrSpec::opt_int("units"))
         .attr(AttrSpec::str("out_dtype", "")),
     );
 }
