@@ -321,41 +321,25 @@ fn winograd_conv2d(store: &mut Store, pre: ExprId, post: ExprId, call: &Call, un
     };
     let (int, no) = (AttrValue::Int, AttrValue::Bool(false));
     let tile = ("tile_size", int(m as i64));
-    let u = call("nn.contrib_conv2d_winograd_weight_transform", vec![w], vec![tile.clone()])?;
-    let u = call("reshape", vec![u], vec![("newshape", AttrValue::Ints(vec![alpha * alpha, k as i64, ch as i64]))])?;
     let input_attrs = vec![tile.clone(), ("padding", AttrValue::Ints(padding)), ("tiles", int(tiles as i64))];
     let v = call("nn.contrib_winograd_input_transform", vec![x], input_attrs)?;
     let products = match packed_product_rows(k as i64, tiles as i64, unit) {
-        // The weights in panels of the product's tile rows: each tile then
-        // reads one sequential stream of them instead of one per row (a
-        // product of few tiles streams its weights from memory: ResNet-18's
-        // 512 × 512 on 7 × 7, 59 → ~78 GFLOP/s in a C model).
+        // The weights in panels of the product's tile rows (the transform
+        // writes them so, zero-padded to whole panels): each tile then reads
+        // one sequential stream of them instead of one per row. A product of
+        // few tiles streams its weights from memory: ResNet-18's 512 × 512 on
+        // 7 × 7 went 59 → 87 GFLOP/s, its 256 × 256 on 14 × 14 50 → 86.
         Some(r) => {
-            let (r, panels) = (r as usize, k.div_ceil(r as usize));
-            let u = if panels * r > k {
-                let zeros = kiln_ir::Tensor::from_f64(
-                    kiln_ir::DataType::F32,
-                    vec![(alpha * alpha) as usize, panels * r - k, ch],
-                    &vec![0.0; (alpha * alpha) as usize * (panels * r - k) * ch],
-                );
-                let zeros = store.constant(zeros);
-                let both = store.tuple(vec![u, zeros]);
-                store.call_op_at("concatenate", vec![both], Attrs::from_pairs([("axis", int(1))]), span.clone()).ok()?
-            } else {
-                u
-            };
-            let mut call = |op: &str, args: Vec<ExprId>, attrs: Vec<(&str, AttrValue)>| {
-                store.call_op_at(op, args, Attrs::from_pairs(attrs), span.clone()).ok()
-            };
-            let dims = vec![alpha * alpha, panels as i64, r as i64, ch as i64];
-            let u = call("reshape", vec![u], vec![("newshape", AttrValue::Ints(dims))])?;
-            let u = call("transpose", vec![u], vec![("axes", AttrValue::Ints(vec![0, 1, 3, 2]))])?;
+            let packing = vec![tile.clone(), ("panel_rows", int(r))];
+            let u = call("nn.contrib_conv2d_winograd_weight_transform", vec![w], packing)?;
             call("nn.contrib_batch_matmul_pack", vec![u, v], vec![("units", int(k as i64))])?
         }
-        None => call("nn.batch_matmul", vec![u, v], vec![("transpose_a", no.clone()), ("transpose_b", no)])?,
-    };
-    let mut call = |op: &str, args: Vec<ExprId>, attrs: Vec<(&str, AttrValue)>| {
-        store.call_op_at(op, args, Attrs::from_pairs(attrs), span.clone()).ok()
+        None => {
+            let u = call("nn.contrib_conv2d_winograd_weight_transform", vec![w], vec![tile.clone()])?;
+            let shape = AttrValue::Ints(vec![alpha * alpha, k as i64, ch as i64]);
+            let u = call("reshape", vec![u], vec![("newshape", shape)])?;
+            call("nn.batch_matmul", vec![u, v], vec![("transpose_a", no.clone()), ("transpose_b", no)])?
+        }
     };
     let y = call("nn.contrib_winograd_output_transform", vec![products], vec![tile.clone()])?;
     let dims = [("batch", n), ("height", oh), ("width", ow)].map(|(name, d)| (name, int(d as i64)));

@@ -152,7 +152,21 @@ fn rel_weight_transform(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     if w.rank() != 4 || w.shape[2] != 3 || w.shape[3] != 3 {
         return Err(format!("weight must be OIHW with a 3 × 3 kernel, found shape {}", shape_str(&w.shape)).into());
     }
-    sized(Type::tensor([t.alpha, t.alpha, w.shape[0], w.shape[1]], w.dtype))
+    match panel_rows(attrs)? {
+        None => sized(Type::tensor([t.alpha, t.alpha, w.shape[0], w.shape[1]], w.dtype)),
+        Some(r) => sized(Type::tensor([t.alpha * t.alpha, w.shape[0].div_ceil(r), w.shape[1], r], w.dtype)),
+    }
+}
+
+/// The weight transform's `panel_rows`: None (0, TVM's layout `[α, α, O, I]`)
+/// or `r`, the layout `[α², ⌈O / r⌉, I, r]` that `nn.contrib_batch_matmul_pack`
+/// reads (output channels zero-padded to whole panels of `r`).
+fn panel_rows(attrs: &Attrs) -> Result<Option<usize>, OpError> {
+    match attrs.opt_int("panel_rows")? {
+        None | Some(0) => Ok(None),
+        Some(r) if (1..=64).contains(&r) => Ok(Some(r as usize)),
+        Some(r) => Err(format!("panel_rows={r}: expected 0 (unpacked) or 1 to 64").into()),
+    }
 }
 
 fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
@@ -160,35 +174,75 @@ fn eval_weight_transform(args: &[Value], attrs: &Attrs) -> Result<Value, OpError
     let ty = rel_weight_transform(&[Type::tensor(w.shape().to_vec(), w.dtype())], attrs)?;
     let ty = ty.as_tensor().ok_or("not a tensor")?;
     let t = winograd_matrices(attrs.int("tile_size")?)?;
-    let (kc_count, a) = (w.shape()[0] * w.shape()[1], t.alpha);
+    let a = t.alpha;
+    let layout = Layout { panel_rows: panel_rows(attrs)?.unwrap_or(1), outputs: w.shape()[0], inputs: w.shape()[1] };
     // Computed in f64 either way. A float32 weight is read, and its result
     // written, as bytes in place: no f64 copies of ResNet-18's 38 MB of
     // transformed weights.
     if ty.dtype == DataType::F32 {
         let bytes = w.bytes();
-        let load = |first: usize, g: &mut KernelBlock| {
-            for (b, kernel) in bytes[first * 36..].chunks_exact(36).take(BLOCK).enumerate() {
-                for (r, v) in kernel.chunks_exact(4).enumerate() {
-                    g[r][b] = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) as f64;
+        let load = |kernels: &[Option<usize>], g: &mut KernelBlock| {
+            for (b, kc) in kernels.iter().enumerate() {
+                let taps = kc.and_then(|kc| bytes.get(kc * 36..kc * 36 + 36));
+                for r in 0..9 {
+                    g[r][b] = taps.map_or(0.0, |v| {
+                        f32::from_le_bytes([v[4 * r], v[4 * r + 1], v[4 * r + 2], v[4 * r + 3]]) as f64
+                    });
                 }
             }
         };
-        let mut u = vec![[0u8; 4]; a * a * kc_count];
-        transform_kernels(kc_count, &t, &load, &mut u, |v| (v as f32).to_le_bytes());
+        let mut u = vec![[0u8; 4]; a * a * layout.plane()];
+        transform_kernels(&t, &load, &mut u, layout, |v| (v as f32).to_le_bytes());
         let u = u.into_flattened();
         return Ok(Value::Tensor(Tensor::from_bytes(ty.dtype, ty.shape.clone(), u).ok_or("result size")?));
     }
     let g = w.to_f64_vec();
-    let mut u = vec![0.0; a * a * kc_count];
-    let load = |first: usize, k: &mut KernelBlock| {
-        for (b, kernel) in g[first * 9..].chunks_exact(9).take(BLOCK).enumerate() {
-            for (r, &v) in kernel.iter().enumerate() {
-                k[r][b] = v;
+    let mut u = vec![0.0; a * a * layout.plane()];
+    let load = |kernels: &[Option<usize>], k: &mut KernelBlock| {
+        for (b, kc) in kernels.iter().enumerate() {
+            let taps = kc.and_then(|kc| g.get(kc * 9..kc * 9 + 9));
+            for r in 0..9 {
+                k[r][b] = taps.map_or(0.0, |v| v[r]);
             }
         }
     };
-    transform_kernels(kc_count, &t, &load, &mut u, |v| v);
+    transform_kernels(&t, &load, &mut u, layout, |v| v);
     Ok(Value::Tensor(Tensor::from_f64(ty.dtype, ty.shape.clone(), &u)))
+}
+
+/// How the transformed kernels of an OIHW weight (`outputs` × `inputs` 3 × 3
+/// kernels) lie in each of the α² planes: in OIHW order (`panel_rows` 1), or
+/// in panels of `r` output channels — position `(o / r)·r·inputs + i·r + o % r`,
+/// the channels zero-padded to whole panels — as `nn.contrib_batch_matmul_pack`
+/// reads them. The transform walks the positions in order and finds the
+/// kernel of each: its writes stay sequential, and there is no second pass
+/// over ResNet-18's 97 MB of transformed weights.
+#[derive(Clone, Copy)]
+struct Layout {
+    panel_rows: usize,
+    outputs: usize,
+    inputs: usize,
+}
+
+impl Layout {
+    /// Positions per panel: ranges of positions split at multiples of it
+    /// hold whole panels.
+    fn panel(self) -> usize {
+        self.panel_rows * self.inputs
+    }
+
+    /// Positions per plane (the padding included).
+    fn plane(self) -> usize {
+        self.outputs.div_ceil(self.panel_rows) * self.panel()
+    }
+
+    /// The kernel (OIHW index) at `position`; None in the padding.
+    fn kernel_at(self, position: usize) -> Option<usize> {
+        let r = self.panel_rows;
+        let (panel, within) = (position / self.panel().max(1), position % self.panel().max(1));
+        let o = panel * r + within % r;
+        (o < self.outputs).then_some(o * self.inputs + within / r)
+    }
 }
 
 /// Kernels transformed together: each tap of all of them in one row, so that
@@ -199,24 +253,25 @@ const BLOCK: usize = 16;
 /// The nine taps of up to [`BLOCK`] kernels: `[tap][kernel]`.
 type KernelBlock = [[f64; BLOCK]; 9];
 
-/// `G·g·Gᵀ` of each of `kc_count` 3 × 3 kernels (OIHW order), laid out
-/// `[α, α, O·I]` in `out`, each value as `encode` makes it (float32 bytes in
-/// place of a weight, or f64). `load(first, block)` reads the taps of the
-/// kernels from `first` on (up to [`BLOCK`] of them) into `block`. Split over
-/// up to four threads by ranges of kernels (ResNet-18's weights-only rebuild
+/// `G·g·Gᵀ` of every kernel of `layout`, laid out `[α, α, layout.plane()]`
+/// in `out`, each value as `encode` makes it (float32 bytes in place of a
+/// weight, or f64). `load(kernels, block)` reads the taps of up to [`BLOCK`]
+/// kernels (zeros for None) into `block`. Split over up to four threads by
+/// ranges of whole panels of positions (ResNet-18's weights-only rebuild
 /// spent 0.13 s here on one); every value is computed alike whatever the split.
-fn transform_kernels<T: Send, L, E>(kc_count: usize, t: &WinogradMatrices, load: &L, out: &mut [T], encode: E)
+fn transform_kernels<T: Send, L, E>(t: &WinogradMatrices, load: &L, out: &mut [T], layout: Layout, encode: E)
 where
-    L: Fn(usize, &mut KernelBlock) + Sync,
+    L: Fn(&[Option<usize>], &mut KernelBlock) + Sync,
     E: Fn(f64) -> T + Copy + Send,
 {
     const KERNELS_PER_THREAD: usize = 1 << 14;
+    let plane = layout.plane();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = cores.min(4).min(kc_count.div_ceil(KERNELS_PER_THREAD)).max(1);
-    let per = kc_count.div_ceil(threads);
-    // Thread i's part of every plane: kernels [i·per, (i + 1)·per).
+    let threads = cores.min(4).min(plane.div_ceil(KERNELS_PER_THREAD)).max(1);
+    let per = plane.div_ceil(threads).next_multiple_of(layout.panel().max(1));
+    // Thread i's part of every plane: positions [i·per, (i + 1)·per).
     let mut parts: Vec<Vec<&mut [T]>> = (0..threads).map(|_| Vec::new()).collect();
-    for plane in out.chunks_mut(kc_count) {
+    for plane in out.chunks_mut(plane.max(1)) {
         let mut rest = plane;
         for part in &mut parts {
             let (mine, tail) = rest.split_at_mut(per.min(rest.len()));
@@ -226,31 +281,42 @@ where
     }
     if threads == 1 {
         let part = parts.pop().unwrap_or_default();
-        return transform_range(0, part, t, load, encode);
+        return transform_range(0, part, t, load, layout, encode);
     }
     std::thread::scope(|s| {
         for (i, part) in parts.into_iter().enumerate() {
-            s.spawn(move || transform_range(i * per, part, t, load, encode));
+            s.spawn(move || transform_range(i * per, part, t, load, layout, encode));
         }
     });
 }
 
-/// [`transform_kernels`] for the kernels from `first` on, into each plane's
-/// slice in `planes`, [`BLOCK`] kernels at a time. Each value is summed in
-/// the order of the definition, `(x₀ + x₁) + x₂`, whatever the blocking.
-fn transform_range<T, L, E>(first: usize, mut planes: Vec<&mut [T]>, t: &WinogradMatrices, load: &L, encode: E)
-where
-    L: Fn(usize, &mut KernelBlock),
+/// [`transform_kernels`] for the positions from `first` on, into each
+/// plane's slice in `planes`, [`BLOCK`] positions at a time. Each value is
+/// summed in the order of the definition, `(x₀ + x₁) + x₂`, whatever the
+/// blocking.
+fn transform_range<T, L, E>(
+    first: usize,
+    mut planes: Vec<&mut [T]>,
+    t: &WinogradMatrices,
+    load: &L,
+    layout: Layout,
+    encode: E,
+) where
+    L: Fn(&[Option<usize>], &mut KernelBlock),
     E: Fn(f64) -> T,
 {
     let a = t.alpha;
     let count = planes.first().map_or(0, |p| p.len());
     let mut g = [[0.0; BLOCK]; 9];
+    let mut kernels = [None; BLOCK];
     // G·g (α × 3 rows of the block), reused: no allocation per block.
     let mut gg = vec![[0.0; BLOCK]; a * 3];
     for k0 in (0..count).step_by(BLOCK) {
         let n = BLOCK.min(count - k0);
-        load(first + k0, &mut g);
+        for (b, k) in kernels[..n].iter_mut().enumerate() {
+            *k = layout.kernel_at(first + k0 + b);
+        }
+        load(&kernels[..n], &mut g);
         for (e, row) in gg.iter_mut().enumerate() {
             let (gr, c) = (&t.g[e / 3], e % 3);
             for b in 0..BLOCK {
@@ -425,9 +491,11 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             Opaque,
             rel_weight_transform,
             eval_weight_transform,
-            "Winograd weight transform G·g·Gᵀ of an OIHW 3 × 3 weight: [α, α, O, I] (folded at build time).",
+            "Winograd weight transform G·g·Gᵀ of an OIHW 3 × 3 weight: [α, α, O, I], or with panel_rows=r \
+             [α², ⌈O/r⌉, I, r] (folded at build time).",
         )
-        .attr(AttrSpec::int("tile_size", 4)),
+        .attr(AttrSpec::int("tile_size", 4))
+        .attr(AttrSpec::opt_int("panel_rows")),
     );
     defs.push(
         OpDef::new(
@@ -480,19 +548,20 @@ mod tests {
         let t = winograd_matrices(4).unwrap();
         let kc_count = 3 * (1 << 14) + 7;
         let tap = |kc: usize, r: usize| ((kc * 9 + r) % 97) as f64 / 31.0 - 1.5;
-        let load = |first: usize, g: &mut KernelBlock| {
-            for b in 0..BLOCK.min(kc_count - first) {
+        let load = |kernels: &[Option<usize>], g: &mut KernelBlock| {
+            for (b, kc) in kernels.iter().enumerate() {
                 for (r, row) in g.iter_mut().enumerate() {
-                    row[b] = tap(first + b, r);
+                    row[b] = kc.map_or(0.0, |kc| tap(kc, r));
                 }
             }
         };
         let encode = |v: f64| (v as f32).to_le_bytes();
         let size = t.alpha * t.alpha * kc_count;
         let mut split = vec![[0u8; 4]; size];
-        transform_kernels(kc_count, &t, &load, &mut split, encode);
+        let plain = Layout { panel_rows: 1, outputs: kc_count, inputs: 1 };
+        transform_kernels(&t, &load, &mut split, plain, encode);
         let mut whole = vec![[0u8; 4]; size];
-        transform_range(0, whole.chunks_mut(kc_count).collect(), &t, &load, encode);
+        transform_range(0, whole.chunks_mut(kc_count).collect(), &t, &load, plain, encode);
         assert!(split == whole, "the split transform differs from one range");
         // Every value by the definition, (G·g·Gᵀ)[ξ][ν] summed in its order.
         for kc in [0, 5, BLOCK - 1, BLOCK, kc_count / 3 + 1, kc_count - 1] {
@@ -502,6 +571,23 @@ mod tests {
                 let want = (0..3).map(|c| gg[c] * t.g[nu][c]).sum::<f64>() as f32;
                 let got = f32::from_le_bytes(split[(xi * t.alpha + nu) * kc_count + kc]);
                 assert_eq!(got.to_bits(), want.to_bits(), "kernel {kc} at ({xi}, {nu}): {got} vs {want}");
+            }
+        }
+        // 7 inputs per output channel in panels of 6 channels (the last
+        // padded with zeros), split over threads: kernel (o, i) of each plane
+        // at (o / 6)·42 + i·6 + o % 6, the same value as unpacked.
+        let (outputs, inputs) = (kc_count / 7 + 1, 7);
+        let packed = Layout { panel_rows: 6, outputs, inputs };
+        let mut panels = vec![[0u8; 4]; t.alpha * t.alpha * packed.plane()];
+        transform_kernels(&t, &load, &mut panels, packed, encode);
+        let unpacked = Layout { panel_rows: 1, outputs, inputs };
+        let mut reference = vec![[0u8; 4]; t.alpha * t.alpha * unpacked.plane()];
+        transform_kernels(&t, &load, &mut reference, unpacked, encode);
+        for p in [0, 7, t.alpha * t.alpha - 1] {
+            for x in 0..packed.plane() {
+                let (o, i) = (x / 42 * 6 + x % 6, x % 42 / 6);
+                let want = if o < outputs { reference[p * unpacked.plane() + o * inputs + i] } else { [0; 4] };
+                assert_eq!(panels[p * packed.plane() + x], want, "plane {p}, position {x}");
             }
         }
     }
