@@ -26,7 +26,7 @@ pub fn matmul_tile(rows: i64, cols: i64, unit: VectorUnit) -> (i64, i64) {
 }
 
 /// The rows of the register tile that the product of `rows` × `cols`
-/// outputs takes (the rule's, as [`schedule_matmul`] picks it), where it is
+/// outputs takes (the rule's, as `schedule_matmul` picks it), where it is
 /// a fixed number of rows for every tile but the last: AlterOpLayout packs
 /// a constant A (Winograd's weights) in panels of that many rows, so that
 /// each tile reads one sequential stream of A. None where the rule's tile
