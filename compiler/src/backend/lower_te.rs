@@ -175,15 +175,14 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                     pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
-                    panel = (def.name == "nn.contrib_dense_pack")
-                        .then(|| call.args.get(1).and_then(|&w| store.checked_type(w)))
-                        .flatten()
-                        .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(2).copied()));
+                    // Dimension `dim` of argument `arg`'s checked type.
+                    let dim = |arg: usize, dim: usize| {
+                        let t = call.args.get(arg).and_then(|&a| store.checked_type(a))?;
+                        t.as_tensor().and_then(|t| t.shape.get(dim).copied())
+                    };
+                    panel = (def.name == "nn.contrib_dense_pack").then(|| dim(1, 2)).flatten();
                     // A packed in row panels [batch, units / r, in, r]: the tile's rows are r.
-                    packed_rows = (def.name == "nn.contrib_batch_matmul_pack")
-                        .then(|| call.args.first().and_then(|&a| store.checked_type(a)))
-                        .flatten()
-                        .and_then(|t| t.as_tensor().and_then(|t| t.shape.get(3).copied()));
+                    packed_rows = (def.name == "nn.contrib_batch_matmul_pack").then(|| dim(0, 3)).flatten();
                     let transform = matches!(
                         def.name,
                         "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform"

@@ -110,6 +110,11 @@ fn dense(c: &ComputeCall) -> Result<TeValue, OpError> {
     }))
 }
 
+/// Index `i` of a blocked axis as (block, lane): `i / b`, `i % b`.
+fn blocked(i: &Expr, b: &Expr) -> (Expr, Expr) {
+    (Expr::bin(BinOp::FloorDiv, i.clone(), b.clone()), Expr::bin(BinOp::FloorMod, i.clone(), b.clone()))
+}
+
 fn contrib_dense_pack(c: &ComputeCall) -> Result<TeValue, OpError> {
     // Weight [units / b, in, b]: column j is lane j % b of panel j / b.
     let (shape, _) = c.out_tensor()?;
@@ -121,9 +126,7 @@ fn contrib_dense_pack(c: &ComputeCall) -> Result<TeValue, OpError> {
         let n = i.len();
         let mut idx = i[..n - 1].to_vec();
         idx.push(kv.clone());
-        let j = i[n - 1].clone();
-        let (panel, lane) =
-            (Expr::bin(BinOp::FloorDiv, j.clone(), b.clone()), Expr::bin(BinOp::FloorMod, j, b.clone()));
+        let (panel, lane) = blocked(&i[n - 1], &b);
         sum(x.at(&idx) * w.at(&[panel, kv.clone(), lane]), &[k.clone()])
     }))
 }
@@ -159,8 +162,7 @@ fn contrib_batch_matmul_pack(c: &ComputeCall) -> Result<TeValue, OpError> {
     let k = reduce_axis(a.shape()[2], "k");
     let kv = Expr::var(&k.0);
     one(compute("batch_matmul", &shape, |i| {
-        let (panel, lane) =
-            (Expr::bin(BinOp::FloorDiv, i[1].clone(), r.clone()), Expr::bin(BinOp::FloorMod, i[1].clone(), r.clone()));
+        let (panel, lane) = blocked(&i[1], &r);
         let lhs = a.at(&[i[0].clone(), panel, kv.clone(), lane]);
         sum(lhs * b.at(&[i[0].clone(), kv.clone(), i[2].clone()]), &[k.clone()])
     }))
@@ -219,9 +221,7 @@ fn conv2d(c: &ComputeCall) -> Result<TeValue, OpError> {
         let weight = match block {
             None => w.at(&[i[1].clone(), c.clone(), y.clone(), z.clone()]),
             Some(k) => {
-                let k = Expr::int(k as i64);
-                let (ob, oi) =
-                    (Expr::bin(BinOp::FloorDiv, i[1].clone(), k.clone()), Expr::bin(BinOp::FloorMod, i[1].clone(), k));
+                let (ob, oi) = blocked(&i[1], &Expr::int(k as i64));
                 w.at(&[ob, c.clone(), y.clone(), z.clone(), oi])
             }
         };

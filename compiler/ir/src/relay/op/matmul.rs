@@ -122,6 +122,18 @@ pub fn dense_pack_block(attrs: &Attrs) -> Result<Option<usize>, OpError> {
     layout_block(attrs, "weight_layout", "NC", 'n')
 }
 
+/// The `units` of a product over an operand packed in panels of `panel`
+/// (`total` rows or columns in all): by default all of them; fewer may leave
+/// the last panel partly unused (zero padding, so that every panel is whole
+/// vectors), never a whole panel. `holds`/`what` word the error.
+fn panel_units(attrs: &Attrs, total: usize, panel: usize, holds: &str, what: &str) -> Result<usize, OpError> {
+    match attrs.opt_int("units")? {
+        None => Ok(total),
+        Some(u) if u >= 1 && (u as usize) <= total && total - (u as usize) < panel => Ok(u as usize),
+        Some(u) => Err(format!("units={u} but {holds} {total} {what} (panels of {panel})").into()),
+    }
+}
+
 /// `nn.contrib_dense_pack`: `data · weightᵀ` over a weight packed in panels,
 /// `[units / b, in, b]` (TVM's `NC<b>n`): the `b` columns of each panel are
 /// contiguous for every reduction step.
@@ -140,16 +152,7 @@ fn rel_dense_pack(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
         .into());
     }
     same_reduction(x, w)?;
-    let columns = w.shape[0] * w.shape[2];
-    // `units` may leave the last panel partly unused (zero padding, so that
-    // every panel is whole vectors); by default every column is an output.
-    let units = match attrs.opt_int("units")? {
-        None => columns,
-        Some(u) if u >= 1 && (u as usize) <= columns && columns - (u as usize) < w.shape[2] => u as usize,
-        Some(u) => {
-            return Err(format!("units={u} but the weight holds {columns} columns (panels of {})", w.shape[2]).into())
-        }
-    };
+    let units = panel_units(attrs, w.shape[0] * w.shape[2], w.shape[2], "the weight holds", "columns")?;
     let mut shape = x.shape.clone();
     *shape.last_mut().ok_or("empty shape")? = units;
     Ok(Type::tensor(shape, dtype))
@@ -316,12 +319,7 @@ fn rel_batch_matmul_pack(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> 
     if a.shape[0] != b.shape[0] {
         return Err(format!("batch sizes {} and {} differ", a.shape[0], b.shape[0]).into());
     }
-    let rows = a.shape[1] * a.shape[3];
-    let units = match attrs.opt_int("units")? {
-        None => rows,
-        Some(u) if u >= 1 && (u as usize) <= rows && rows - (u as usize) < a.shape[3] => u as usize,
-        Some(u) => return Err(format!("units={u} but A holds {rows} rows (panels of {})", a.shape[3]).into()),
-    };
+    let units = panel_units(attrs, a.shape[1] * a.shape[3], a.shape[3], "A holds", "rows")?;
     Ok(Type::tensor([a.shape[0], units, b.shape[2]], dtype))
 }
 

@@ -101,12 +101,7 @@ fn dequantize(
     if !quantized(qdt) && qdt != DataType::I32 {
         return Err(node.err(format!("dequantization of {qdt} is not supported (int8, uint8, int16, uint16, int32)")));
     }
-    let mut x = cast(im, node, q, dt)?;
-    if let Some(z) = zero_point {
-        let z = along_axis(im, node, z, q, axis, "a zero point")?;
-        let z = cast(im, node, z, dt)?;
-        x = im.op(node, "subtract", vec![x, z])?;
-    }
+    let x = minus_zero_point(im, node, q, zero_point, axis, dt)?;
     let scale = along_axis(im, node, scale, q, axis, "a scale")?;
     im.op(node, "multiply", vec![x, scale])
 }
@@ -148,8 +143,7 @@ fn saturated(
     let dt = im.dtype_of(node, y)?;
     let mut q = im.op(node, "round", vec![y])?;
     if let Some(z) = zero_point {
-        let z = along_axis(im, node, z, y, axis, "a zero point")?;
-        let z = cast(im, node, z, dt)?;
+        let z = zero_point_as(im, node, z, y, axis, dt)?;
         q = im.op(node, "add", vec![q, z])?;
     }
     let (lo, hi) = DataType::value_range(out);
@@ -432,15 +426,40 @@ fn centered(
     if !matches!(qdt, DataType::I8 | DataType::U8) {
         return Err(node.err(format!("needs int8 or uint8 operands, found {qdt}")));
     }
+    minus_zero_point(im, node, q, zero_point, axis, dt)
+}
+
+/// `q − zero_point` as `dt` (any integer `q`), the zero point along `axis`
+/// when a vector.
+fn minus_zero_point(
+    im: &mut Importer,
+    node: &Node,
+    q: ExprId,
+    zero_point: Option<ExprId>,
+    axis: i64,
+    dt: DataType,
+) -> Result<ExprId, OnnxError> {
     let x = cast(im, node, q, dt)?;
     match zero_point {
         Some(z) => {
-            let z = along_axis(im, node, z, q, axis, "a zero point")?;
-            let z = cast(im, node, z, dt)?;
+            let z = zero_point_as(im, node, z, q, axis, dt)?;
             im.op(node, "subtract", vec![x, z])
         }
         None => Ok(x),
     }
+}
+
+/// The zero point `z` as `dt`, along `axis` of `like` when a vector.
+fn zero_point_as(
+    im: &mut Importer,
+    node: &Node,
+    z: ExprId,
+    like: ExprId,
+    axis: i64,
+    dt: DataType,
+) -> Result<ExprId, OnnxError> {
+    let z = along_axis(im, node, z, like, axis, "a zero point")?;
+    cast(im, node, z, dt)
 }
 
 /// MatMulInteger: a, b, a_zero_point (per row), b_zero_point (per column); int32.
