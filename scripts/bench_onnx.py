@@ -8,7 +8,8 @@ Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [MODELS_DI
   REAL_MODELS_DIR  yolov8n and pplcnet from fetch_real_models.py (default MODELS_DIR/real;
                    skipped when absent)
   --target T       kiln's target (default `llvm -mcpu=native`); `llvm -mcpu=znver3` measures
-                   the AVX2 code path on either kind of x86 machine
+                   the AVX2 code path on an AMD machine, `llvm -mcpu=znver3 -mattr=-sse4a` on an
+                   Intel one (Zen code may use AMD's SSE4A, which kiln refuses on Intel CPUs)
   --rounds N       interleaved rounds of kiln and ORT; each figure is the best round's median
                    (default 2)
   --tuning DIR     also time kiln with the tuning log DIR/<model>.json (from `kiln tune`), in

@@ -181,6 +181,37 @@ fn unknown_cpus_are_errors_not_aborts() {
     assert_eq!(code, 0, "known features build: {err}");
 }
 
+/// A build for a Zen CPU (`-mcpu=znver3`, the AVX2 path) ran on an Intel
+/// CPU with every AVX2 feature and died of SIGILL in ResNet-18 QOperator's
+/// first byte shuffle: LLVM lowers some to SSE4A's INSERTQ, which only AMD
+/// CPUs have. `kiln run` now refuses a target whose features this CPU lacks,
+/// AMD's own among them, naming the feature; on an Intel CPU the AVX2 path
+/// is `-mcpu=znver3 -mattr=-sse4a`. Every x86 CPU lacks one of SSE4A (Intel)
+/// and AMX (AMD), so the refusal is checked on both kinds of machine.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn targets_with_features_this_cpu_lacks_are_refused_by_run() {
+    let dir = tempfile::tempdir().expect("dir");
+    let model = write(&dir, "id.relay", b"#[version = \"0.0.5\"]\ndef @main(%x: Tensor[(2), float32]) {\n  %x\n}\n");
+    let x = write(&dir, "x.npy", &kiln::npy::write_npy(&Tensor::from_f32(vec![2], &[1.0, 2.0])));
+    let input = format!("x={x}");
+    let mut refused = 0;
+    for (target, feature) in [("llvm -mcpu=znver3", "sse4a"), ("llvm -mcpu=native -mattr=+amx-tile", "amx-tile")] {
+        if kiln_runtime::cpu::has_feature(feature) != Some(false) {
+            continue;
+        }
+        let (code, _, err) = kiln(&["run", &model, "--input", &input, "--target", target]);
+        assert_eq!(code, 1, "{target}: {err}");
+        assert!(err.contains(&format!("CPU feature `{feature}`, which this CPU lacks")), "{target}: {err}");
+        refused += 1;
+    }
+    assert!(refused >= 1, "this CPU has both SSE4A and AMX");
+    if kiln_runtime::cpu::has_feature("sse4a") == Some(false) {
+        let (code, _, err) = kiln(&["run", &model, "--input", &input, "--target", "llvm -mcpu=znver3 -mattr=-sse4a"]);
+        assert_eq!(code, 0, "the AVX2 path without SSE4A runs here: {err}");
+    }
+}
+
 /// Gather, GatherElements and GatherND with indices given at run time: an
 /// index outside `[-n, n)` made the generated code wrap or clip it (index 10
 /// on an axis of 10 returned element 0). The kernels now check the indices

@@ -47,6 +47,12 @@ mod imp {
         "amx-tile",
         "amx-int8",
         "amx-bf16",
+        // AMD's own extensions: LLVM emits SSE4A's INSERTQ/EXTRQ for byte
+        // shuffles when building for a Zen CPU, which Intel CPUs lack.
+        "sse4a",
+        "fma4",
+        "xop",
+        "tbm",
     ];
 
     // `__cpuid_count` became a safe function after kiln's minimum Rust (1.85).
@@ -78,6 +84,8 @@ mod imp {
         l1: CpuidResult,
         l7: CpuidResult,
         l7_1: CpuidResult,
+        /// Extended leaf 0x8000_0001 (AMD's extensions).
+        ext1: CpuidResult,
         xcr0: u64,
     }
 
@@ -85,12 +93,13 @@ mod imp {
         pub fn read() -> Cpu {
             let zero = CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 };
             let (l7, l7_1) = if cpuid(0, 0).eax >= 7 { (cpuid(7, 0), cpuid(7, 1)) } else { (zero, zero) };
+            let ext1 = if cpuid(0x8000_0000, 0).eax >= 0x8000_0001 { cpuid(0x8000_0001, 0) } else { zero };
             let l1 = cpuid(1, 0);
-            Cpu { l1, l7, l7_1, xcr0: xcr0(l1) }
+            Cpu { l1, l7, l7_1, ext1, xcr0: xcr0(l1) }
         }
 
         pub fn has(&self, name: &str) -> Option<bool> {
-            let Cpu { l1, l7, l7_1, xcr0 } = *self;
+            let Cpu { l1, l7, l7_1, ext1, xcr0 } = *self;
             let avx_state = xcr0 & 0b110 == 0b110;
             let avx512_state = avx_state && xcr0 & 0b1110_0000 == 0b1110_0000;
             let amx_state = xcr0 & (0b11 << 17) == 0b11 << 17;
@@ -112,6 +121,10 @@ mod imp {
                 "amx-bf16" => bit(l7.edx, 22) && amx_state,
                 "amx-tile" => bit(l7.edx, 24) && amx_state,
                 "amx-int8" => bit(l7.edx, 25) && amx_state,
+                "sse4a" => bit(ext1.ecx, 6),
+                "xop" => bit(ext1.ecx, 11) && avx_state,
+                "fma4" => bit(ext1.ecx, 16) && avx_state,
+                "tbm" => bit(ext1.ecx, 21),
                 _ => return None,
             })
         }
@@ -174,6 +187,10 @@ mod tests {
         assert_eq!(has_feature("avx512vnni"), Some(std::arch::is_x86_feature_detected!("avx512vnni")));
         assert_eq!(has_feature("avx512bf16"), Some(std::arch::is_x86_feature_detected!("avx512bf16")));
         assert_eq!(has_feature("sse4.2"), Some(true));
+        assert_eq!(has_feature("sse4a"), Some(std::arch::is_x86_feature_detected!("sse4a")));
+        assert_eq!(has_feature("fma4"), Some(std::arch::is_x86_feature_detected!("fma4")));
+        assert_eq!(has_feature("xop"), Some(std::arch::is_x86_feature_detected!("xop")));
+        assert_eq!(has_feature("tbm"), Some(std::arch::is_x86_feature_detected!("tbm")));
         assert_eq!(has_feature("no-such-feature"), None);
         assert_eq!(first_missing(&["sse4.2"]), None);
     }

@@ -22,6 +22,25 @@ const V4: &[&str] =
 /// The checkable features an x86 CPU implies (LLVM 14's names, and the
 /// newer CPUs LLVM 19 knows).
 fn x86_cpu_features(cpu: &str) -> Vec<&'static str> {
+    x86_common_features(cpu).into_iter().chain(amd_only_features(cpu).iter().copied()).collect()
+}
+
+/// AMD's own extensions a CPU implies: code built for a Zen CPU may hold
+/// SSE4A instructions (LLVM lowers some byte shuffles to INSERTQ), which
+/// fault on Intel CPUs that have every other feature of a Zen.
+fn amd_only_features(cpu: &str) -> &'static [&'static str] {
+    match cpu {
+        "znver1" | "znver2" | "znver3" | "znver4" | "znver5" | "btver1" | "btver2" | "amdfam10" | "barcelona" => {
+            &["sse4a"]
+        }
+        "bdver1" => &["sse4a", "fma4", "xop"],
+        "bdver2" | "bdver3" | "bdver4" => &["sse4a", "fma4", "xop", "tbm"],
+        _ => &[],
+    }
+}
+
+/// The checkable features of the Intel-compatible extensions.
+fn x86_common_features(cpu: &str) -> Vec<&'static str> {
     let (base, extra): (&[&str], &[&str]) = match cpu {
         "sapphirerapids" | "emeraldrapids" | "graniterapids" | "graniterapids-d" => {
             (V4, &["avx512vnni", "avx512bf16", "avxvnni", "amx-tile", "amx-int8", "amx-bf16"])
@@ -164,6 +183,9 @@ mod tests {
     #[test]
     fn named_cpus_imply_their_features() {
         let d = TargetDescription::resolve("llvm -mcpu=znver3");
+        assert_eq!(d.features, ["avx", "avx2", "f16c", "fma", "sse4.2", "sse4a"]);
+        // The AVX2 path on an Intel CPU: Zen's scheduling, without SSE4A.
+        let d = TargetDescription::resolve("llvm -mcpu=znver3 -mattr=-sse4a");
         assert_eq!(d.features, ["avx", "avx2", "f16c", "fma", "sse4.2"]);
         assert_eq!((d.f32_lanes, d.vector_registers), (8, 16));
         let d = TargetDescription::resolve("llvm -mcpu=icelake-server");
