@@ -43,14 +43,18 @@ fn main() {
         mlp.weight(name, param(name, shape));
     }
     mlp.compile_or_exit();
-    // The same MLP compiled for a CPU feature the test machines lack (AMX):
-    // creating it must fail with the feature's name, never run.
-    let mut amx = kiln::Build::new("mlp_amx");
-    amx.relay_file("models/mlp.relay").target("llvm -mcpu=native -mattr=+amx-tile");
-    for (name, shape) in [("w1", [784usize, 128].as_slice()), ("b1", &[128]), ("w2", &[128, 10]), ("b2", &[10])] {
-        amx.weight(name, param(name, shape));
+    // The same MLP compiled for a CPU feature the test machine may lack
+    // (AMX): creating it must fail with the feature's name, never run.
+    // And for a Zen CPU, whose code may hold AMD's SSE4A: Intel CPUs lack it
+    // (every x86 machine lacks one of the two).
+    for (name, target) in [("mlp_amx", "llvm -mcpu=native -mattr=+amx-tile"), ("mlp_zen", "llvm -mcpu=znver3")] {
+        let mut build = kiln::Build::new(name);
+        build.relay_file("models/mlp.relay").target(target);
+        for (name, shape) in [("w1", [784usize, 128].as_slice()), ("b1", &[128]), ("w2", &[128, 10]), ("b2", &[10])] {
+            build.weight(name, param(name, shape));
+        }
+        build.compile_or_exit();
     }
-    amx.compile_or_exit();
     // Model 2: a conv net declared with relay_model!, compiled to C.
     let mut conv = kiln::Build::new("convnet");
     conv.module(convnet()).target("c");

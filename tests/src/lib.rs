@@ -4,6 +4,7 @@
 kiln_runtime::include_model!("mlp_text");
 kiln_runtime::include_model!("convnet");
 kiln_runtime::include_model!("mlp_amx");
+kiln_runtime::include_model!("mlp_zen");
 #[cfg(kiln_reference_models)]
 kiln_runtime::include_model!("onnx_mlp");
 #[cfg(kiln_reference_models)]

@@ -206,18 +206,32 @@ fn real_exported_models_built_in_build_rs_match_onnx_runtime() -> Result<Complet
 }
 
 fn a_model_built_for_a_cpu_feature_this_cpu_lacks_is_refused() -> Result<Completion, Failed> {
-    use kiln_user_tests::mlp_amx;
-    if kiln_runtime::cpu::has_feature("amx-tile") != Some(false) {
-        return Ok(Completion::ignored_with("this CPU has AMX (or it cannot be checked here), so the model may run"));
+    use kiln_user_tests::{mlp_amx, mlp_zen};
+    // One model per feature (AMX: Intel's; SSE4A: AMD's): each is refused
+    // where this CPU lacks its feature.
+    macro_rules! check_refused {
+        ($model:ident, $feature:literal) => {
+            if kiln_runtime::cpu::has_feature($feature) == Some(false) {
+                let want = kiln_runtime::Error::MissingCpuFeature { feature: $feature, target: $model::TARGET };
+                assert_eq!($model::OwnedModel::with_threads(1).err(), Some(want));
+                let mut buffer = vec![0u8; $model::ARENA_BYTES + 63];
+                assert_eq!($model::Model::new(&mut buffer).err(), Some(want));
+                let message = want.to_string();
+                assert!(message.contains(concat!("`", $feature, "`")), "{message}");
+                assert!(message.contains($model::TARGET), "{message}");
+                assert!($model::CPU_FEATURES.contains(&$feature));
+                true
+            } else {
+                false
+            }
+        };
     }
-    let want = kiln_runtime::Error::MissingCpuFeature { feature: "amx-tile", target: mlp_amx::TARGET };
-    assert_eq!(mlp_amx::OwnedModel::with_threads(1).err(), Some(want));
-    let mut buffer = vec![0u8; mlp_amx::ARENA_BYTES + 63];
-    assert_eq!(mlp_amx::Model::new(&mut buffer).err(), Some(want));
-    let message = want.to_string();
-    assert!(message.contains("`amx-tile`") && message.contains("-mattr=+amx-tile"), "{message}");
-    assert!(mlp_amx::CPU_FEATURES.contains(&"amx-tile"));
-    // The same model without AMX runs here.
+    let amx = check_refused!(mlp_amx, "amx-tile");
+    let zen = check_refused!(mlp_zen, "sse4a");
+    if !amx && !zen {
+        return Ok(Completion::ignored_with("this CPU has both AMX and SSE4A (or they cannot be checked here)"));
+    }
+    // The same model without them runs here.
     assert!(kiln_user_tests::mlp_text::CPU_FEATURES.iter().all(|f| kiln_runtime::cpu::has_feature(f) != Some(false)));
     Ok(Completion::Completed)
 }
