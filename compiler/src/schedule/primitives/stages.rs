@@ -178,11 +178,22 @@ impl Schedule {
             .zip(&rvars)
             .map(|((b, _), r)| simplify(&(b.clone() + Expr::var(r)), &Bounds::new()))
             .collect();
+        // Guards the loops' ranges already imply are left out (a column
+        // block that is the whole row): a guarded copy is not vectorized.
+        let mut all_loops = Bounds::new();
+        for (v, min, ext) in loop_ranges(&self.func.body) {
+            all_loops.bind_loop(&v, min, ext);
+        }
+        for (r, (_, e)) in rvars.iter().zip(&region) {
+            all_loops.bind_loop(r, 0, *e);
+        }
         let in_range: Vec<Expr> = elem
             .iter()
             .zip(src.shape())
             .zip(&region)
-            .filter(|(_, (b, _))| b.as_int().is_none())
+            .filter(|((e, &n), (b, _))| {
+                b.as_int().is_none() && all_loops.interval(e).hi.is_none_or(|hi| hi >= n as i64)
+            })
             .map(|((e, &n), _)| Expr::cmp(CmpOp::Lt, e.clone(), Expr::int(n as i64)))
             .collect();
         let store =
