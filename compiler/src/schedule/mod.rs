@@ -452,6 +452,8 @@ fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
 /// that way (256 `vgatherqps` and 256 `vscatterqps` in one kernel).
 fn vectorize_local_copies(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     let lanes = unit.f32_lanes as i64;
+    // Stages nobody placed go back inline after the strategy (`inline_unplaced`): not copies.
+    let inlined_later = if f.attrs.contains_key("keep_materialized") { Vec::new() } else { materialized(&f) };
     let mut copies = Vec::new();
     f.body.visit(&mut |st| {
         let Stmt::For(l) = st else { return };
@@ -466,6 +468,7 @@ fn vectorize_local_copies(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
         if l.kind == ForKind::Serial
             && n >= 2
             && buffer.scope() == Scope::Local
+            && !inlined_later.contains(buffer)
             && contiguous(indices, &l.var)
             && reads_contiguously(value, &l.var)
         {
