@@ -31,7 +31,8 @@ impl Jit {
 
     /// JIT-compile `funcs` for `target`'s CPU and features, which must be
     /// this machine's architecture: an AVX2 build (`-mcpu=znver3`, with
-    /// `-mattr=-sse4a` on Intel) runs on an AVX-512 machine too. The caller checks that this CPU has the features
+    /// `-mattr=-sse4a` on Intel) runs on an AVX-512 machine too. The caller
+    /// checks that this CPU has the features
     /// (`TargetDescription::first_missing_on_this_cpu`) before running a kernel.
     pub fn for_target(name: &str, funcs: &[PrimFunc], target: &LlvmTarget) -> Result<Jit, CodegenError> {
         Target::initialize_native(&InitializationConfig::default()).map_err(|m| llvm_err(name, m))?;
