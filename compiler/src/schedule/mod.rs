@@ -431,16 +431,22 @@ fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
         let _ = s.rfactor_lanes(&k, lanes);
     }
     for (v, n) in stores {
-        if n % lanes as i64 == 0 {
-            vectorize_by(&mut s, &v, n, lanes as i64);
-        } else if let Ok((_, inner, _)) = s.split_with_tail(&v, lanes) {
-            // Whole vectors, then the rest one element at a time (YOLOv8's
-            // softmax over 16 × 4 × 2100 had run on scalars, an `exp` call each).
-            let done = s.vectorize(&inner);
-            debug_assert!(done.is_ok(), "{done:?}");
-        }
+        // (YOLOv8's softmax over 16 × 4 × 2100 had run on scalars, an `exp` call each.)
+        vectorize_in_vectors(&mut s, &v, n, lanes as i64);
     }
     s.into_func()
+}
+
+/// Vectorize loop `v` of extent `n` in vectors of `lanes`: whole vectors
+/// where they divide it, else whole vectors and then the rest one element
+/// at a time.
+fn vectorize_in_vectors(s: &mut Schedule, v: &Var, n: i64, lanes: i64) {
+    if n % lanes == 0 {
+        vectorize_by(s, v, n, lanes);
+    } else if let Ok((_, inner, _)) = s.split_with_tail(v, lanes as usize) {
+        let done = s.vectorize(&inner);
+        debug_assert!(done.is_ok(), "{done:?}");
+    }
 }
 
 /// The copies a tiled strategy makes into kernel-local buffers (a matrix
@@ -492,12 +498,8 @@ fn vectorize_local_copies(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
                 continue;
             }
         }
-        if n % lanes == 0 || n < lanes {
-            vectorize_by(&mut s, &v, n, lanes.min(n));
-        } else if let Ok((_, inner, _)) = s.split_with_tail(&v, lanes as usize) {
-            let done = s.vectorize(&inner);
-            debug_assert!(done.is_ok(), "{done:?}");
-        }
+        // A copy shorter than a vector is one (partial) vector.
+        vectorize_in_vectors(&mut s, &v, n, lanes.min(n));
     }
     s.into_func()
 }
