@@ -305,6 +305,7 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
             "tir.UnrollLoop on fused_exp_add",
             "tir.LoopPartition on fused_exp_add",
             "tir.VectorizeLoop on fused_exp_add",
+            "tir.DotProducts on fused_exp_add",
             "tir.ForwardStores on fused_exp_add",
             "tir.RemoveNoOp on fused_exp_add",
             "tir.ParallelizeOuter on fused_exp_add"

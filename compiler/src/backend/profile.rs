@@ -61,6 +61,10 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
                 _ => KernelClass::SpatialConv,
             }
         }
+        "nn.contrib_conv2d_u8s8" => match conv_weight(plan, call).map(|w| (w.shape[2], w.shape[3])) {
+            Some((1, 1)) => KernelClass::Pointwise,
+            _ => KernelClass::SpatialConv,
+        },
         "nn.contrib_winograd_input_transform"
         | "nn.contrib_winograd_output_transform"
         | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,
@@ -81,12 +85,13 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
 }
 
 /// The weight of a convolution call: its first constant input of rank 4
-/// (`OIHW`) or 5 (packed `OIHW<k>o`); `None` for a run-time weight.
+/// (`OIHW`), 5 (packed `OIHW<k>o`) or 6 (int8 `[O/16, C/4, KH, KW, 16, 4]`);
+/// `None` for a run-time weight.
 pub fn conv_weight<'p>(plan: &'p ExecutorPlan, call: &KernelCall) -> Option<&'p TensorSlot> {
     call_inputs(plan, call)
         .iter()
         .map(|&t| &plan.tensors[t])
-        .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4 | 5))
+        .find(|t| matches!(t.storage, Storage::Constant(_)) && matches!(t.shape.len(), 4..=6))
 }
 
 /// The tensors `call` reads (its arguments before the kernel's outputs).

@@ -179,6 +179,7 @@ impl Emitter<'_> {
                     Intrinsic::Round => format!("rint{f}({first})"),
                     Intrinsic::Fmod => format!("fmod{f}({first}, {second})"),
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
+                    Intrinsic::DotU8I8 => return Err(self.unsupported("an int8 dot product (vector code)")),
                     Intrinsic::CheckIndex => format!("kiln_check_index({first}, {second}, &kiln_status)"),
                     // Cast back: C promotes narrow operands to int.
                     Intrinsic::BitAnd => format!("(({})({first} & {second}))", c_type(self.kernel, t.elem)?),

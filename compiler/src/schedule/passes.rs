@@ -81,6 +81,7 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
         })
         .arc(),
         infallible("tir.VectorizeLoop", 0, t::vectorize_loops),
+        infallible("tir.DotProducts", 1, t::dot_products),
         infallible("tir.ForwardStores", 0, t::forward_stores),
         infallible("tir.RemoveNoOp", 0, t::remove_noops),
         infallible("tir.FlattenBuffer", 0, t::flatten_buffers),
@@ -92,7 +93,7 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
 /// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
 /// lower intrinsics, simplify, unroll, partition loops at constant tests (after
 /// unrolling, which makes tests on small outer loops constant), vectorize,
-/// forward write-backs into their epilogues, clean up, parallelize.
+/// fuse byte products into dot products, forward write-backs into their epilogues, clean up, parallelize.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
         "TirPipeline",
@@ -105,6 +106,7 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.UnrollLoop",
             "tir.LoopPartition",
             "tir.VectorizeLoop",
+            "tir.DotProducts",
             "tir.ForwardStores",
             "tir.RemoveNoOp",
             "tir.ParallelizeOuter",

@@ -155,6 +155,10 @@ pub fn configure_context(target: &str, ctx: &mut PassContext) {
     if is_cuda(target) && ctx.config("relay.AlterOpLayout.winograd").is_none() {
         let _ = ctx.set_config("relay.AlterOpLayout.winograd", ConfigValue::Bool(false));
     }
+    if ctx.config("relay.IntegerConv2d.enable").is_none() && !is_cuda(target) {
+        let vnni = TargetDescription::resolve(target).features.iter().any(|f| f == "avx512vnni");
+        let _ = ctx.set_config("relay.IntegerConv2d.enable", ConfigValue::Bool(vnni));
+    }
     if !is_cuda(target) && ctx.config("relay.SimplifyInference.layer_norm").is_none() {
         let _ = ctx.set_config("relay.SimplifyInference.layer_norm", ConfigValue::Bool(false));
     }

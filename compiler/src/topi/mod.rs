@@ -23,6 +23,7 @@ use crate::tir::{CmpOp, Expr};
 mod elemwise;
 mod image;
 mod nn;
+mod quantized;
 mod reduce;
 mod transform;
 mod winograd;
@@ -92,6 +93,7 @@ pub fn computes() -> &'static OpMap<ComputeFn> {
         elemwise::register(&mut m);
         reduce::register(&mut m);
         nn::register(&mut m);
+        quantized::register(&mut m);
         image::register(&mut m);
         transform::register(&mut m);
         winograd::register(&mut m);

@@ -241,6 +241,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             "expand nn.layer_norm into means, a subtraction and a division (TVM's SimplifyInference; default true, false on CPU targets, which compute it as one kernel)",
             vec![],
         );
+        add(
+            "relay.IntegerConv2d.enable",
+            ConfigKind::Bool,
+            "compute convolutions whose operands are provably bytes (quantized models) as int8 dot products (default: true where the target has AVX-512 VNNI)",
+            vec![],
+        );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)", vec![]);
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code", vec![]);
         add(

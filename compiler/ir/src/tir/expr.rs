@@ -321,6 +321,11 @@ intrinsics! {
         /// kernel traps). The one run-time check of generated code: indices that
         /// come from the model's inputs.
         CheckIndex,
+        /// `dot_u8i8(acc, a, b)`: int32 lanes `acc[l] + Σ_{j<4} a[4l + j] · b[4l + j]`,
+        /// `a` unsigned bytes, `b` signed bytes (`a` of 4 lanes is the same four
+        /// bytes for every lane): x86 VNNI's `vpdpbusd`, made by
+        /// `tir::transform::dot_products` (exact: no saturation).
+        DotU8I8,
     }
 }
 
@@ -369,6 +374,7 @@ impl Intrinsic {
             Intrinsic::ShiftRight => "shift_right",
             Intrinsic::Barrier => "tvm_storage_sync",
             Intrinsic::CheckIndex => "kiln.check_index",
+            Intrinsic::DotU8I8 => "kiln.dot_u8i8",
         }
     }
 }

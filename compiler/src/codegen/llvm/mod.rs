@@ -73,6 +73,9 @@ struct FnGen<'a, 'ctx> {
     accumulator: Option<u32>,
     /// CPU kernels: the `i32` status they return, set by failed `check_index`es.
     status: Option<PointerValue<'ctx>>,
+    /// The target has AVX-512 VNNI: `kiln.dot_u8i8` is one `vpdpbusd`
+    /// (else its plain integer arithmetic).
+    vnni: bool,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -186,6 +189,7 @@ fn start_kernel<'a, 'ctx>(
         gpu,
         accumulator: None,
         status,
+        vnni: false,
     })
 }
 
@@ -198,6 +202,7 @@ fn emit_kernel<'ctx>(
 ) -> Result<(), CodegenError> {
     let i64t = ctx.i64_type();
     let mut g = start_kernel(ctx, module, f, false)?;
+    g.vnni = target.has_feature("avx512vnni");
     let (func, task_id) = (g.func, g.task_id);
     // Compiled once: LLVM otherwise inlined a copy of a small kernel into its
     // packed entry and compiled both (a tenth of ResNet-18's code, a third of

@@ -19,6 +19,16 @@ pub struct LlvmTarget {
 }
 
 impl LlvmTarget {
+    /// Whether the code may use `feature` (LLVM's name): named in `-mattr`
+    /// (`+`), or implied by the CPU and not removed.
+    pub fn has_feature(&self, feature: &str) -> bool {
+        let mut spelled = format!("llvm -mcpu={}", if self.cpu.is_empty() { "x86-64" } else { &self.cpu });
+        if !self.features.is_empty() {
+            spelled.push_str(&format!(" -mattr={}", self.features));
+        }
+        crate::target::TargetDescription::resolve(&spelled).features.iter().any(|f| f == feature)
+    }
+
     /// The host CPU with all its features.
     pub fn native() -> LlvmTarget {
         LlvmTarget::parse("llvm -mcpu=native").unwrap_or(LlvmTarget {

@@ -244,6 +244,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     },
                 },
             },
+            Expr::Call(Intrinsic::DotU8I8, args, _) => self.dot_u8i8(args)?,
             Expr::Call(f, args, _) if t.elem == DataType::F32 => {
                 let vals: Vec<BasicValueEnum> =
                     args.iter().map(|a| self.vexpr_or_splat(a, lanes)).collect::<Result<_, _>>()?;
@@ -263,6 +264,45 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             _ => self.scalarize(e)?,
         })
+    }
+
+    /// `kiln.dot_u8i8(acc, a, b)`: `vpdpbusd` where the target has VNNI, else
+    /// the same sums in plain integer arithmetic (bytes widened, multiplied,
+    /// each lane's four added).
+    fn dot_u8i8(&mut self, args: &[Expr]) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let [acc, a, b] = args else { return Err(self.unsupported("kiln.dot_u8i8 with other than 3 arguments")) };
+        let (lanes, bytes) = (acc.ty().lanes as u32, b.ty().lanes as u32);
+        if a.ty().lanes != 4 || bytes != 4 * lanes {
+            return Err(self.unsupported("kiln.dot_u8i8 over other than 4 × lanes bytes"));
+        }
+        let i32t = self.ctx.i32_type();
+        let acc = self.vexpr(acc)?;
+        let four = self.vexpr(a)?;
+        let four = self.e(self.b.build_bit_cast(four, i32t, "four"))?;
+        let a = self.splat(four, lanes)?;
+        let b = self.vexpr(b)?;
+        if self.vnni && lanes == 16 {
+            let b = self.e(self.b.build_bit_cast(b, i32t.vec_type(lanes), "bytes"))?;
+            return self.vector_intrinsic("llvm.x86.avx512.vpdpbusd.512", &[acc, a.into(), b]);
+        }
+        let i8v = self.ctx.i8_type().vec_type(bytes);
+        let a = self.e(self.b.build_bit_cast(a, i8v, "ubytes"))?.into_vector_value();
+        let wide = i32t.vec_type(bytes);
+        let a = self.e(self.b.build_int_z_extend(a, wide, "u"))?;
+        let b = self.e(self.b.build_int_s_extend(b.into_vector_value(), wide, "s"))?;
+        let products = self.e(self.b.build_int_mul(a, b, "products"))?;
+        let mut sum = acc.into_vector_value();
+        for j in 0..4 {
+            let mask: Vec<_> = (0..lanes).map(|l| i32t.const_int((4 * l + j) as u64, false)).collect();
+            let part = self.e(self.b.build_shuffle_vector(
+                products,
+                wide.get_undef(),
+                VectorType::const_vector(&mask),
+                "part",
+            ))?;
+            sum = self.e(self.b.build_int_add(sum, part, "dot"))?;
+        }
+        Ok(sum.into())
     }
 
     pub(super) fn vexpr_or_splat(&mut self, e: &Expr, lanes: u32) -> Result<BasicValueEnum<'ctx>, CodegenError> {

@@ -17,6 +17,7 @@ pub mod dead_code;
 pub mod fold_constant;
 pub mod fold_scale_axis;
 pub mod fuse_ops;
+pub mod integer_conv2d;
 pub mod simplify_expr;
 pub mod simplify_inference;
 pub mod split_reduction;
@@ -86,6 +87,17 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
+        FunctionPass::new(
+            PassInfo::new("IntegerConv2d", 3, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                Ok(if ctx.config_bool("relay.IntegerConv2d.enable") == Some(true) {
+                    integer_conv2d::integer_conv2d(&mut m.store, f)
+                } else {
+                    f
+                })
+            },
+        )
+        .arc(),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))
         }),
@@ -148,7 +160,7 @@ pub fn gpu_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names("GpuPipeline", &names)
 }
 
-const DEFAULT_PIPELINE: [&str; 14] = [
+const DEFAULT_PIPELINE: [&str; 15] = [
     "RemoveUnusedFunctions",
     "SimplifyInference",
     "ConvertLayout",
@@ -157,6 +169,7 @@ const DEFAULT_PIPELINE: [&str; 14] = [
     "FoldScaleAxis",
     "SimplifyExpr",
     "InferType",
+    "IntegerConv2d",
     "AlterOpLayout",
     "FoldConstant",
     "DeadCodeElimination",

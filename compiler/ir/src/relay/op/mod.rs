@@ -21,6 +21,7 @@ mod image;
 mod layout;
 mod matmul;
 mod nn;
+mod quantized;
 mod reduce;
 mod select;
 mod transform;
@@ -33,6 +34,7 @@ pub use layout::{IndexOps, Layout, LayoutTransform};
 pub use matmul::dense_pack_block;
 pub use nn::conv2d_weight_block;
 pub use nn::{adaptive_bin, conv2d_nchw_attrs, HWIO_TO_OIHW, NCHW_TO_NHWC, NHWC_TO_NCHW};
+pub use quantized::{U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 pub use transform::{ndarray_size_tensor, shape_of_tensor};
 pub use util::broadcast_shapes;
 pub use winograd::{winograd_matrices, WinogradMatrices, WinogradTiles};
@@ -199,6 +201,7 @@ impl OpRegistry {
         image::register(&mut defs);
         conv_transpose::register(&mut defs);
         layout::register(&mut defs);
+        quantized::register(&mut defs);
         let mut ops = IndexMap::new();
         for d in defs {
             let name = d.name;

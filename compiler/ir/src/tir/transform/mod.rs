@@ -1,5 +1,6 @@
 //! TIR passes.
 
+pub mod dot_products;
 pub mod flatten;
 pub mod forward_stores;
 pub mod fuse_loops;
@@ -11,6 +12,7 @@ pub mod simplify;
 pub mod unroll;
 pub mod vectorize;
 
+pub use dot_products::dot_products;
 pub use flatten::flatten_buffers;
 pub use forward_stores::forward_stores;
 pub use fuse_loops::fuse_sibling_loops;

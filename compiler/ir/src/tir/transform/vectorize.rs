@@ -8,7 +8,7 @@
 //! request is a hint, never a change of meaning.
 
 use crate::arith::{simplify, Bounds};
-use crate::tir::{BinOp, CmpOp, Expr, For, ForKind, PrimFunc, Stmt, TirType, Var};
+use crate::tir::{BinOp, CmpOp, Expr, For, ForKind, Intrinsic, PrimFunc, Stmt, TirType, Var};
 
 fn bcast(e: Expr, lanes: u16) -> Expr {
     if e.ty().lanes == 1 {
@@ -237,6 +237,14 @@ pub fn lane_of(e: &Expr, k: u16) -> Expr {
         Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * Expr::int(k as i64),
         Expr::Broadcast(x, _) => (**x).clone(),
         Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_of(a, k)),
+        // Lane k of a dot product: its accumulator plus bytes 4k … 4k + 3 of
+        // `b` times the four bytes of `a` (the same for every lane).
+        Expr::Call(Intrinsic::DotU8I8, args, _) if args.len() == 3 => {
+            let i32 = |e: Expr| Expr::cast(TirType::scalar(crate::dtype::DataType::I32), e);
+            (0..4u16).fold(lane_of(&args[0], k), |acc, j| {
+                acc + i32(lane_of(&args[1], j)) * i32(lane_of(&args[2], 4 * k + j))
+            })
+        }
         Expr::Call(f, args, t) => Expr::Call(*f, args.iter().map(|a| lane_of(a, k)).collect(), TirType::scalar(t.elem)),
         _ => e.map_children(|c| lane_of(c, k)),
     }

@@ -1,0 +1,64 @@
+//! The CPU strategy of `nn.contrib_conv2d_u8s8` (int8 convolutions): a
+//! register tile of `columns` output pixels × `vectors` blocks of 16 output
+//! channels, int32 accumulators, the four products of each input-channel
+//! group kept together in the update (one `vpdpbusd` per accumulator and
+//! channel group after `tir.DotProducts`); the byte image computed per
+//! output row, rows in parallel.
+
+use super::{divisor_at_most, extent, fuse_parallel, materialized, reduction_nest, tile_kinds};
+use super::{Schedule, ScheduleError};
+use crate::target::VectorUnit;
+use crate::tir::PrimFunc;
+use kiln_ir::relay::op::U8S8_OUTPUT_BLOCK;
+
+/// The register tile: pixels × channel vectors, the most accumulators that
+/// leave a register for each weight vector and one for the broadcast bytes
+/// (ties to more channel vectors: fewer broadcasts per product).
+fn tile(pixels: i64, channel_vectors: i64, registers: i64) -> (i64, i64) {
+    let mut best = (1, 1);
+    for v in (1..=4).filter(|v| channel_vectors % v == 0) {
+        let columns = divisor_at_most(pixels, ((registers - v - 1) / v).max(1));
+        if columns * v >= best.0 * best.1 {
+            best = (columns, v);
+        }
+    }
+    best
+}
+
+pub(super) fn schedule_conv2d_u8s8(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let (oce, owe) = (extent(&s, oc).unwrap_or(1), extent(&s, ow).unwrap_or(1));
+    let block = U8S8_OUTPUT_BLOCK as i64;
+    if oce % block != 0 {
+        return Err(err(&s, "the output channels are not whole blocks of 16"));
+    }
+    // Registers of 16 int32 lanes: on narrower units each block takes several.
+    let per_block = (block / unit.f32_lanes as i64).max(1);
+    let registers = unit.registers as i64 / per_block;
+    let (columns, vectors) = tile(owe, oce / block, registers);
+    let (oc_o, oc_i) = s.split(oc, (block * vectors) as usize)?;
+    let (oc_v, oc_l) = s.split(&oc_i, block as usize)?;
+    let (ow_o, ow_i) = s.split(ow, columns as usize)?;
+    // Rows outside channel blocks: a row's byte image serves every block.
+    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_v, ow_i, oc_l])?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, oh)?;
+    }
+    let tile = s.decompose_reduction(&ow_o, true)?;
+    tile_kinds(&mut s, &tile)?;
+    // The write-back along the columns: contiguous NCHW stores (along the
+    // channels each vector would be a 16-lane scatter, a plane apart).
+    if let [v, col, lane] = &tile.writeback_loops[..] {
+        s.reorder(&[v.clone(), lane.clone(), col.clone()])?;
+        s.unroll(v)?;
+        s.unroll(lane)?;
+        s.vectorize(col)?;
+    }
+    let mut par = outer.to_vec();
+    par.push(oh.clone());
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
