@@ -418,7 +418,8 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// arithmetic (the sums are integers below 2²⁴, exact both ways), on LLVM — one
 /// `vpdpbusd` per accumulator and channel group where this CPU has VNNI,
 /// else the same sums widened — and C, 1 and 2 threads. A 1 × 1 window
-/// stays a float convolution (see `IntegerConv2d`).
+/// over 32 channels (32 products per output) stays a float convolution
+/// (see `IntegerConv2d`).
 fn integer_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 20, 9, 11), float32], %w1: Tensor[(32, 20, 3, 3), float32], %b1: Tensor[(32), float32],

@@ -641,7 +641,9 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
     let untiled = knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some();
     Some(match anchor.as_str() {
         "nn.conv2d" => conv2d::schedule_conv2d(f, unit, knobs).map(|g| vectorize_local_copies(g, unit)),
-        "nn.contrib_conv2d_u8s8" if !untiled => int8::schedule_conv2d_u8s8(f, unit),
+        "nn.contrib_conv2d_u8s8" if !untiled => {
+            int8::schedule_conv2d_u8s8(f, unit).map(|g| vectorize_local_copies(g, unit))
+        }
         // A weight read along its rows (dense, transpose_b) is not contiguous
         // in the output columns: LLVM's vectorizer does better on the plain reduction.
         a if is_tiled(a, &f) => schedule_matmul(f, unit, knobs).map(|g| vectorize_local_copies(g, unit)),

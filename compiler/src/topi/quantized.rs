@@ -1,5 +1,6 @@
 //! The compute of `nn.contrib_conv2d_u8s8` (see its operator docs in
-//! `kiln_ir::relay::op`): the data as bytes in a channel-grouped image, the
+//! `kiln_ir::relay::op`): the data as bytes in a channel-grouped image of
+//! 32-bit words, the
 //! int32 sums over groups of four channels written out as four products —
 //! the shape of one `vpdpbusd` lane, which `tir::transform::dot_products`
 //! turns into the instruction where the target has it.
@@ -18,32 +19,41 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("nn.contrib_conv2d_u8s8", Arc::new(conv2d_u8s8));
 }
 
-/// `pad[n, c/4, y, x, c%4]`: the padded data plus the offset, as bytes,
-/// channels past the data's (up to a whole group) and the padding read as 0.
-fn byte_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> Tensor {
+/// `pad[n, c/4, y, x]`: the padded data plus the offset as bytes, four
+/// channels to a 32-bit word (channel `4g + j` in byte `j`, little-endian:
+/// the four bytes of one dot-product lane), channels past the data's (up to
+/// a whole group) and the padding read as 0. Words, not bytes, so that the
+/// image is computed along a row in whole vectors: four contiguous loads,
+/// one contiguous store (a byte layout interleaves four channel rows).
+fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> Tensor {
     let s = x.shape().to_vec();
     let g = U8S8_INPUT_GROUP as i64;
-    let shape = [
-        s[0],
-        channel_groups,
-        s[2] + (pads[0] + pads[2]) as usize,
-        s[3] + (pads[1] + pads[3]) as usize,
-        U8S8_INPUT_GROUP,
-    ];
+    let shape = [s[0], channel_groups, s[2] + (pads[0] + pads[2]) as usize, s[3] + (pads[1] + pads[3]) as usize];
     let clamp =
         |e: Expr, n: usize| Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, e, Expr::int(0)), Expr::int(n as i64 - 1));
     compute("pad", &shape, |i| {
-        let c = i[1].clone() * Expr::int(g) + i[4].clone();
         let h = i[2].clone() - Expr::int(pads[0]);
         let w = i[3].clone() - Expr::int(pads[1]);
-        let inside = Expr::and(
-            Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64)),
-            in_range(&c, 0, s[1] as i64),
-        );
-        let value = x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h, s[2]), clamp(w, s[3])]);
-        let d = select(inside, value, Expr::constant(0.0, DataType::F32));
-        Expr::cast(TirType::scalar(DataType::U8), d + Expr::constant(offset as f64, DataType::F32))
+        let pixel = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
+        (0..g)
+            .map(|j| {
+                let c = i[1].clone() * Expr::int(g) + Expr::int(j);
+                let inside = Expr::and(pixel.clone(), in_range(&c, 0, s[1] as i64));
+                let value = x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h.clone(), s[2]), clamp(w.clone(), s[3])]);
+                let d = select(inside, value, Expr::constant(0.0, DataType::F32));
+                let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
+                byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
+            })
+            .reduce(|a, b| a + b)
+            .expect("four bytes")
     })
+}
+
+/// Byte `j` of a word of the image, as int32.
+fn byte_of(word: Expr, j: i64) -> Expr {
+    let shifted = Expr::bin(BinOp::FloorDiv, word, Expr::constant((1u64 << (8 * j)) as f64, DataType::U32));
+    let byte = Expr::bin(BinOp::FloorMod, shifted, Expr::constant(256.0, DataType::U32));
+    Expr::cast(TirType::scalar(DataType::I32), byte)
 }
 
 fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
@@ -53,7 +63,7 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
     let pads = expand_ints(c.attrs, "padding", 4)?;
     let offset = c.attrs.int("data_offset")?;
     let [_, groups, kh, kw, _, _] = w.shape()[..] else { return Err("the weight must be 6-D".into()) };
-    let image = byte_image(&x, groups, &pads, offset);
+    let image = word_image(&x, groups, &pads, offset);
     let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
     let (cv, yv, xv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
     let block = Expr::int(U8S8_OUTPUT_BLOCK as i64);
@@ -69,9 +79,9 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
         // reduction loop) so that they stay together inside the register tile.
         let dot = (0..U8S8_INPUT_GROUP as i64)
             .map(|j| {
-                let d = image.at(&[i[0].clone(), cv.clone(), h.clone(), ww.clone(), Expr::int(j)]);
+                let d = byte_of(image.at(&[i[0].clone(), cv.clone(), h.clone(), ww.clone()]), j);
                 let k = w.at(&[ob.clone(), cv.clone(), yv.clone(), xv.clone(), oi.clone(), Expr::int(j)]);
-                i32(d) * i32(k)
+                d * i32(k)
             })
             .reduce(|a, b| a + b)
             .expect("four products");

@@ -321,10 +321,11 @@ intrinsics! {
         /// kernel traps). The one run-time check of generated code: indices that
         /// come from the model's inputs.
         CheckIndex,
-        /// `dot_u8i8(acc, a, b)`: int32 lanes `acc[l] + Σ_{j<4} a[4l + j] · b[4l + j]`,
-        /// `a` unsigned bytes, `b` signed bytes (`a` of 4 lanes is the same four
-        /// bytes for every lane): x86 VNNI's `vpdpbusd`, made by
-        /// `tir::transform::dot_products` (exact: no saturation).
+        /// `dot_u8i8(acc, a, b)`: int32 lanes `acc[l] + Σ_{j<4} a_j · b[4l + j]`,
+        /// `a` a uint32 scalar whose bytes `a_j` (little-endian, unsigned) every
+        /// lane shares, `b` 4 × lanes signed bytes: x86 VNNI's `vpdpbusd` with
+        /// a broadcast word, made by `tir::transform::dot_products` (exact: no
+        /// saturation).
         DotU8I8,
     }
 }

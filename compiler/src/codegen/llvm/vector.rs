@@ -272,14 +272,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
     fn dot_u8i8(&mut self, args: &[Expr]) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let [acc, a, b] = args else { return Err(self.unsupported("kiln.dot_u8i8 with other than 3 arguments")) };
         let (lanes, bytes) = (acc.ty().lanes as u32, b.ty().lanes as u32);
-        if a.ty().lanes != 4 || bytes != 4 * lanes {
-            return Err(self.unsupported("kiln.dot_u8i8 over other than 4 × lanes bytes"));
+        if a.ty().lanes != 1 || bytes != 4 * lanes {
+            return Err(self.unsupported("kiln.dot_u8i8 over other than a word and 4 × lanes bytes"));
         }
         let i32t = self.ctx.i32_type();
         let acc = self.vexpr(acc)?;
-        let four = self.vexpr(a)?;
-        let four = self.e(self.b.build_bit_cast(four, i32t, "four"))?;
-        let a = self.splat(four, lanes)?;
+        let word = self.expr(a)?;
+        let a = self.splat(word, lanes)?;
         let b = self.vexpr(b)?;
         if self.vnni && lanes == 16 {
             let b = self.e(self.b.build_bit_cast(b, i32t.vec_type(lanes), "bytes"))?;

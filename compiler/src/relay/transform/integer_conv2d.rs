@@ -27,8 +27,8 @@ use kiln_ir::{DataType, Tensor};
 
 struct Rewrite;
 
-/// The smallest window (KH · KW) rewritten: see `rewrite_conv2d`.
-const MIN_WINDOW: usize = 9;
+/// The shortest reduction per output (C · KH · KW) rewritten: see `rewrite_conv2d`.
+const MIN_REDUCTION: usize = 64;
 /// The fewest input channels rewritten: see `rewrite_conv2d`.
 const MIN_CHANNELS: usize = 16;
 
@@ -73,15 +73,15 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     if o % U8S8_OUTPUT_BLOCK != 0 || ci != x_type.shape.get(1).copied()? {
         return None;
     }
-    // Where the byte image costs less than the products save (measured on
-    // Sapphire Rapids, one thread): its scalar conversion of every input
-    // value runs once per output row (per window row for a 3 × 3 window),
-    // which a window of 3 × 3 or more over 16 or more channels repays —
-    // ResNet-18's 3 × 3 layers, 1.9–3× faster than the float arithmetic —
-    // and a 1 × 1 window does not (MobileNetV2's 16 → 96 on 112 × 112: 934
-    // µs against 400), nor an image's 3 channels (ResNet-18's 7 × 7 stem,
-    // read 3.5 times at stride 2: 4.0 ms).
-    if kh * kw < MIN_WINDOW || ci < MIN_CHANNELS {
+    // Where the integer kernel beats the float one (measured on Sapphire
+    // Rapids, one thread): a reduction of 64 or more per output over 16 or
+    // more channels. Shorter ones spend their time in the byte image and
+    // the float write-back, where the float kernels are tuned (MobileNetV2's
+    // 1 × 1 layers over 16–32 channels: 3.99 ms for the model with them in
+    // float, 5.38 ms in integers), and an image's 3 channels (padded to 4,
+    // read 3.5 times by a 7 × 7 window at stride 2) made ResNet-18's stem
+    // 2.1 ms.
+    if ci * kh * kw < MIN_REDUCTION || ci < MIN_CHANNELS {
         return None;
     }
     let values = weight.to_f64_vec();

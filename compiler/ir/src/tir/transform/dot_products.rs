@@ -6,14 +6,14 @@
 //! 16 output channels, so each update reads, after VectorizeLoop,
 //!
 //! ```text
-//! acc[R] = acc[R] + B(i32(img[p])) · i32(w[Ramp(q, 4, 16)])
-//!                 + B(i32(img[p + 1])) · i32(w[Ramp(q + 1, 4, 16)]) + … (four)
+//! acc[R] = acc[R] + B(i32(img[p] % 256)) · i32(w[Ramp(q, 4, 16)])
+//!                 + B(i32(img[p] / 256 % 256)) · i32(w[Ramp(q + 1, 4, 16)]) + … (four)
 //! ```
 //!
-//! — four bytes of the image broadcast, four strided reads of the weight,
-//! which packs 16 channels × 4 bytes contiguously. That is
-//! `dot_u8i8(acc[R], img[Ramp(p, 1, 4)], w[Ramp(q, 1, 64)])`: one 64-byte
-//! load and one instruction instead of 4 broadcasts, 4 gathers, 8
+//! — the four bytes of one 32-bit word of the image broadcast, four
+//! strided reads of the weight, which packs 16 channels × 4 bytes
+//! contiguously. That is `dot_u8i8(acc[R], img[p], w[Ramp(q, 1, 64)])`: one
+//! 64-byte load and one instruction instead of 4 broadcasts, 4 gathers, 8
 //! conversions, 4 multiplications and 4 additions. Anything else is left
 //! as it is (and stays correct: LLVM computes the plain form).
 
@@ -49,29 +49,50 @@ fn add_terms<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
-/// One byte product: (image, its scalar index), (weight, its ramp's base).
+/// One byte product: the image's word (buffer, index) and byte, the weight's ramp.
 struct Product {
     image: Buffer,
     at: Expr,
+    byte: i64,
     weight: Buffer,
     base: Expr,
 }
 
-/// `B(i32(img[p]))` or `i32(B(img[p]))`: the unsigned byte broadcast.
-fn broadcast_byte(e: &Expr) -> Option<(Buffer, Expr)> {
-    let load = match e {
-        Expr::Broadcast(x, LANES) => match &**x {
-            Expr::Cast(t, l) if t.elem == DataType::I32 && t.lanes == 1 => &**l,
-            _ => return None,
-        },
-        Expr::Cast(t, x) if t.elem == DataType::I32 && t.lanes == LANES => match &**x {
-            Expr::Broadcast(l, LANES) => &**l,
-            _ => return None,
-        },
-        _ => return None,
+/// `i32((img[p] / 256ʲ) % 256)` (the modulo optional for the top byte):
+/// byte `j` of a 32-bit word of the image, with the word's buffer and index.
+fn byte_of_word(e: &Expr) -> Option<(Buffer, Expr, i64)> {
+    let Expr::Cast(t, x) = e else { return None };
+    if t.elem != DataType::I32 || t.lanes != 1 {
+        return None;
+    }
+    let (x, masked) = match &**x {
+        Expr::Bin(BinOp::FloorMod, x, m) if m.as_int() == Some(256) => (&**x, true),
+        x => (x, false),
+    };
+    let (load, j) = match x {
+        Expr::Bin(BinOp::FloorDiv, l, d) => {
+            let d = d.as_int()?;
+            let j = [1i64 << 8, 1 << 16, 1 << 24].iter().position(|&p| p == d)? as i64 + 1;
+            (&**l, j)
+        }
+        l => (l, 0),
     };
     match load {
-        Expr::Load(b, idx) if b.elem() == DataType::U8 && idx.len() == 1 => Some((b.clone(), idx[0].clone())),
+        Expr::Load(b, idx) if b.elem() == DataType::U32 && idx.len() == 1 && (masked || j == GROUP - 1) => {
+            Some((b.clone(), idx[0].clone(), j))
+        }
+        _ => None,
+    }
+}
+
+/// `B(byte j of img[p])`, or the conversion outside the broadcast.
+fn broadcast_byte(e: &Expr) -> Option<(Buffer, Expr, i64)> {
+    match e {
+        Expr::Broadcast(x, LANES) => byte_of_word(x),
+        Expr::Cast(t, x) if t.elem == DataType::I32 && t.lanes == LANES => match &**x {
+            Expr::Broadcast(w, LANES) => byte_of_word(&Expr::cast(TirType::scalar(DataType::I32), (**w).clone())),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -87,9 +108,9 @@ fn strided_bytes(e: &Expr) -> Option<(Buffer, Expr)> {
 
 fn product(e: &Expr) -> Option<Product> {
     let Expr::Bin(BinOp::Mul, a, b) = e else { return None };
-    let ((image, at), (weight, base)) =
+    let ((image, at, byte), (weight, base)) =
         broadcast_byte(a).zip(strided_bytes(b)).or_else(|| broadcast_byte(b).zip(strided_bytes(a)))?;
-    Some(Product { image, at, weight, base })
+    Some(Product { image, at, byte, weight, base })
 }
 
 /// `a − b` as a constant, where it simplifies to one.
@@ -110,30 +131,32 @@ fn dot(acc: &Buffer, indices: &[Expr], value: &Expr) -> Option<Expr> {
     }
     let products = rest.into_iter().map(product).collect::<Option<Vec<_>>>()?;
     let first = &products[0];
-    // Each product's byte j of the group: the same step from the first
-    // along the image and the weight, the four steps consecutive.
-    let mut steps = Vec::new();
+    // Byte j of one word of the image times weight byte j of each lane's
+    // group: one word, the weight ramps j bytes apart, every byte once.
+    let mut bytes = Vec::new();
     for p in &products {
-        if p.image != first.image || p.weight != first.weight {
+        if p.image != first.image || p.weight != first.weight || offset(&p.at, &first.at)? != 0 {
             return None;
         }
-        let (di, dw) = (offset(&p.at, &first.at)?, offset(&p.base, &first.base)?);
-        if di != dw {
+        if offset(&p.base, &first.base)? != p.byte - first.byte {
             return None;
         }
-        steps.push(di);
+        bytes.push(p.byte);
     }
-    let low = *steps.iter().min()?;
-    let mut sorted = steps.clone();
-    sorted.sort_unstable();
-    if sorted != (low..low + GROUP).collect::<Vec<_>>() {
+    bytes.sort_unstable();
+    if bytes != (0..GROUP).collect::<Vec<_>>() {
         return None;
     }
-    let lowest = &products[steps.iter().position(|&d| d == low)?];
-    let ramp =
-        |base: &Expr, lanes: u16| Expr::Ramp { base: Box::new(base.clone()), stride: Box::new(Expr::int(1)), lanes };
-    let image = Expr::Load(lowest.image.clone(), vec![ramp(&lowest.at, GROUP as u16)]);
-    let weight = Expr::Load(lowest.weight.clone(), vec![ramp(&lowest.base, LANES * GROUP as u16)]);
+    let lowest = products.iter().find(|p| p.byte == 0)?;
+    let weight = Expr::Load(
+        lowest.weight.clone(),
+        vec![Expr::Ramp {
+            base: Box::new(lowest.base.clone()),
+            stride: Box::new(Expr::int(1)),
+            lanes: LANES * GROUP as u16,
+        }],
+    );
+    let image = Expr::Load(lowest.image.clone(), vec![lowest.at.clone()]);
     let acc_now = Expr::Load(acc.clone(), indices.to_vec());
     Some(Expr::Call(Intrinsic::DotU8I8, vec![acc_now, image, weight], TirType::scalar(DataType::I32).with_lanes(LANES)))
 }

@@ -238,11 +238,15 @@ pub fn lane_of(e: &Expr, k: u16) -> Expr {
         Expr::Broadcast(x, _) => (**x).clone(),
         Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_of(a, k)),
         // Lane k of a dot product: its accumulator plus bytes 4k … 4k + 3 of
-        // `b` times the four bytes of `a` (the same for every lane).
+        // `b` times the four bytes of the word `a` (the same for every lane).
         Expr::Call(Intrinsic::DotU8I8, args, _) if args.len() == 3 => {
-            let i32 = |e: Expr| Expr::cast(TirType::scalar(crate::dtype::DataType::I32), e);
+            use crate::dtype::DataType::{I32, U32};
+            let i32 = |e: Expr| Expr::cast(TirType::scalar(I32), e);
+            let word = lane_of(&args[1], 0);
             (0..4u16).fold(lane_of(&args[0], k), |acc, j| {
-                acc + i32(lane_of(&args[1], j)) * i32(lane_of(&args[2], 4 * k + j))
+                let shifted = Expr::bin(BinOp::FloorDiv, word.clone(), Expr::constant((1u64 << (8 * j)) as f64, U32));
+                let byte = Expr::bin(BinOp::FloorMod, shifted, Expr::constant(256.0, U32));
+                acc + i32(byte) * i32(lane_of(&args[2], 4 * k + j))
             })
         }
         Expr::Call(f, args, t) => Expr::Call(*f, args.iter().map(|a| lane_of(a, k)).collect(), TirType::scalar(t.elem)),
