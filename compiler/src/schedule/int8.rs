@@ -43,7 +43,11 @@ pub(super) fn schedule_conv2d_u8s8(f: PrimFunc, unit: VectorUnit) -> Result<Prim
     let (oc_v, oc_l) = s.split(&oc_i, block as usize)?;
     let (ow_o, ow_i) = s.split(ow, columns as usize)?;
     // Rows outside channel blocks: a row's byte image serves every block.
-    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), oc_v, ow_i, oc_l])?;
+    // In the tile, columns outside channel vectors: each broadcast word is
+    // used by every vector at once and dies, the tile's weight vectors stay
+    // (vectors outside, LLVM kept every column's broadcast live across them
+    // and spilled accumulators).
+    s.reorder(&[oh.clone(), oc_o, ow_o.clone(), ow_i, oc_v, oc_l])?;
     for pad in materialized(s.func()) {
         s.compute_at(&pad, oh)?;
     }
@@ -51,7 +55,7 @@ pub(super) fn schedule_conv2d_u8s8(f: PrimFunc, unit: VectorUnit) -> Result<Prim
     tile_kinds(&mut s, &tile)?;
     // The write-back along the columns: contiguous NCHW stores (along the
     // channels each vector would be a 16-lane scatter, a plane apart).
-    if let [v, col, lane] = &tile.writeback_loops[..] {
+    if let [col, v, lane] = &tile.writeback_loops[..] {
         s.reorder(&[v.clone(), lane.clone(), col.clone()])?;
         s.unroll(v)?;
         s.unroll(lane)?;
