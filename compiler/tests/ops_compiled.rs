@@ -414,47 +414,47 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// integers in [25, 75] after constant folding) become int8 dot products
 /// (`relay.IntegerConv2d.enable`; by default only where the target has
 /// VNNI): 3 × 3 windows over 20 channels (padded to 24) and 32 (strided),
-/// with a bias and ReLU epilogue, equal to the interpreter's float
-/// arithmetic (the sums are integers below 2²⁴, exact both ways), on LLVM — one
-/// `vpdpbusd` per accumulator and channel group where this CPU has VNNI,
-/// else the same sums widened — and C, 1 and 2 threads. A 1 × 1 window
-/// over 32 channels (32 products per output) stays a float convolution
-/// (see `IntegerConv2d`).
+/// output channels as lanes, and a 1 × 1 window over 24 channels on an 8 × 8
+/// map, pixels as lanes; with a bias and ReLU epilogue, equal to the
+/// interpreter's float arithmetic (the sums are integers below 2²⁴, exact
+/// both ways), on LLVM — one `vpdpbusd` per accumulator and channel group
+/// where this CPU has VNNI, else the same sums widened — and C, 1 and 2
+/// threads. A 1 × 1 window over 32 channels on a 9 × 11 map (32 products
+/// per output, channels as lanes) stays a float convolution (see
+/// `IntegerConv2d`).
 fn integer_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 20, 9, 11), float32], %w1: Tensor[(32, 20, 3, 3), float32], %b1: Tensor[(32), float32],
-          %w2: Tensor[(48, 32, 3, 3), float32], %w3: Tensor[(16, 32, 1, 1), float32]) {
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32], %w1: Tensor[(32, 20, 3, 3), float32],
+          %b1: Tensor[(32), float32], %w2: Tensor[(48, 32, 3, 3), float32], %w3: Tensor[(16, 32, 1, 1), float32],
+          %w4: Tensor[(32, 24, 1, 1), float32]) {
   %0 = clip(round(multiply(%x, 100f)), a_min=-20f, a_max=200f);
   %1 = nn.conv2d(%0, round(multiply(%w1, 50f)), padding=[1, 1, 1, 1]);
   %2 = nn.relu(nn.bias_add(%1, round(%b1)));
   %3 = clip(round(multiply(%2, 0.0001f)), a_min=0f, a_max=255f);
   %4 = nn.conv2d(%3, round(multiply(%w2, 50f)), strides=[2, 2], padding=[1, 1, 1, 1]);
   %5 = nn.conv2d(%3, round(multiply(%w3, 50f)));
-  (%4, %5)
+  %6 = clip(round(multiply(%y, 100f)), a_min=-100f, a_max=120f);
+  %7 = nn.relu(nn.conv2d(%6, round(multiply(%w4, 50f))));
+  (%4, %5, %7)
 }
 "#;
     let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
-    check_compiled_with(
-        text,
-        &["w1", "b1", "w2", "w3"],
-        false,
-        &[("relay.IntegerConv2d.enable", true)],
-        &|kernels, lanes| {
-            let printed: Vec<String> = kernels.iter().map(kiln::tir::print_prim_func).collect();
-            let int8 = printed.iter().filter(|t| t.contains("nn.contrib_conv2d_u8s8")).count();
-            assert_eq!(int8, 2, "two int8 convolutions");
-            let dots = printed.iter().filter(|t| t.contains("kiln.dot_u8i8")).count();
-            // Dot products on 16-lane tiles (an AVX2 unit's tiles are split by LLVM).
-            if lanes == 16 {
-                assert_eq!(dots, 2, "dot products in both int8 kernels");
-            }
-            if !vnni {
-                eprintln!(
-                    "integer convolutions: this CPU has no AVX-512 VNNI; checked the widened sums instead of vpdpbusd"
-                );
-            }
-        },
-    );
+    let config = [("relay.IntegerConv2d.enable", true)];
+    check_compiled_with(text, &["w1", "b1", "w2", "w3", "w4"], false, &config, &|kernels, lanes| {
+        let printed: Vec<String> = kernels.iter().map(kiln::tir::print_prim_func).collect();
+        let int8 = printed.iter().filter(|t| t.contains("nn.contrib_conv2d_u8s8")).count();
+        assert_eq!(int8, 3, "three int8 convolutions");
+        let dots = printed.iter().filter(|t| t.contains("kiln.dot_u8i8")).count();
+        // Dot products on 16-lane tiles (an AVX2 unit's tiles are split by LLVM).
+        if lanes == 16 {
+            assert_eq!(dots, 3, "dot products in every int8 kernel");
+        }
+        if !vnni {
+            eprintln!(
+                "integer convolutions: this CPU has no AVX-512 VNNI; checked the widened sums instead of vpdpbusd"
+            );
+        }
+    });
 }
 
 fn check_compiled_with(

@@ -10,6 +10,7 @@ use super::{Schedule, ScheduleError};
 use crate::target::VectorUnit;
 use crate::tir::PrimFunc;
 use kiln_ir::relay::op::U8S8_OUTPUT_BLOCK;
+use kiln_ir::DataType;
 
 /// The register tile: pixels × channel vectors, the most accumulators that
 /// leave a register for each weight vector and one for the broadcast bytes
@@ -25,7 +26,54 @@ fn tile(pixels: i64, channel_vectors: i64, registers: i64) -> (i64, i64) {
     best
 }
 
+/// Whether the kernel's lanes are pixels: its weight is `OIHW4i` (5-D int8).
+fn pixels_as_lanes(f: &PrimFunc) -> bool {
+    f.params.iter().any(|b| b.elem() == DataType::I8 && b.shape().len() == 5)
+}
+
+/// A 1 × 1 convolution with pixels as lanes: tiles of `rows` output channels
+/// × `vectors` vectors of 16 pixels (rows and columns fused), each output
+/// channel's four weight bytes broadcast per channel group, the tile's
+/// pixels' words loaded as vectors; the image computed per pixel tile;
+/// pixel tiles in parallel. The accumulators are rows of the NCHW output.
+fn schedule_over_pixels(mut s: Schedule, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let block = U8S8_OUTPUT_BLOCK as i64;
+    let oce = extent(&s, oc).unwrap_or(1);
+    let pixels = extent(&s, oh).unwrap_or(1) * extent(&s, ow).unwrap_or(1);
+    if pixels % block != 0 {
+        return Err(err(&s, "the pixels are not whole vectors of 16"));
+    }
+    let registers = unit.registers as i64 / (block / unit.f32_lanes as i64).max(1);
+    let (mut rows, mut vectors) = (1, 1);
+    for v in [4, 2, 1].into_iter().filter(|v| (pixels / block) % v == 0) {
+        let r = divisor_at_most(oce, ((registers - v - 1) / v).max(1));
+        if r * v > rows * vectors {
+            (rows, vectors) = (r, v);
+        }
+    }
+    let px = s.fuse(oh, ow)?;
+    let (px_o, px_i) = s.split(&px, (block * vectors) as usize)?;
+    let (px_v, px_l) = s.split(&px_i, block as usize)?;
+    let (oc_o, oc_i) = s.split(oc, rows as usize)?;
+    s.reorder(&[px_o.clone(), oc_o.clone(), oc_i, px_v, px_l])?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, &px_o)?;
+    }
+    let tile = s.decompose_reduction(&oc_o, true)?;
+    tile_kinds(&mut s, &tile)?;
+    let mut par = outer.to_vec();
+    par.push(px_o);
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
 pub(super) fn schedule_conv2d_u8s8(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
+    if pixels_as_lanes(&f) {
+        return schedule_over_pixels(Schedule::new(f), unit);
+    }
     let mut s = Schedule::new(f);
     let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
     let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;

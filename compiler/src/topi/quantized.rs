@@ -49,6 +49,31 @@ fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> T
     })
 }
 
+/// `pad[n, c/4, p]`: [`word_image`] of an unpadded input over its pixels
+/// `p = y·W + x` (a kernel whose vector lanes are pixels reads it along `p`).
+fn word_image_over_pixels(x: &Tensor, channel_groups: usize, offset: i64) -> Tensor {
+    let s = x.shape().to_vec();
+    let g = U8S8_INPUT_GROUP as i64;
+    let width = Expr::int(s[3] as i64);
+    compute("pad", &[s[0], channel_groups, s[2] * s[3]], |i| {
+        let (h, w) = (
+            Expr::bin(BinOp::FloorDiv, i[2].clone(), width.clone()),
+            Expr::bin(BinOp::FloorMod, i[2].clone(), width.clone()),
+        );
+        (0..g)
+            .map(|j| {
+                let c = i[1].clone() * Expr::int(g) + Expr::int(j);
+                let clamped = Expr::bin(BinOp::Min, c.clone(), Expr::int(s[1] as i64 - 1));
+                let value = x.at(&[i[0].clone(), clamped, h.clone(), w.clone()]);
+                let d = select(in_range(&c, 0, s[1] as i64), value, Expr::constant(0.0, DataType::F32));
+                let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
+                byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
+            })
+            .reduce(|a, b| a + b)
+            .expect("four bytes")
+    })
+}
+
 /// Byte `j` of a word of the image, as int32.
 fn byte_of(word: Expr, j: i64) -> Expr {
     let shifted = Expr::bin(BinOp::FloorDiv, word, Expr::constant((1u64 << (8 * j)) as f64, DataType::U32));
@@ -62,8 +87,13 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
     let strides = expand_ints(c.attrs, "strides", 2)?;
     let pads = expand_ints(c.attrs, "padding", 4)?;
     let offset = c.attrs.int("data_offset")?;
-    let [_, groups, kh, kw, _, _] = w.shape()[..] else { return Err("the weight must be 6-D".into()) };
-    let image = word_image(&x, groups, &pads, offset);
+    let [_, groups, kh, kw] = kiln_ir::relay::op::u8s8_weight_dims(w.shape(), c.attrs)?;
+    let pixel_lanes = c.attrs.str("weight_layout")? == "OIHW4i";
+    let over_pixels =
+        pixel_lanes && pads.iter().all(|&p| p == 0) && strides.iter().all(|&s| s == 1) && (kh, kw) == (1, 1);
+    let image =
+        if over_pixels { word_image_over_pixels(&x, groups, offset) } else { word_image(&x, groups, &pads, offset) };
+    let width = Expr::int(x.shape()[3] as i64);
     let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
     let (cv, yv, xv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
     let block = Expr::int(U8S8_OUTPUT_BLOCK as i64);
@@ -79,8 +109,17 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
         // reduction loop) so that they stay together inside the register tile.
         let dot = (0..U8S8_INPUT_GROUP as i64)
             .map(|j| {
-                let d = byte_of(image.at(&[i[0].clone(), cv.clone(), h.clone(), ww.clone()]), j);
-                let k = w.at(&[ob.clone(), cv.clone(), yv.clone(), xv.clone(), oi.clone(), Expr::int(j)]);
+                let word = if over_pixels {
+                    image.at(&[i[0].clone(), cv.clone(), h.clone() * width.clone() + ww.clone()])
+                } else {
+                    image.at(&[i[0].clone(), cv.clone(), h.clone(), ww.clone()])
+                };
+                let d = byte_of(word, j);
+                let k = if pixel_lanes {
+                    w.at(&[i[1].clone(), cv.clone(), yv.clone(), xv.clone(), Expr::int(j)])
+                } else {
+                    w.at(&[ob.clone(), cv.clone(), yv.clone(), xv.clone(), oi.clone(), Expr::int(j)])
+                };
                 d * i32(k)
             })
             .reduce(|a, b| a + b)

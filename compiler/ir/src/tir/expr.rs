@@ -321,11 +321,12 @@ intrinsics! {
         /// kernel traps). The one run-time check of generated code: indices that
         /// come from the model's inputs.
         CheckIndex,
-        /// `dot_u8i8(acc, a, b)`: int32 lanes `acc[l] + Σ_{j<4} a_j · b[4l + j]`,
-        /// `a` a uint32 scalar whose bytes `a_j` (little-endian, unsigned) every
-        /// lane shares, `b` 4 × lanes signed bytes: x86 VNNI's `vpdpbusd` with
-        /// a broadcast word, made by `tir::transform::dot_products` (exact: no
-        /// saturation).
+        /// `dot_u8i8(acc, a, b)`: int32 lanes `acc[l] + Σ_{j<4} a_l,j · b_l,j`
+        /// over the unsigned bytes `a_l,j` of uint32 word `a[l]` (little-endian)
+        /// and the signed bytes `b_l,j` = `b[4l + j]`: x86 VNNI's `vpdpbusd`,
+        /// made by `tir::transform::dot_products` (exact: no saturation). Either
+        /// side may be one value for every lane: `a` a scalar word, or `b` 4
+        /// bytes.
         DotU8I8,
     }
 }

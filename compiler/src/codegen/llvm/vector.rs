@@ -271,24 +271,40 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// each lane's four added).
     fn dot_u8i8(&mut self, args: &[Expr]) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let [acc, a, b] = args else { return Err(self.unsupported("kiln.dot_u8i8 with other than 3 arguments")) };
-        let (lanes, bytes) = (acc.ty().lanes as u32, b.ty().lanes as u32);
-        if a.ty().lanes != 1 || bytes != 4 * lanes {
-            return Err(self.unsupported("kiln.dot_u8i8 over other than a word and 4 × lanes bytes"));
+        let lanes = acc.ty().lanes as u32;
+        let (a_lanes, b_lanes) = (a.ty().lanes as u32, b.ty().lanes as u32);
+        let (a_fits, b_fits) = (a_lanes == 1 || a_lanes == lanes, b_lanes == 4 || b_lanes == 4 * lanes);
+        if !(a_fits && b_fits) {
+            return Err(self.unsupported("kiln.dot_u8i8 over other than words and 4 bytes per lane"));
         }
         let i32t = self.ctx.i32_type();
+        let i32v = i32t.vec_type(lanes);
         let acc = self.vexpr(acc)?;
-        let word = self.expr(a)?;
-        let a = self.splat(word, lanes)?;
+        // Both sides as 16 dwords: a scalar word or four bytes splat to every lane.
+        let a = if a_lanes == 1 {
+            let word = self.expr(a)?;
+            self.splat(word, lanes)?.into()
+        } else {
+            let words = self.vexpr(a)?;
+            self.e(self.b.build_bit_cast(words, i32v, "words"))?
+        };
         let b = self.vexpr(b)?;
+        let b = if b_lanes == 4 {
+            let word = self.e(self.b.build_bit_cast(b, i32t, "dword"))?;
+            self.splat(word, lanes)?.into()
+        } else {
+            self.e(self.b.build_bit_cast(b, i32v, "bytes"))?
+        };
         if self.vnni && lanes == 16 {
-            let b = self.e(self.b.build_bit_cast(b, i32t.vec_type(lanes), "bytes"))?;
-            return self.vector_intrinsic("llvm.x86.avx512.vpdpbusd.512", &[acc, a.into(), b]);
+            return self.vector_intrinsic("llvm.x86.avx512.vpdpbusd.512", &[acc, a, b]);
         }
+        let bytes = 4 * lanes;
         let i8v = self.ctx.i8_type().vec_type(bytes);
         let a = self.e(self.b.build_bit_cast(a, i8v, "ubytes"))?.into_vector_value();
+        let b = self.e(self.b.build_bit_cast(b, i8v, "sbytes"))?.into_vector_value();
         let wide = i32t.vec_type(bytes);
         let a = self.e(self.b.build_int_z_extend(a, wide, "u"))?;
-        let b = self.e(self.b.build_int_s_extend(b.into_vector_value(), wide, "s"))?;
+        let b = self.e(self.b.build_int_s_extend(b, wide, "s"))?;
         let products = self.e(self.b.build_int_mul(a, b, "products"))?;
         let mut sum = acc.into_vector_value();
         for j in 0..4 {

@@ -29,6 +29,8 @@ struct Rewrite;
 
 /// The shortest reduction per output (C · KH · KW) rewritten: see `rewrite_conv2d`.
 const MIN_REDUCTION: usize = 64;
+/// The same for a kernel with pixels as lanes (see `pixels_as_lanes`).
+const MIN_POINTWISE_REDUCTION: usize = 16;
 
 impl ExprMutator for Rewrite {
     fn rewrite_call(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
@@ -77,9 +79,6 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     // where the float kernels are tuned (MobileNetV2's 1 × 1 layers over
     // 16–32 channels: 4.2 ms for the model with them in float, 5.1–5.3 ms
     // in integers). ResNet-18's 3-channel 7 × 7 stem (147): 1.7 → 0.94 ms.
-    if ci * kh * kw < MIN_REDUCTION {
-        return None;
-    }
     let values = weight.to_f64_vec();
     if !values.iter().all(|&v| v.fract() == 0.0 && (-128.0..=127.0).contains(&v)) {
         return None;
@@ -87,13 +86,22 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     let offset = byte_offset(integer_range(store, pre.args[0])?)?;
     let (g, b) = (U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK);
     let groups = ci.div_ceil(g);
-    // [O/16, C4/4, KH, KW, 16, 4], channels past C zero.
+    let pixel_lanes = pixels_as_lanes(a, &x_type.shape, kh, kw);
+    let shortest = if pixel_lanes { MIN_POINTWISE_REDUCTION } else { MIN_REDUCTION };
+    if ci * kh * kw < shortest {
+        return None;
+    }
+    // [O/16, C4/4, KH, KW, 16, 4] (or [O, C4/4, KH, KW, 4]), channels past C zero.
     let mut packed = vec![0.0; o * groups * g * kh * kw];
     for oc in 0..o {
         for ic in 0..ci {
             for y in 0..kh {
                 for z in 0..kw {
-                    let to = (((((oc / b) * groups + ic / g) * kh + y) * kw + z) * b + oc % b) * g + ic % g;
+                    let to = if pixel_lanes {
+                        (((oc * groups + ic / g) * kh + y) * kw + z) * g + ic % g
+                    } else {
+                        (((((oc / b) * groups + ic / g) * kh + y) * kw + z) * b + oc % b) * g + ic % g
+                    };
                     packed[to] = values[((oc * ci + ic) * kh + y) * kw + z];
                 }
             }
@@ -102,14 +110,30 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     let per_output = ci * kh * kw;
     let compensation: Vec<f64> = values.chunks(per_output).map(|w| -(offset as f64) * w.iter().sum::<f64>()).collect();
     let span = store.span(post).clone();
-    let packed = store.constant(Tensor::from_f64(DataType::I8, vec![o / b, groups, kh, kw, b, g], &packed));
+    let (shape, layout) = if pixel_lanes {
+        (vec![o, groups, kh, kw, g], "OIHW4i")
+    } else {
+        (vec![o / b, groups, kh, kw, b, g], "OIHW16o4i")
+    };
+    let packed = store.constant(Tensor::from_f64(DataType::I8, shape, &packed));
     let compensation = store.constant(Tensor::from_f64(DataType::I32, vec![o], &compensation));
     let attrs = Attrs::from_pairs([
         ("strides", AttrValue::Ints(a.ints("strides").ok()?.to_vec())),
         ("padding", AttrValue::Ints(a.ints("padding").ok()?.to_vec())),
         ("data_offset", AttrValue::Int(offset)),
+        ("weight_layout", AttrValue::Str(layout.into())),
     ]);
     store.call_op_at("nn.contrib_conv2d_u8s8", vec![*x, packed, compensation], attrs, span).ok()
+}
+
+/// Whether the kernel's vector lanes are pixels (weight `OIHW4i`): a 1 × 1,
+/// stride-1, unpadded convolution over a map of whole 16-pixel vectors — a
+/// matrix product over the pixels, whose accumulators are then contiguous
+/// in the NCHW output (with channels as lanes, each tile is transposed on
+/// its way out, which cost more than the products on short reductions).
+fn pixels_as_lanes(attrs: &Attrs, data: &[usize], kh: usize, kw: usize) -> bool {
+    let all = |name: &str, v: i64| attrs.ints(name).is_ok_and(|x| x.iter().all(|&q| q == v));
+    (kh, kw) == (1, 1) && all("strides", 1) && all("padding", 0) && (data[2] * data[3]) % U8S8_OUTPUT_BLOCK == 0
 }
 
 /// `[lo, hi]` of a float tensor whose values are all integers, by the ops

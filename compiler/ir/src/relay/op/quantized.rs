@@ -6,10 +6,13 @@
 //! The data stay float32 tensors holding integers `d` (what the ONNX
 //! importer makes of quantized activations, `q − zero_point`); the kernel
 //! reads them as the bytes `d + data_offset`, which must lie in [0, 255]
-//! (the rewrite that makes this operator proves it), and the weight is int8,
-//! packed `[O/16, C4/4, KH, KW, 16, 4]` (`C4`: the input channels rounded up
-//! to a multiple of 4, the extra ones zero): 16 output channels × 4 input
-//! channels, 64 contiguous bytes per dot-product step. `compensation[o]` is
+//! (the rewrite that makes this operator proves it; the compiled kernel
+//! does not check), and the weight is int8, packed `[O/16, C4/4, KH, KW,
+//! 16, 4]` (`OIHW16o4i`; `C4`: the input channels rounded up to a multiple
+//! of 4, the extra ones zero): 16 output channels × 4 input channels, 64
+//! contiguous bytes per dot-product step — or `[O, C4/4, KH, KW, 4]`
+//! (`OIHW4i`), four bytes per output channel and step, for kernels whose
+//! vector lanes are pixels. `compensation[o]` is
 //! `−data_offset · Σ w[o, …]`, added in int32 so that the result is exactly
 //! `Σ d · w` (as float32: exact below 2²⁴ in magnitude, like the float
 //! arithmetic it replaces). Padding reads `d = 0`.
@@ -42,8 +45,39 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         )
         .attr(AttrSpec::ints("strides", &[1, 1]))
         .attr(AttrSpec::ints("padding", &[0, 0, 0, 0]))
-        .attr(AttrSpec::int("data_offset", 0)),
+        .attr(AttrSpec::int("data_offset", 0))
+        .attr(AttrSpec::str("weight_layout", "OIHW16o4i")),
     );
+}
+
+/// `[O, C4/4, KH, KW]` of the weight in its layout: `OIHW16o4i`
+/// (`[O/16, C4/4, KH, KW, 16, 4]`, output channels as vector lanes) or
+/// `OIHW4i` (`[O, C4/4, KH, KW, 4]`, pixels as vector lanes, each output
+/// channel's four bytes broadcast).
+pub fn u8s8_weight_dims(shape: &[usize], attrs: &Attrs) -> Result<[usize; 4], OpError> {
+    match (attrs.str("weight_layout")?, shape) {
+        ("OIHW16o4i", &[ob, g, kh, kw, b, four]) if b == U8S8_OUTPUT_BLOCK && four == U8S8_INPUT_GROUP => {
+            Ok([ob * b, g, kh, kw])
+        }
+        ("OIHW4i", &[o, g, kh, kw, four]) if four == U8S8_INPUT_GROUP => Ok([o, g, kh, kw]),
+        (layout @ ("OIHW16o4i" | "OIHW4i"), _) => Err(format!(
+            "a {layout} weight must be {}, found shape {}",
+            if layout == "OIHW4i" { "[O, ⌈C/4⌉, KH, KW, 4]" } else { "[O/16, ⌈C/4⌉, KH, KW, 16, 4]" },
+            shape_str(shape)
+        )
+        .into()),
+        (layout, _) => Err(format!("weight_layout must be OIHW16o4i or OIHW4i, found {layout}").into()),
+    }
+}
+
+/// The flat index of weight element `[o, c, y, x]` in its layout (`c` an input channel).
+fn u8s8_weight_index(attrs: &Attrs, [_, g, kh, kw]: [usize; 4], [o, c, y, x]: [usize; 4]) -> usize {
+    let (b, four) = (U8S8_OUTPUT_BLOCK, U8S8_INPUT_GROUP);
+    if attrs.str("weight_layout").is_ok_and(|l| l == "OIHW4i") {
+        (((o * g + c / four) * kh + y) * kw + x) * four + c % four
+    } else {
+        ((((o / b) * g + c / four) * kh + y) * kw + x) * b * four + (o % b) * four + c % four
+    }
 }
 
 /// The output type, and `[O, C4, KH, KW]` from the packed weight.
@@ -58,24 +92,16 @@ fn rel_conv2d_u8s8(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
         .into());
     }
     check_nchw(x, "data")?;
-    let [ob, c4, kh, kw, b, g] = w.shape[..] else {
-        return Err(
-            format!("the weight must be [O/16, C4/4, KH, KW, 16, 4], found shape {}", shape_str(&w.shape)).into()
-        );
-    };
-    if b != U8S8_OUTPUT_BLOCK
-        || g != U8S8_INPUT_GROUP
-        || c4 * g < x.shape[1]
-        || (c4 * g).saturating_sub(x.shape[1]) >= g
-    {
+    let [o, c4, kh, kw] = u8s8_weight_dims(&w.shape, attrs)?;
+    let g = U8S8_INPUT_GROUP;
+    if c4 * g < x.shape[1] || (c4 * g).saturating_sub(x.shape[1]) >= g {
         return Err(format!(
-            "the weight must be [O/16, ⌈C/4⌉, KH, KW, 16, 4] for {} input channels, found shape {}",
+            "the weight must have ⌈C/4⌉ channel groups for {} input channels, found shape {}",
             x.shape[1],
             shape_str(&w.shape)
         )
         .into());
     }
-    let o = ob * b;
     if comp.shape != [o] {
         return Err(format!("compensation must be [{o}], found shape {}", shape_str(&comp.shape)).into());
     }
@@ -99,7 +125,9 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let (s, p) = (ints_n(attrs, "strides", 2)?, ints_n(attrs, "padding", 4)?);
     let offset = attrs.int("data_offset")?;
     let [n, c, h, wi] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-    let [_, c4, kh, kw, b, g] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3], w.shape()[4], w.shape()[5]];
+    let dims = u8s8_weight_dims(w.shape(), attrs)?;
+    let [_, c4, kh, kw] = dims;
+    let g = U8S8_INPUT_GROUP;
     let (o, oh, ow) = (t.shape[1], t.shape[2], t.shape[3]);
     let bytes = x
         .to_f64_vec()
@@ -132,8 +160,7 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
                                 } else {
                                     offset
                                 };
-                                let wj =
-                                    ((((oc / b) * c4 + ic / g) * kh + ky) * kw + kx) * b * g + (oc % b) * g + ic % g;
+                                let wj = u8s8_weight_index(attrs, dims, [oc, ic, ky, kx]);
                                 acc += byte * wv[wj];
                             }
                         }
@@ -155,6 +182,7 @@ mod tests {
             ("data_offset", crate::attrs::AttrValue::Int(offset)),
             ("padding", crate::attrs::AttrValue::Ints(vec![pad; 4])),
             ("strides", crate::attrs::AttrValue::Ints(vec![1, 1])),
+            ("weight_layout", crate::attrs::AttrValue::Str("OIHW16o4i".into())),
         ]);
         eval_conv2d_u8s8(&[Value::Tensor(x), Value::Tensor(w), Value::Tensor(comp)], &attrs)
     }

@@ -16,6 +16,10 @@
 //! 64-byte load and one instruction instead of 4 broadcasts, 4 gathers, 8
 //! conversions, 4 multiplications and 4 additions. Anything else is left
 //! as it is (and stays correct: LLVM computes the plain form).
+//!
+//! With pixels as lanes (`OIHW4i` weights) the roles turn: byte `j` of 16
+//! consecutive words of the image times one broadcast weight byte `w[q + j]`
+//! is `dot_u8i8(acc[R], img[Ramp(p, 1, 16)], w[Ramp(q, 1, 4)])`.
 
 use crate::arith::{simplify, Bounds};
 use crate::dtype::DataType;
@@ -49,48 +53,49 @@ fn add_terms<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
-/// One byte product: the image's word (buffer, index) and byte, the weight's ramp.
-struct Product {
-    image: Buffer,
-    at: Expr,
-    byte: i64,
-    weight: Buffer,
-    base: Expr,
+/// An integer constant, or one broadcast (a vectorized operand).
+fn constant(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Broadcast(x, _) => x.as_int(),
+        e => e.as_int(),
+    }
 }
 
-/// `i32((img[p] / 256ʲ) % 256)` (the modulo optional for the top byte):
-/// byte `j` of a 32-bit word of the image, with the word's buffer and index.
-fn byte_of_word(e: &Expr) -> Option<(Buffer, Expr, i64)> {
+/// `(img[p] / 256ʲ) % 256` (the modulo optional for the top byte), as int32
+/// of `lanes` lanes: byte `j` of a uint32 word of the image (one word, or
+/// one per lane at `Ramp(p, 1, 16)`), with the word's buffer and index.
+fn byte_of_word(e: &Expr, lanes: u16) -> Option<(Buffer, Expr, i64)> {
     let Expr::Cast(t, x) = e else { return None };
-    if t.elem != DataType::I32 || t.lanes != 1 {
+    if t.elem != DataType::I32 || t.lanes != lanes {
         return None;
     }
     let (x, masked) = match &**x {
-        Expr::Bin(BinOp::FloorMod, x, m) if m.as_int() == Some(256) => (&**x, true),
+        Expr::Bin(BinOp::FloorMod, x, m) if constant(m) == Some(256) => (&**x, true),
         x => (x, false),
     };
     let (load, j) = match x {
         Expr::Bin(BinOp::FloorDiv, l, d) => {
-            let d = d.as_int()?;
+            let d = constant(d)?;
             let j = [1i64 << 8, 1 << 16, 1 << 24].iter().position(|&p| p == d)? as i64 + 1;
             (&**l, j)
         }
         l => (l, 0),
     };
-    match load {
-        Expr::Load(b, idx) if b.elem() == DataType::U32 && idx.len() == 1 && (masked || j == GROUP - 1) => {
-            Some((b.clone(), idx[0].clone(), j))
-        }
-        _ => None,
-    }
+    let Expr::Load(b, idx) = load else { return None };
+    let index_fits = match &idx[..] {
+        [Expr::Ramp { stride, lanes: LANES, .. }] => lanes == LANES && stride.as_int() == Some(1),
+        [i] => lanes == 1 && i.ty().lanes == 1,
+        _ => false,
+    };
+    (b.elem() == DataType::U32 && index_fits && (masked || j == GROUP - 1)).then(|| (b.clone(), idx[0].clone(), j))
 }
 
-/// `B(byte j of img[p])`, or the conversion outside the broadcast.
-fn broadcast_byte(e: &Expr) -> Option<(Buffer, Expr, i64)> {
+/// `B(e)` or the conversion of a broadcast, where the broadcast value is `f`'s.
+fn broadcast<T>(e: &Expr, f: impl Fn(&Expr) -> Option<T>) -> Option<T> {
     match e {
-        Expr::Broadcast(x, LANES) => byte_of_word(x),
-        Expr::Cast(t, x) if t.elem == DataType::I32 && t.lanes == LANES => match &**x {
-            Expr::Broadcast(w, LANES) => byte_of_word(&Expr::cast(TirType::scalar(DataType::I32), (**w).clone())),
+        Expr::Broadcast(x, LANES) => f(x),
+        Expr::Cast(t, x) if t.lanes == LANES => match &**x {
+            Expr::Broadcast(w, LANES) => f(&Expr::cast(TirType::scalar(t.elem), (**w).clone())),
             _ => None,
         },
         _ => None,
@@ -106,16 +111,57 @@ fn strided_bytes(e: &Expr) -> Option<(Buffer, Expr)> {
         .then(|| (b.clone(), (**base).clone()))
 }
 
-fn product(e: &Expr) -> Option<Product> {
-    let Expr::Bin(BinOp::Mul, a, b) = e else { return None };
-    let ((image, at, byte), (weight, base)) =
-        broadcast_byte(a).zip(strided_bytes(b)).or_else(|| broadcast_byte(b).zip(strided_bytes(a)))?;
-    Some(Product { image, at, byte, weight, base })
+/// `i32(w[q])`: one signed byte (broadcast to every lane).
+fn one_byte(e: &Expr) -> Option<(Buffer, Expr)> {
+    let Expr::Cast(t, x) = e else { return None };
+    let Expr::Load(b, idx) = &**x else { return None };
+    let [i] = &idx[..] else { return None };
+    (t.elem == DataType::I32 && t.lanes == 1 && b.elem() == DataType::I8 && i.ty().lanes == 1)
+        .then(|| (b.clone(), i.clone()))
 }
 
-/// `a − b` as a constant, where it simplifies to one.
+/// The two shapes of a dot product's term: output channels as lanes (a
+/// broadcast byte of one word times 16 strided weight bytes) or pixels as
+/// lanes (a byte of 16 words times one broadcast weight byte).
+#[derive(Clone, Copy, PartialEq)]
+enum Lanes {
+    Channels,
+    Pixels,
+}
+
+/// One byte product: the image's word (buffer, index) and byte, the weight's
+/// (buffer, index of byte `j` or its ramp's base).
+struct Product {
+    lanes: Lanes,
+    image: Buffer,
+    at: Expr,
+    byte: i64,
+    weight: Buffer,
+    base: Expr,
+}
+
+fn product(e: &Expr) -> Option<Product> {
+    let Expr::Bin(BinOp::Mul, a, b) = e else { return None };
+    let channels = |x: &Expr, y: &Expr| {
+        let (image, at, byte) = broadcast(x, |w| byte_of_word(w, 1))?;
+        let (weight, base) = strided_bytes(y)?;
+        Some(Product { lanes: Lanes::Channels, image, at, byte, weight, base })
+    };
+    let pixels = |x: &Expr, y: &Expr| {
+        let (image, at, byte) = byte_of_word(x, LANES)?;
+        let (weight, base) = broadcast(y, one_byte)?;
+        Some(Product { lanes: Lanes::Pixels, image, at, byte, weight, base })
+    };
+    channels(a, b).or_else(|| channels(b, a)).or_else(|| pixels(a, b)).or_else(|| pixels(b, a))
+}
+
+/// `a − b` as a constant, where it simplifies to one (ramps: their bases).
 fn offset(a: &Expr, b: &Expr) -> Option<i64> {
-    simplify(&Expr::bin(BinOp::Sub, a.clone(), b.clone()), &Bounds::new()).as_int()
+    let base = |e: &Expr| match e {
+        Expr::Ramp { base, .. } => (**base).clone(),
+        e => e.clone(),
+    };
+    simplify(&Expr::bin(BinOp::Sub, base(a), base(b)), &Bounds::new()).as_int()
 }
 
 fn dot(acc: &Buffer, indices: &[Expr], value: &Expr) -> Option<Expr> {
@@ -131,11 +177,11 @@ fn dot(acc: &Buffer, indices: &[Expr], value: &Expr) -> Option<Expr> {
     }
     let products = rest.into_iter().map(product).collect::<Option<Vec<_>>>()?;
     let first = &products[0];
-    // Byte j of one word of the image times weight byte j of each lane's
-    // group: one word, the weight ramps j bytes apart, every byte once.
+    // Byte j of one word (per lane) of the image times weight byte j: one
+    // word, the weight's bytes j apart, every byte once.
     let mut bytes = Vec::new();
     for p in &products {
-        if p.image != first.image || p.weight != first.weight || offset(&p.at, &first.at)? != 0 {
+        if p.lanes != first.lanes || p.image != first.image || p.weight != first.weight || p.at != first.at {
             return None;
         }
         if offset(&p.base, &first.base)? != p.byte - first.byte {
@@ -148,13 +194,10 @@ fn dot(acc: &Buffer, indices: &[Expr], value: &Expr) -> Option<Expr> {
         return None;
     }
     let lowest = products.iter().find(|p| p.byte == 0)?;
+    let weight_lanes = if first.lanes == Lanes::Channels { LANES * GROUP as u16 } else { GROUP as u16 };
     let weight = Expr::Load(
         lowest.weight.clone(),
-        vec![Expr::Ramp {
-            base: Box::new(lowest.base.clone()),
-            stride: Box::new(Expr::int(1)),
-            lanes: LANES * GROUP as u16,
-        }],
+        vec![Expr::Ramp { base: Box::new(lowest.base.clone()), stride: Box::new(Expr::int(1)), lanes: weight_lanes }],
     );
     let image = Expr::Load(lowest.image.clone(), vec![lowest.at.clone()]);
     let acc_now = Expr::Load(acc.clone(), indices.to_vec());

@@ -237,16 +237,19 @@ pub fn lane_of(e: &Expr, k: u16) -> Expr {
         Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * Expr::int(k as i64),
         Expr::Broadcast(x, _) => (**x).clone(),
         Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_of(a, k)),
-        // Lane k of a dot product: its accumulator plus bytes 4k … 4k + 3 of
-        // `b` times the four bytes of the word `a` (the same for every lane).
+        // Lane k of a dot product: its accumulator plus the four bytes of
+        // word k of `a` times bytes 4k … 4k + 3 of `b` (a scalar word or 4
+        // bytes: the same for every lane).
         Expr::Call(Intrinsic::DotU8I8, args, _) if args.len() == 3 => {
             use crate::dtype::DataType::{I32, U32};
             let i32 = |e: Expr| Expr::cast(TirType::scalar(I32), e);
-            let word = lane_of(&args[1], 0);
+            let word = if args[1].ty().lanes == 1 { args[1].clone() } else { lane_of(&args[1], k) };
+            let shared = args[2].ty().lanes == 4;
             (0..4u16).fold(lane_of(&args[0], k), |acc, j| {
                 let shifted = Expr::bin(BinOp::FloorDiv, word.clone(), Expr::constant((1u64 << (8 * j)) as f64, U32));
                 let byte = Expr::bin(BinOp::FloorMod, shifted, Expr::constant(256.0, U32));
-                acc + i32(byte) * i32(lane_of(&args[2], 4 * k + j))
+                let b = lane_of(&args[2], if shared { j } else { 4 * k + j });
+                acc + i32(byte) * i32(b)
             })
         }
         Expr::Call(f, args, t) => Expr::Call(*f, args.iter().map(|a| lane_of(a, k)).collect(), TirType::scalar(t.elem)),
