@@ -1,9 +1,10 @@
-//! The CPU strategy of `nn.contrib_conv2d_u8s8` (int8 convolutions): a
+//! The CPU strategies of `nn.contrib_conv2d_u8s8` (int8 convolutions), int32
+//! accumulators whose four products per input-channel group stay together
+//! in the update (one `vpdpbusd` per accumulator and group after
+//! `tir.DotProducts`): with output channels as lanes (`OIHW16o4i`), a
 //! register tile of `columns` output pixels × `vectors` blocks of 16 output
-//! channels, int32 accumulators, the four products of each input-channel
-//! group kept together in the update (one `vpdpbusd` per accumulator and
-//! channel group after `tir.DotProducts`); the byte image computed per
-//! output row, rows in parallel.
+//! channels, the word image computed per output row, rows in parallel; with
+//! pixels as lanes (`OIHW4i`, 1 × 1), see [`schedule_over_pixels`].
 
 use super::{divisor_at_most, extent, fuse_parallel, materialized, reduction_nest, tile_kinds};
 use super::{Schedule, ScheduleError};

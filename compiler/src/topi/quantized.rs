@@ -1,9 +1,9 @@
 //! The compute of `nn.contrib_conv2d_u8s8` (see its operator docs in
 //! `kiln_ir::relay::op`): the data as bytes in a channel-grouped image of
-//! 32-bit words, the
-//! int32 sums over groups of four channels written out as four products —
-//! the shape of one `vpdpbusd` lane, which `tir::transform::dot_products`
-//! turns into the instruction where the target has it.
+//! 32-bit words, the int32 sums over groups of four channels written out as
+//! four products — the shape of one `vpdpbusd` lane, which
+//! `tir::transform::dot_products` turns into the instruction where the
+//! target has it.
 
 use std::sync::Arc;
 
@@ -17,6 +17,21 @@ use crate::tir::{BinOp, Expr, TirType};
 
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("nn.contrib_conv2d_u8s8", Arc::new(conv2d_u8s8));
+}
+
+/// The word of four bytes `value(j) + offset` (channel `4g + j` of the
+/// group; 0 + offset where `value` gives no value: padding, channels past
+/// the data's), byte `j` the `j`-th least significant.
+fn word(offset: i64, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
+    (0..U8S8_INPUT_GROUP as i64)
+        .map(|j| {
+            let (inside, v) = value(j);
+            let d = select(inside, v, Expr::constant(0.0, DataType::F32));
+            let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
+            byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
+        })
+        .reduce(|a, b| a + b)
+        .expect("four bytes")
 }
 
 /// `pad[n, c/4, y, x]`: the padded data plus the offset as bytes, four
@@ -35,17 +50,11 @@ fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> T
         let h = i[2].clone() - Expr::int(pads[0]);
         let w = i[3].clone() - Expr::int(pads[1]);
         let pixel = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
-        (0..g)
-            .map(|j| {
-                let c = i[1].clone() * Expr::int(g) + Expr::int(j);
-                let inside = Expr::and(pixel.clone(), in_range(&c, 0, s[1] as i64));
-                let value = x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h.clone(), s[2]), clamp(w.clone(), s[3])]);
-                let d = select(inside, value, Expr::constant(0.0, DataType::F32));
-                let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
-                byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
-            })
-            .reduce(|a, b| a + b)
-            .expect("four bytes")
+        word(offset, |j| {
+            let c = i[1].clone() * Expr::int(g) + Expr::int(j);
+            let inside = Expr::and(pixel.clone(), in_range(&c, 0, s[1] as i64));
+            (inside, x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h.clone(), s[2]), clamp(w.clone(), s[3])]))
+        })
     })
 }
 
@@ -60,17 +69,11 @@ fn word_image_over_pixels(x: &Tensor, channel_groups: usize, offset: i64) -> Ten
             Expr::bin(BinOp::FloorDiv, i[2].clone(), width.clone()),
             Expr::bin(BinOp::FloorMod, i[2].clone(), width.clone()),
         );
-        (0..g)
-            .map(|j| {
-                let c = i[1].clone() * Expr::int(g) + Expr::int(j);
-                let clamped = Expr::bin(BinOp::Min, c.clone(), Expr::int(s[1] as i64 - 1));
-                let value = x.at(&[i[0].clone(), clamped, h.clone(), w.clone()]);
-                let d = select(in_range(&c, 0, s[1] as i64), value, Expr::constant(0.0, DataType::F32));
-                let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
-                byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
-            })
-            .reduce(|a, b| a + b)
-            .expect("four bytes")
+        word(offset, |j| {
+            let c = i[1].clone() * Expr::int(g) + Expr::int(j);
+            let clamped = Expr::bin(BinOp::Min, c.clone(), Expr::int(s[1] as i64 - 1));
+            (in_range(&c, 0, s[1] as i64), x.at(&[i[0].clone(), clamped, h.clone(), w.clone()]))
+        })
     })
 }
 
