@@ -426,7 +426,8 @@ fn tune_writes_a_log_that_run_applies() {
 }
 
 /// `kiln peak` measures the FMA peak on each thread count, naming the
-/// instruction set it timed; a benchmark divides by it.
+/// instruction set it timed (a benchmark divides by it), then the
+/// dot-product instructions this CPU has (AVX-512 VNNI, BF16).
 #[test]
 fn peak_prints_gflops_per_thread_count() {
     let (code, out, err) = kiln(&["peak", "--threads", "2"]);
@@ -436,6 +437,21 @@ fn peak_prints_gflops_per_thread_count() {
     assert_eq!(rates.len(), 2, "{out}");
     assert!(rates.iter().all(|&r| r > 0.1), "{out}");
     assert!(out.contains("on 1 thread(s)") && out.contains("on 2 thread(s)"), "{out}");
+    // The dot-product instructions of low-precision kernels, where this CPU has them.
+    #[cfg(target_arch = "x86_64")]
+    for (feature, name) in [("avx512vnni", "int8 dot products"), ("avx512bf16", "bf16 dot products")] {
+        let has = match feature {
+            "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
+            _ => std::arch::is_x86_feature_detected!("avx512bf16"),
+        };
+        let rates: Vec<f64> = out
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(rates.len(), if has { 2 } else { 0 }, "{feature}: {out}");
+        assert!(rates.iter().all(|&r| r > 0.1), "{out}");
+    }
 }
 
 /// `kiln accuracy`: a model against itself is exact with full top-1
