@@ -454,6 +454,27 @@ fn peak_prints_gflops_per_thread_count() {
     }
 }
 
+/// Output into a pipe closed early (`kiln peak | head -1`) ends the command
+/// as it ends other Unix tools — by SIGPIPE — not with a panic in `println!`.
+#[cfg(unix)]
+#[test]
+fn a_closed_output_pipe_ends_the_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["peak", "--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kiln");
+    // Closed before `kiln peak` prints its first line (after measuring).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(13), "{:?} {err}", out.status);
+}
+
 /// `kiln accuracy`: a model against itself is exact with full top-1
 /// agreement; a reference whose outputs have another shape is an error
 /// naming both files.

@@ -735,6 +735,13 @@ fn run(command: Command) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // A closed pipe ends `kiln … | head` quietly, as it ends other Unix tools
+    // (Rust ignores SIGPIPE, and `println!` then panics on the write).
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to the default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // `--help` and `--version` print and succeed; a wrong option is a
