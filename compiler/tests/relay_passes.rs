@@ -279,6 +279,30 @@ fn simplify_expr_drops_quantization_round_trips() {
     );
 }
 
+/// A max pooling between a quantization's two conversions (ResNet's pool in
+/// a QOperator model: bytes in, floats out) moves before them and the round
+/// trip goes; with ceil mode, or a pad as wide as the window, it stays (a
+/// window may then hold padding alone, whose identity differs by type).
+#[test]
+fn simplify_expr_moves_max_pooling_out_of_a_round_trip() {
+    check(
+        "def @main(%x: Tensor[(1, 2, 6, 6), float32]) {\n  %0 = clip(round(%x), a_min=0f, a_max=255f);\n  %1 = cast(%0, dtype=\"uint8\");\n  %2 = nn.max_pool2d(%1, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]);\n  %3 = cast(%2, dtype=\"float32\");\n  %4 = nn.max_pool2d(%1, pool_size=[2, 2], padding=[2, 2, 2, 2]);\n  %5 = cast(%4, dtype=\"float32\");\n  (%3, %5)\n}",
+        &["SimplifyExpr"],
+        expect![[r##"
+            #[version = "0.0.5"]
+            def @main(%x: Tensor[(1, 2, 6, 6), float32]) {
+              %0 = round(%x) /* ty=Tensor[(1, 2, 6, 6), float32] */;
+              %1 = clip(%0, a_min=0.0f, a_max=255.0f) /* ty=Tensor[(1, 2, 6, 6), float32] */;
+              %2 = nn.max_pool2d(%1, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]) /* ty=Tensor[(1, 2, 3, 3), float32] */;
+              %3 = cast(%1, dtype="uint8") /* ty=Tensor[(1, 2, 6, 6), uint8] */;
+              %4 = nn.max_pool2d(%3, pool_size=[2, 2], padding=[2, 2, 2, 2]) /* ty=Tensor[(1, 2, 9, 9), uint8] */;
+              %5 = cast(%4, dtype="float32") /* ty=Tensor[(1, 2, 9, 9), float32] */;
+              (%2, %5) /* ty=(Tensor[(1, 2, 3, 3), float32], Tensor[(1, 2, 9, 9), float32]) */
+            }
+        "##]],
+    );
+}
+
 #[test]
 fn fold_scale_axis_moves_scales_into_weights() {
     check(
