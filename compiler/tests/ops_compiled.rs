@@ -415,7 +415,7 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// (`relay.IntegerConv2d.enable`; by default only where the target has
 /// VNNI): 3 × 3 windows over 20 channels (padded to 24) and 32 (strided),
 /// output channels as lanes, and a 1 × 1 window over 24 channels on an 8 × 8
-/// map, pixels as lanes; with a bias and ReLU epilogue, equal to the
+/// map to 24 (not whole blocks of 16), pixels as lanes; with a bias and ReLU epilogue, equal to the
 /// interpreter's float arithmetic (the sums are integers below 2²⁴, exact
 /// both ways), on LLVM — one `vpdpbusd` per accumulator and channel group
 /// where this CPU has VNNI, else the same sums widened — and C, 1 and 2
@@ -426,7 +426,7 @@ fn integer_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32], %w1: Tensor[(32, 20, 3, 3), float32],
           %b1: Tensor[(32), float32], %w2: Tensor[(48, 32, 3, 3), float32], %w3: Tensor[(16, 32, 1, 1), float32],
-          %w4: Tensor[(32, 24, 1, 1), float32]) {
+          %w4: Tensor[(24, 24, 1, 1), float32]) {
   %0 = clip(round(multiply(%x, 100f)), a_min=-20f, a_max=200f);
   %1 = nn.conv2d(%0, round(multiply(%w1, 50f)), padding=[1, 1, 1, 1]);
   %2 = nn.relu(nn.bias_add(%1, round(%b1)));

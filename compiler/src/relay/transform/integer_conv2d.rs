@@ -70,15 +70,9 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
         return None;
     }
     let [o, ci, kh, kw] = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
-    if o % U8S8_OUTPUT_BLOCK != 0 || ci != x_type.shape.get(1).copied()? {
+    if ci != x_type.shape.get(1).copied()? {
         return None;
     }
-    // Where the integer kernel beats the float one (measured on Sapphire
-    // Rapids, one thread): a reduction of 64 or more per output. Shorter
-    // ones spend their time in the byte image and the float write-back,
-    // where the float kernels are tuned (MobileNetV2's 1 × 1 layers over
-    // 16–32 channels: 4.2 ms for the model with them in float, 5.1–5.3 ms
-    // in integers). ResNet-18's 3-channel 7 × 7 stem (147): 1.7 → 0.94 ms.
     let values = weight.to_f64_vec();
     if !values.iter().all(|&v| v.fract() == 0.0 && (-128.0..=127.0).contains(&v)) {
         return None;
@@ -87,6 +81,18 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     let (g, b) = (U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK);
     let groups = ci.div_ceil(g);
     let pixel_lanes = pixels_as_lanes(a, &x_type.shape, kh, kw);
+    // Output channels as lanes come in whole blocks of 16; pixels as lanes
+    // take any number (MobileNetV2's 24-channel projections).
+    if !pixel_lanes && o % b != 0 {
+        return None;
+    }
+    // Where the integer kernel beats the float one (measured on Sapphire
+    // Rapids, one thread): a reduction of 64 or more per output. Shorter
+    // ones spend their time in the byte image and the float write-back,
+    // where the float kernels are tuned (MobileNetV2's 1 × 1 layers over
+    // 16–32 channels with channels as lanes: 4.2 ms for the model with them
+    // in float, 5.1–5.3 ms in integers). ResNet-18's 3-channel 7 × 7 stem
+    // (147): 1.7 → 0.94 ms.
     let shortest = if pixel_lanes { MIN_POINTWISE_REDUCTION } else { MIN_REDUCTION };
     if ci * kh * kw < shortest {
         return None;
