@@ -199,10 +199,11 @@ fn emit_kernel<'ctx>(
     module: &Module<'ctx>,
     f: &PrimFunc,
     target: &LlvmTarget,
+    vnni: bool,
 ) -> Result<(), CodegenError> {
     let i64t = ctx.i64_type();
     let mut g = start_kernel(ctx, module, f, false)?;
-    g.vnni = target.has_feature("avx512vnni");
+    g.vnni = vnni;
     let (func, task_id) = (g.func, g.task_id);
     // Compiled once: LLVM otherwise inlined a copy of a small kernel into its
     // packed entry and compiled both (a tenth of ResNet-18's code, a third of
@@ -289,8 +290,10 @@ fn build_module<'ctx>(
     target: &LlvmTarget,
 ) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module(name);
+    // Resolved once per module: the target's features are every kernel's.
+    let vnni = target.has_feature("avx512vnni");
     for f in funcs {
-        emit_kernel(ctx, &module, f, target)?;
+        emit_kernel(ctx, &module, f, target, vnni)?;
     }
     for d in data {
         let init = ctx.const_string(d.bytes, false);

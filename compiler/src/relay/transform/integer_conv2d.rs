@@ -21,7 +21,7 @@
 //! AlterOpLayout (which would otherwise pack or Winograd-transform the weight).
 
 use kiln_ir::attrs::{AttrValue, Attrs};
-use kiln_ir::relay::op::{U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::op::{u8s8_weight_index, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
 use kiln_ir::{DataType, Tensor};
 
@@ -98,17 +98,14 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
         return None;
     }
     // [O/16, C4/4, KH, KW, 16, 4] (or [O, C4/4, KH, KW, 4]), channels past C zero.
+    let dims = [o, groups, kh, kw];
     let mut packed = vec![0.0; o * groups * g * kh * kw];
     for oc in 0..o {
         for ic in 0..ci {
             for y in 0..kh {
                 for z in 0..kw {
-                    let to = if pixel_lanes {
-                        (((oc * groups + ic / g) * kh + y) * kw + z) * g + ic % g
-                    } else {
-                        (((((oc / b) * groups + ic / g) * kh + y) * kw + z) * b + oc % b) * g + ic % g
-                    };
-                    packed[to] = values[((oc * ci + ic) * kh + y) * kw + z];
+                    packed[u8s8_weight_index(pixel_lanes, dims, [oc, ic, y, z])] =
+                        values[((oc * ci + ic) * kh + y) * kw + z];
                 }
             }
         }

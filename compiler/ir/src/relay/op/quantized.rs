@@ -70,10 +70,12 @@ pub fn u8s8_weight_dims(shape: &[usize], attrs: &Attrs) -> Result<[usize; 4], Op
     }
 }
 
-/// The flat index of weight element `[o, c, y, x]` in its layout (`c` an input channel).
-fn u8s8_weight_index(attrs: &Attrs, [_, g, kh, kw]: [usize; 4], [o, c, y, x]: [usize; 4]) -> usize {
+/// The flat index of weight element `[o, c, y, x]` (`c` an input channel)
+/// in layout `OIHW4i` (`pixel_lanes`) or `OIHW16o4i`, for a weight of
+/// `[O, C4/4, KH, KW]` (`dims`, as [`u8s8_weight_dims`] gives them).
+pub fn u8s8_weight_index(pixel_lanes: bool, [_, g, kh, kw]: [usize; 4], [o, c, y, x]: [usize; 4]) -> usize {
     let (b, four) = (U8S8_OUTPUT_BLOCK, U8S8_INPUT_GROUP);
-    if attrs.str("weight_layout").is_ok_and(|l| l == "OIHW4i") {
+    if pixel_lanes {
         (((o * g + c / four) * kh + y) * kw + x) * four + c % four
     } else {
         ((((o / b) * g + c / four) * kh + y) * kw + x) * b * four + (o % b) * four + c % four
@@ -126,6 +128,7 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let offset = attrs.int("data_offset")?;
     let [n, c, h, wi] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let dims = u8s8_weight_dims(w.shape(), attrs)?;
+    let pixel_lanes = attrs.str("weight_layout")? == "OIHW4i";
     let [_, c4, kh, kw] = dims;
     let g = U8S8_INPUT_GROUP;
     let (o, oh, ow) = (t.shape[1], t.shape[2], t.shape[3]);
@@ -160,7 +163,7 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
                                 } else {
                                     offset
                                 };
-                                let wj = u8s8_weight_index(attrs, dims, [oc, ic, ky, kx]);
+                                let wj = u8s8_weight_index(pixel_lanes, dims, [oc, ic, ky, kx]);
                                 acc += byte * wv[wj];
                             }
                         }
