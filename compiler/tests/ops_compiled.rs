@@ -29,6 +29,7 @@ fn main() {
             packed_weight_convolutions_match_the_interpreter,
             pointwise_convolutions_over_pixel_vectors_match_the_interpreter,
             pointwise_convolutions_with_overlapping_pixel_tiles_match_the_interpreter,
+            pointwise_expansions_on_maps_of_whole_vectors_but_one_match_the_interpreter,
             packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
             small_map_pointwise_convolutions_split_channels_and_match_the_interpreter,
             packed_dense_weights_match_the_interpreter,
@@ -114,10 +115,11 @@ def @main(%x: Tensor[(1, 16, 6, 16), float32], %y: Tensor[(1, 32, 8, 8), float32
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2", "w3", "w4", "w5"], false, &|kernels, lanes| {
-        // Vectorized over pixels: an OIHW pointwise kernel with rows and columns fused into one loop.
+        // Vectorized over pixels: an OIHW pointwise kernel with rows and columns fused into one loop
+        // (itself fused with the channel tiles where both run in parallel).
         let fused_pixels = |k: &PrimFunc| {
             let mut found = false;
-            k.body.visit(&mut |s| found |= matches!(s, kiln::tir::Stmt::For(l) if l.var.name.ends_with("_f_o")));
+            k.body.visit(&mut |s| found |= matches!(s, kiln::tir::Stmt::For(l) if l.var.name.contains("_f_o")));
             found
         };
         let on_pixels = kernels
@@ -128,6 +130,35 @@ def @main(%x: Tensor[(1, 16, 6, 16), float32], %y: Tensor[(1, 32, 8, 8), float32
         let packed = kernels.iter().filter(|k| k.attrs.contains_key("conv2d.weight_block")).count();
         let (want_pixels, want_packed) = if lanes == 16 { (4, 1) } else { (3, 1) };
         assert_eq!((on_pixels, packed), (want_pixels, want_packed), "pointwise kernels with {lanes} lanes");
+    });
+}
+
+/// On 16 lanes, a pointwise expansion (32 → 64 channels) over a 14 × 14
+/// map — 12¼ vectors of pixels, the last tile overlapping the one before —
+/// stays OIHW and is vectorized over pixels, while the projection back
+/// (64 → 32, with a residual add) keeps the packed form; on 8 lanes both are
+/// packed (196 pixels are not whole vectors of 8 either). Pixel and channel
+/// tiles run in parallel together. All equal the interpreter on LLVM and C,
+/// 1 and 2 threads.
+fn pointwise_expansions_on_maps_of_whole_vectors_but_one_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(64, 32, 1, 1), float32], %b1: Tensor[(64), float32],
+          %w2: Tensor[(32, 64, 1, 1), float32]) {
+  %0 = clip(nn.bias_add(nn.conv2d(%x, %w1), %b1), a_min=0f, a_max=6f);
+  add(nn.conv2d(%0, %w2), %x)
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2"], false, &|kernels, lanes| {
+        let convolutions: Vec<_> =
+            kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d")).collect();
+        assert_eq!(convolutions.len(), 2, "two convolution kernels");
+        let packed_outputs: Vec<usize> = convolutions
+            .iter()
+            .filter(|k| k.attrs.contains_key("conv2d.weight_block"))
+            .map(|k| k.params.last().map_or(0, |b| b.shape()[1]))
+            .collect();
+        let want: &[usize] = if lanes == 16 { &[32] } else { &[64, 32] };
+        assert_eq!(packed_outputs, want, "packed kernels' output channels, {lanes} lanes");
     });
 }
 
@@ -588,6 +619,9 @@ def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float3
 /// that are not, strides 1 and 2, 3×3 and 5×5 windows, a channel multiplier,
 /// and no padding (no image to read past the end: the general schedule)
 /// equal the interpreter on LLVM and C, for 8- and 16-lane vector units.
+/// Maps of 32 output rows or more run in bands of rows (each band's padded
+/// image per channel, band × channel in parallel): 32 × 32 at stride 1 and
+/// 64 × 20 at stride 2 (four bands of 8 output rows each).
 fn depthwise_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32],
@@ -595,14 +629,18 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
           %x3: Tensor[(1, 4, 16, 16), float32], %w3: Tensor[(4, 1, 3, 3), float32],
           %x4: Tensor[(1, 4, 11, 20), float32], %w4: Tensor[(4, 1, 5, 5), float32],
           %x5: Tensor[(1, 4, 9, 9), float32], %w5: Tensor[(4, 1, 3, 3), float32],
-          %x6: Tensor[(1, 4, 10, 10), float32], %w6: Tensor[(8, 1, 3, 3), float32]) {
+          %x6: Tensor[(1, 4, 10, 10), float32], %w6: Tensor[(8, 1, 3, 3), float32],
+          %x7: Tensor[(1, 4, 32, 32), float32], %w7: Tensor[(4, 1, 3, 3), float32],
+          %x8: Tensor[(1, 4, 64, 20), float32], %w8: Tensor[(4, 1, 3, 3), float32]) {
   %0 = nn.conv2d(%x1, %w1, padding=[1, 1, 1, 1], groups=8);
   %1 = nn.conv2d(%x2, %w2, strides=[2, 2], padding=[1, 1, 1, 1], groups=8);
   %2 = nn.conv2d(%x3, %w3, padding=[1, 1, 1, 1], groups=4);
   %3 = nn.conv2d(%x4, %w4, strides=[2, 2], padding=[2, 2, 2, 2], groups=4);
   %4 = nn.conv2d(%x5, %w5, groups=4);
   %5 = nn.conv2d(%x6, %w6, padding=[1, 1, 1, 1], groups=4);
-  (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5)
+  %6 = nn.conv2d(%x7, %w7, padding=[1, 1, 1, 1], groups=4);
+  %7 = nn.conv2d(%x8, %w8, strides=[2, 2], padding=[1, 1, 1, 1], groups=4);
+  (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5, %6, %7)
 }
 "#;
     let mut m = parse_module(text).expect("parse");
@@ -616,10 +654,25 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         unit.configure(&mut ctx);
         let (_, plan) = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile");
         let depthwise: Vec<_> = plan.kernels.iter().filter(|k| k.attrs.contains_key("conv2d.groups")).collect();
-        assert_eq!(depthwise.len(), 6, "six grouped convolutions");
+        assert_eq!(depthwise.len(), 8, "eight grouped convolutions");
         // Only the unpadded convolution (7-wide rows, nothing to read past their end) falls back.
         let fallbacks: Vec<_> = depthwise.iter().filter(|k| k.attrs.contains_key("depthwise")).collect();
         assert_eq!(fallbacks.len(), 1, "{:?}", fallbacks.iter().map(|k| &k.attrs).collect::<Vec<_>>());
+        // The two 32-row maps in four bands of rows: 4 × 4 channels in parallel.
+        let parallel_extents = |k: &PrimFunc| {
+            let mut extents = Vec::new();
+            k.body.visit(&mut |s| match s {
+                kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
+                _ => {}
+            });
+            extents
+        };
+        let banded = depthwise
+            .iter()
+            .filter(|k| k.params[0].shape()[2] >= 32)
+            .filter(|k| parallel_extents(k) == [kiln::tir::Expr::int(16)])
+            .count();
+        assert_eq!(banded, 2, "{} lanes", unit.f32_lanes);
         let jit = kiln::codegen::llvm::Jit::new("depthwise", &plan.kernels).expect("jit");
         let c = common::c_library(&plan.kernels);
         for threads in [1, 2] {

@@ -205,16 +205,21 @@ fn pack_conv2d_weight(store: &mut Store, post: ExprId, call: &Call, block: usize
 /// Whether a convolution stays OIHW for the schedule's pixel-vectorized
 /// pointwise strategy: a pointwise convolution
 /// ([`crate::topi::is_pointwise_conv2d`]) whose map passes
-/// [`crate::schedule::pointwise_over_pixels`] (whole vectors of pixels, on a
-/// 16-lane target). Its lanes are then pixels, contiguous in the
-/// input and in the NCHW output; packed (`OIHW<k>o`), the lanes are output
-/// channels a plane apart, and with MobileNetV2's short reductions (16 to 32
-/// input channels) scattering them cost as much as the multiply-adds on
-/// AVX-512. Maps of 14 × 14 and 7 × 7 are not whole vectors and stay packed.
+/// [`crate::schedule::pointwise_over_pixels`] (whole vectors of pixels, or on
+/// a 16-lane target an expansion over whole vectors but one). Its lanes are
+/// then pixels, contiguous in the input and in the NCHW output; packed
+/// (`OIHW<k>o`), the lanes are output channels a plane apart, and with
+/// MobileNetV2's short reductions (16 to 32 input channels) scattering them
+/// cost as much as the multiply-adds on AVX-512. Maps of 7 × 7 and
+/// projections on 14 × 14 stay packed.
 fn pixels_as_lanes(store: &Store, pre: ExprId, unit: VectorUnit) -> bool {
     let Some(call) = store.as_call(pre) else { return false };
-    let pixels = store.checked_type(pre).and_then(|t| t.as_tensor().map(|t| t.shape.iter().skip(2).product::<usize>()));
-    crate::topi::is_pointwise_conv2d(store, call) && pixels.is_some_and(|p| pointwise_over_pixels(p, unit))
+    let shape = |e: ExprId| store.checked_type(e).and_then(|t| t.as_tensor().map(|t| t.shape.clone()));
+    let (Some(out), Some(weight)) = (shape(pre), call.args.get(1).and_then(|&w| shape(w))) else { return false };
+    let pixels = out.iter().skip(2).product::<usize>();
+    crate::topi::is_pointwise_conv2d(store, call)
+        && weight.len() == 4
+        && pointwise_over_pixels(pixels, weight[1], weight[0], unit)
 }
 
 /// The fewest input and output channels of a Winograd convolution: the
