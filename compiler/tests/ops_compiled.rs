@@ -573,20 +573,35 @@ def @main(%x: Tensor[(1, 1, 28, 28), float32], %y: Tensor[(1, 3, 13, 13), float3
 /// most 64 pixels) on 7-wide rows, too short to hide the FMA latency with one
 /// channel vector on 8 lanes, take two rows per tile and a tile of one row
 /// for an odd row: a 1 × 1 expansion with a bias and ReLU on 7 × 7, a padded
-/// stride-2 3 × 3 on 13 × 13 and a stride-2 1 × 1 onto 5 × 7 equal the interpreter on
-/// LLVM and C, 1 and 2 threads (on 16 lanes one row per tile, as before).
+/// stride-2 3 × 3 on 13 × 13, a stride-2 1 × 1 onto 5 × 7 and a 960 → 160
+/// projection on 7 × 7 equal the interpreter on LLVM and C, 1 and 2 threads
+/// (on 16 lanes one row per tile, as before). Fewer than 8 channel tiles
+/// (the projection's 5 on 16 lanes) run in parallel together with the rows.
 fn weight_stationary_convolutions_on_short_rows_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float32], %z: Tensor[(1, 128, 9, 13), float32],
+          %u: Tensor[(1, 960, 7, 7), float32],
           %w1: Tensor[(1024, 96, 1, 1), float32], %b1: Tensor[(1024), float32],
-          %w2: Tensor[(512, 64, 3, 3), float32], %w3: Tensor[(640, 128, 1, 1), float32]) {
+          %w2: Tensor[(512, 64, 3, 3), float32], %w3: Tensor[(640, 128, 1, 1), float32],
+          %w4: Tensor[(160, 960, 1, 1), float32]) {
   %0 = nn.relu(nn.bias_add(nn.conv2d(%x, %w1, padding=[0, 0, 0, 0]), %b1));
   %1 = nn.conv2d(%y, %w2, strides=[2, 2], padding=[1, 1, 1, 1]);
   %2 = nn.conv2d(%z, %w3, strides=[2, 2], padding=[0, 0, 0, 0]);
-  (%0, %1, %2)
+  (%0, %1, %2, nn.conv2d(%u, %w4))
 }
 "#;
-    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+    check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
+        // The 960 → 160 projection's parallel loop: on 16 lanes its 5 tiles of
+        // two channel vectors run with the 7 rows (35 tasks); on 8 lanes 20
+        // tiles of one vector (two-row tiles) share out alone.
+        let projection = kernels.iter().find(|k| k.params.last().is_some_and(|b| b.shape()[1] == 160)).expect("160");
+        let mut extents = Vec::new();
+        projection.body.visit(&mut |s| match s {
+            kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
+            _ => {}
+        });
+        let tasks = if lanes == 16 { 35 } else { 20 };
+        assert_eq!(extents, [kiln::tir::Expr::int(tasks)], "the projection's parallel loop, {lanes} lanes");
         // Per packed convolution, its accumulators' shapes: the main tile's, then the odd row's.
         let tiles: Vec<Vec<String>> = kernels
             .iter()
@@ -599,7 +614,7 @@ def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float3
                     .collect()
             })
             .collect();
-        assert_eq!(tiles.len(), 3, "three packed convolutions: {tiles:?}");
+        assert_eq!(tiles.len(), 4, "four packed convolutions: {tiles:?}");
         for t in &tiles {
             if lanes == 8 {
                 assert!(
