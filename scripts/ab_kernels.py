@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Two kiln binaries' per-kernel times on one model, alternated, robust to a noisy machine.
 
-Usage: scripts/ab_kernels.py BASE NEW MODEL NAME=INPUT.npy [--rounds N] [--threads T] [--runs R]
+Usage: scripts/ab_kernels.py BASE NEW MODEL NAME=INPUT.npy [--rounds N] [--threads T] [--runs R] [--target T]
   BASE, NEW  two `kiln` binaries (e.g. a copy of target/release/kiln from before a change, and after)
   Runs `kiln bench MODEL --profile` with each binary in turn, N rounds (default 3), and prints per
   kernel: the minimum time of each binary over the rounds and, for kernels whose time moved, the
@@ -25,6 +25,7 @@ ARGS.add_argument("--rounds", type=int, default=3)
 ARGS.add_argument("--threads", type=int, default=1)
 ARGS.add_argument("--runs", type=int, default=100)
 ARGS.add_argument("--changed", help="comma-separated kernel names known to differ")
+ARGS.add_argument("--target", help='build for this target, e.g. "llvm -mcpu=znver3" (the AVX2 path on any x86 CPU)')
 OPTS = ARGS.parse_args()
 
 # The kernel's name ends the line (newer profiles put GFLOP/s and a class before it).
@@ -35,7 +36,7 @@ TOTAL = re.compile(r"median ([\d.]+) us, min ([\d.]+) us")
 def profile(kiln):
     """({kernel: µs}, (median, fastest)) of one `kiln bench --profile` run."""
     args = [kiln, "bench", OPTS.model, "--input", OPTS.input, "--threads", str(OPTS.threads),
-            "--runs", str(OPTS.runs), "--profile"]
+            "--runs", str(OPTS.runs), "--profile"] + (["--target", OPTS.target] if OPTS.target else [])
     p = subprocess.run(args, capture_output=True, text=True, check=True)
     kernels, total = {}, (float("nan"), float("nan"))
     for line in (p.stdout + p.stderr).splitlines():

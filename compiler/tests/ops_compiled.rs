@@ -30,6 +30,7 @@ fn main() {
             pointwise_convolutions_over_pixel_vectors_match_the_interpreter,
             pointwise_convolutions_with_overlapping_pixel_tiles_match_the_interpreter,
             pointwise_expansions_on_maps_of_whole_vectors_but_one_match_the_interpreter,
+            pointwise_convolutions_on_large_maps_sweep_channel_chunks_and_match_the_interpreter,
             packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
             small_map_pointwise_convolutions_split_channels_and_match_the_interpreter,
             packed_dense_weights_match_the_interpreter,
@@ -159,6 +160,31 @@ def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(64, 32, 1, 1), floa
             .collect();
         let want: &[usize] = if lanes == 16 { &[32] } else { &[64, 32] };
         assert_eq!(packed_outputs, want, "packed kernels' output channels, {lanes} lanes");
+    });
+}
+
+/// On 16 lanes, a pointwise expansion (16 → 96 channels, bias and clip) on a
+/// 56 × 56 map sweeps its pixels in chunks of 32 channels (tiles of 8 rows ×
+/// 2 vectors: 12 channel tiles in 3 chunks, 98 pixel tiles in 2 bands),
+/// band × chunk in parallel (6 tasks); equal to the interpreter on LLVM and
+/// C, 1 and 2 threads. (On 8 lanes 56-wide rows take the general row tiles.)
+fn pointwise_convolutions_on_large_maps_sweep_channel_chunks_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 56, 56), float32], %w1: Tensor[(96, 16, 1, 1), float32], %b1: Tensor[(96), float32]) {
+  clip(nn.bias_add(nn.conv2d(%x, %w1), %b1), a_min=0f, a_max=6f)
+}
+"#;
+    check_compiled(text, &["w1", "b1"], false, &|kernels, lanes| {
+        if lanes != 16 {
+            return;
+        }
+        let conv = kernels.iter().find(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d")).expect("conv");
+        let mut extents = Vec::new();
+        conv.body.visit(&mut |s| match s {
+            kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
+            _ => {}
+        });
+        assert_eq!(extents, [kiln::tir::Expr::int(6)], "bands × chunks in parallel");
     });
 }
 
