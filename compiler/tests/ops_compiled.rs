@@ -492,8 +492,9 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// integers in [25, 75] after constant folding) become int8 dot products
 /// (`relay.IntegerConv2d.enable`; by default only where the target has
 /// VNNI): 3 × 3 windows over 20 channels (padded to 24) and 32 (strided),
-/// output channels as lanes, and a 1 × 1 window over 24 channels on an 8 × 8
-/// map to 24 (not whole blocks of 16), pixels as lanes; with a bias and ReLU epilogue, equal to the
+/// output channels as lanes, and 1 × 1 windows over 24 channels on an 8 × 8
+/// map to 24 (not whole blocks of 16) and over 16 on 56 × 56 to 96 (its
+/// pixels swept in chunks of channels), pixels as lanes; with a bias and ReLU epilogue, equal to the
 /// interpreter's float arithmetic (the sums are integers below 2²⁴, exact
 /// both ways), on LLVM — one `vpdpbusd` per accumulator and channel group
 /// where this CPU has VNNI, else the same sums widened — and C, 1 and 2
@@ -502,9 +503,9 @@ fn check_compiled(text: &str, weights: &[&str], transcendental: bool, inspect: &
 /// `IntegerConv2d`).
 fn integer_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32], %w1: Tensor[(32, 20, 3, 3), float32],
-          %b1: Tensor[(32), float32], %w2: Tensor[(48, 32, 3, 3), float32], %w3: Tensor[(16, 32, 1, 1), float32],
-          %w4: Tensor[(24, 24, 1, 1), float32]) {
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32], %v: Tensor[(1, 16, 56, 56), float32],
+          %w1: Tensor[(32, 20, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(48, 32, 3, 3), float32],
+          %w3: Tensor[(16, 32, 1, 1), float32], %w4: Tensor[(24, 24, 1, 1), float32], %w5: Tensor[(96, 16, 1, 1), float32]) {
   %0 = clip(round(multiply(%x, 100f)), a_min=-20f, a_max=200f);
   %1 = nn.conv2d(%0, round(multiply(%w1, 50f)), padding=[1, 1, 1, 1]);
   %2 = nn.relu(nn.bias_add(%1, round(%b1)));
@@ -513,19 +514,33 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32
   %5 = nn.conv2d(%3, round(multiply(%w3, 50f)));
   %6 = clip(round(multiply(%y, 100f)), a_min=-100f, a_max=120f);
   %7 = nn.relu(nn.conv2d(%6, round(multiply(%w4, 50f))));
-  (%4, %5, %7)
+  %8 = clip(round(multiply(%v, 100f)), a_min=-100f, a_max=120f);
+  %9 = nn.conv2d(%8, round(multiply(%w5, 50f)));
+  (%4, %5, %7, %9)
 }
 "#;
     let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
     let config = [("relay.IntegerConv2d.enable", true)];
-    check_compiled_with(text, &["w1", "b1", "w2", "w3", "w4"], false, &config, &|kernels, lanes| {
+    check_compiled_with(text, &["w1", "b1", "w2", "w3", "w4", "w5"], false, &config, &|kernels, lanes| {
         let printed: Vec<String> = kernels.iter().map(kiln::tir::print_prim_func).collect();
         let int8 = printed.iter().filter(|t| t.contains("nn.contrib_conv2d_u8s8")).count();
-        assert_eq!(int8, 3, "three int8 convolutions");
+        assert_eq!(int8, 4, "four int8 convolutions");
         let dots = printed.iter().filter(|t| t.contains("kiln.dot_u8i8")).count();
         // Dot products on 16-lane tiles (an AVX2 unit's tiles are split by LLVM).
         if lanes == 16 {
-            assert_eq!(dots, 3, "dot products in every int8 kernel");
+            assert_eq!(dots, 4, "dot products in every int8 kernel");
+        }
+        // The 16 → 96 expansion on 56 × 56 sweeps its pixels in chunks of
+        // channels: on 16 lanes tiles of 6 channels × 4 vectors, 16 channel
+        // tiles in 4 chunks of 24 channels, 49 pixel tiles in one band.
+        let expansion = kernels.iter().find(|k| k.params.last().is_some_and(|b| b.shape()[1] == 96)).expect("96");
+        let mut extents = Vec::new();
+        expansion.body.visit(&mut |s| match s {
+            kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
+            _ => {}
+        });
+        if lanes == 16 {
+            assert_eq!(extents, [kiln::tir::Expr::int(4)], "bands × chunks of the int8 expansion");
         }
         if !vnni {
             eprintln!(

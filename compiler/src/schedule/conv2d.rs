@@ -355,19 +355,60 @@ fn pointwise_in_place_order(
     rows: i64,
     pixels: i64,
 ) -> Result<(Vec<Var>, Var), ScheduleError> {
+    match channel_sweeps(s, px_o, oc_o, rows, pixels)? {
+        Some(w) => {
+            s.reorder(&[
+                w.band.clone(),
+                w.chunk.clone(),
+                w.pixel_tiles,
+                w.channel_tiles.clone(),
+                oc_i.clone(),
+                px_i.clone(),
+            ])?;
+            Ok((vec![w.band, w.chunk], w.channel_tiles))
+        }
+        None => {
+            s.reorder(&[px_o.clone(), oc_o.clone(), oc_i.clone(), px_i.clone()])?;
+            Ok((vec![px_o.clone(), oc_o.clone()], oc_o.clone()))
+        }
+    }
+}
+
+/// A pointwise convolution's pixel tiles `px_o` split into bands and its
+/// channel tiles `oc_o` (of `rows` channels) into chunks of at most
+/// [`MAX_CHANNELS_PER_SWEEP`], on a map of at least [`MIN_SWEPT_PIXELS`]
+/// pixels with more than one chunk (see `pointwise_in_place_order`); the
+/// caller orders them band, chunk, pixel tiles, channel tiles.
+pub(super) fn channel_sweeps(
+    s: &mut Schedule,
+    px_o: &Var,
+    oc_o: &Var,
+    rows: i64,
+    pixels: i64,
+) -> Result<Option<ChannelSweeps>, ScheduleError> {
     let px_tiles = extent(s, px_o).unwrap_or(1);
     let oc_tiles = extent(s, oc_o).unwrap_or(1);
     let chunks =
         (1..=oc_tiles).find(|c| oc_tiles % c == 0 && oc_tiles / c * rows <= MAX_CHANNELS_PER_SWEEP).unwrap_or(1);
     if pixels < MIN_SWEPT_PIXELS || chunks == 1 {
-        s.reorder(&[px_o.clone(), oc_o.clone(), oc_i.clone(), px_i.clone()])?;
-        return Ok((vec![px_o.clone(), oc_o.clone()], oc_o.clone()));
+        return Ok(None);
     }
     let bands = [4, 2].into_iter().find(|b| px_tiles % b == 0).unwrap_or(1);
-    let (band, px_in) = s.split(px_o, (px_tiles / bands) as usize)?;
-    let (chunk, oc_in) = s.split(oc_o, (oc_tiles / chunks) as usize)?;
-    s.reorder(&[band.clone(), chunk.clone(), px_in, oc_in.clone(), oc_i.clone(), px_i.clone()])?;
-    Ok((vec![band, chunk], oc_in))
+    let (band, pixel_tiles) = s.split(px_o, (px_tiles / bands) as usize)?;
+    let (chunk, channel_tiles) = s.split(oc_o, (oc_tiles / chunks) as usize)?;
+    Ok(Some(ChannelSweeps { band, chunk, pixel_tiles, channel_tiles }))
+}
+
+/// The loops of [`channel_sweeps`].
+pub(super) struct ChannelSweeps {
+    /// Bands of pixel tiles (4 or 2, or 1 where neither divides).
+    pub band: Var,
+    /// Chunks of channel tiles.
+    pub chunk: Var,
+    /// A band's pixel tiles.
+    pub pixel_tiles: Var,
+    /// A chunk's channel tiles.
+    pub channel_tiles: Var,
 }
 
 /// The most output channels a pointwise convolution's sweep over a large map
