@@ -35,6 +35,7 @@ fn main() {
             packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
             small_map_pointwise_convolutions_split_channels_and_match_the_interpreter,
             packed_dense_weights_match_the_interpreter,
+            wide_dense_panels_take_six_row_tiles_and_match_the_interpreter,
             winograd_convolutions_match_the_interpreter,
             row_reductions_on_vector_lanes_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
@@ -296,6 +297,32 @@ def @main(%x: Tensor[(1, 32, 5, 7), float32], %w1: Tensor[(384, 32, 1, 1), float
             .collect();
         split.sort();
         assert_eq!(split, [(32, false), (48, false), (384, true)], "{lanes} lanes");
+    });
+}
+
+/// On 16 lanes (32 registers), a product over four or more packed panels of
+/// four vectors (256 columns as 4 panels of 64) takes tiles of 6 rows and a
+/// tail tile of the rows left over (20 rows: 3 × 6 + 2), with a bias and a
+/// residual add; equal to the interpreter on LLVM and C, 1 and 2 threads.
+fn wide_dense_panels_take_six_row_tiles_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 20, 128), float32], %r: Tensor[(1, 20, 256), float32], %w: Tensor[(256, 128), float32],
+          %b: Tensor[(256), float32]) {
+  add(add(nn.dense(%x, %w), %b), %r)
+}
+"#;
+    check_compiled(text, &["w", "b"], false, &|kernels, lanes| {
+        if lanes != 16 {
+            return;
+        }
+        let dense = kernels.iter().find(|k| k.attrs.contains_key("dense_pack.panel")).expect("a packed dense");
+        let text = kiln::tir::print_prim_func(dense);
+        let tiles: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("_local") && l.contains(" = T.alloc_buffer(["))
+            .filter_map(|l| l.split(" = T.alloc_buffer([").nth(1)?.split(']').next())
+            .collect();
+        assert_eq!(tiles, ["6, 64", "2, 64"], "six-row tiles and a tail:\n{text}");
     });
 }
 
