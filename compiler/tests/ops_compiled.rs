@@ -42,6 +42,7 @@ fn main() {
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
             integer_convolutions_match_the_interpreter,
+            byte_activations_between_kernels_match_the_interpreter,
         ],
     )
 }
@@ -574,6 +575,32 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 24, 8, 8), float32
                 "integer convolutions: this CPU has no AVX-512 VNNI; checked the widened sums instead of vpdpbusd"
             );
         }
+    });
+}
+
+/// With `relay.ByteActivations.enable` (and int8 convolutions forced on),
+/// a quantization of the input (integers in [−20, 200]) read by a padded
+/// int8 convolution, and that convolution's requantized output (bytes in
+/// [0, 255]) read by a second int8 convolution and by an addition, travel
+/// between kernels as uint8 (the padding reads the byte of 0); the outputs
+/// equal the interpreter's, on LLVM and C, 1 and 2 threads.
+fn byte_activations_between_kernels_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(16, 32, 3, 3), float32]) {
+  %0 = clip(round(multiply(%x, 100f)), a_min=-20f, a_max=200f);
+  %1 = nn.conv2d(%0, round(multiply(%w1, 50f)), padding=[1, 1, 1, 1]);
+  %2 = clip(round(multiply(%1, 0.0001f)), a_min=0f, a_max=255f);
+  %3 = nn.conv2d(%2, round(multiply(%w2, 50f)), padding=[1, 1, 1, 1]);
+  (add(%2, 3f), %3)
+}
+"#;
+    let config = [("relay.IntegerConv2d.enable", true), ("relay.ByteActivations.enable", true)];
+    check_compiled_with(text, &["w1", "w2"], false, &config, &|kernels, _| {
+        let byte_params = kernels.iter().flat_map(|k| &k.params).filter(|b| b.elem() == kiln_ir::DataType::U8).count();
+        // Written: the quantized input and the first convolution's output;
+        // read: the former by the first convolution, the latter by the second
+        // convolution and the addition.
+        assert_eq!(byte_params, 5, "byte tensors written and read by kernels");
     });
 }
 

@@ -21,13 +21,19 @@ pub(super) fn register(m: &mut OpMap<ComputeFn>) {
 
 /// The word of four bytes `value(j) + offset` (channel `4g + j` of the
 /// group; 0 + offset where `value` gives no value: padding, channels past
-/// the data's), byte `j` the `j`-th least significant.
-fn word(offset: i64, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
+/// the data's), byte `j` the `j`-th least significant. Data of `dtype`
+/// float32 (integers) or uint8 (the bytes themselves; outside, `offset`).
+fn word(dtype: DataType, offset: i64, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
     (0..U8S8_INPUT_GROUP as i64)
         .map(|j| {
             let (inside, v) = value(j);
-            let d = select(inside, v, Expr::constant(0.0, DataType::F32));
-            let byte = Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32));
+            let byte = if dtype == DataType::U8 {
+                let outside = Expr::constant(offset as f64, DataType::U8);
+                Expr::cast(TirType::scalar(DataType::U32), select(inside, v, outside))
+            } else {
+                let d = select(inside, v, Expr::constant(0.0, DataType::F32));
+                Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32))
+            };
             byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
         })
         .reduce(|a, b| a + b)
@@ -50,7 +56,7 @@ fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> T
         let h = i[2].clone() - Expr::int(pads[0]);
         let w = i[3].clone() - Expr::int(pads[1]);
         let pixel = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
-        word(offset, |j| {
+        word(x.dtype(), offset, |j| {
             let c = i[1].clone() * Expr::int(g) + Expr::int(j);
             let inside = Expr::and(pixel.clone(), in_range(&c, 0, s[1] as i64));
             (inside, x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h.clone(), s[2]), clamp(w.clone(), s[3])]))
@@ -69,7 +75,7 @@ fn word_image_over_pixels(x: &Tensor, channel_groups: usize, offset: i64) -> Ten
             Expr::bin(BinOp::FloorDiv, i[2].clone(), width.clone()),
             Expr::bin(BinOp::FloorMod, i[2].clone(), width.clone()),
         );
-        word(offset, |j| {
+        word(x.dtype(), offset, |j| {
             let c = i[1].clone() * Expr::int(g) + Expr::int(j);
             let clamped = Expr::bin(BinOp::Min, c.clone(), Expr::int(s[1] as i64 - 1));
             (in_range(&c, 0, s[1] as i64), x.at(&[i[0].clone(), clamped, h.clone(), w.clone()]))

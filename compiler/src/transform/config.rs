@@ -247,6 +247,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             "compute convolutions whose operands are provably bytes (quantized models) as int8 dot products (default: true where the target has AVX-512 VNNI)",
             vec![],
         );
+        add(
+            "relay.ByteActivations.enable",
+            ConfigKind::Bool,
+            "store a kernel output that is provably 256 integers or fewer (a quantized model's) as uint8 between kernels (default false: exact, not yet faster; CPU pipeline)",
+            vec![],
+        );
         add("relay.FuseOps.max_depth", ConfigKind::Int, "the most operators FuseOps puts in one kernel (default 256)", vec![]);
         add("tir.fast_math", ConfigKind::Bool, "allow fast-math (reassociating, NaN-ignoring) floating-point code", vec![]);
         add(

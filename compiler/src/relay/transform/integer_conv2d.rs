@@ -142,7 +142,7 @@ fn pixels_as_lanes(attrs: &Attrs, data: &[usize], kh: usize, kw: usize) -> bool 
 /// `[lo, hi]` of a float tensor whose values are all integers, by the ops
 /// that make it (infinite bounds where only integrality is known); None
 /// where integrality is not proven.
-fn integer_range(store: &Store, id: ExprId) -> Option<(f64, f64)> {
+pub(super) fn integer_range(store: &Store, id: ExprId) -> Option<(f64, f64)> {
     const ANY: (f64, f64) = (f64::NEG_INFINITY, f64::INFINITY);
     let integral = |v: f64| v.is_finite() && v.fract() == 0.0;
     let args = store.as_call(id).map(|c| c.args.clone()).unwrap_or_default();

@@ -11,6 +11,7 @@ use kiln_ir::relay::{infer_module, IRModule};
 use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, Sequential};
 
 pub mod alter_op_layout;
+pub mod byte_activations;
 pub mod common_subexpr;
 pub mod convert_layout;
 pub mod dead_code;
@@ -98,6 +99,17 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
+        FunctionPass::new(
+            PassInfo::new("ByteActivations", 3, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                Ok(if ctx.config_bool("relay.ByteActivations.enable") == Some(true) {
+                    byte_activations::byte_activations(&mut m.store, f)
+                } else {
+                    f
+                })
+            },
+        )
+        .arc(),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))
         }),
@@ -155,12 +167,14 @@ pub fn default_pipeline() -> Result<Sequential, PassError> {
 /// small to fill the GPU; see [`split_reduction`]).
 pub fn gpu_pipeline() -> Result<Sequential, PassError> {
     let mut names = DEFAULT_PIPELINE.to_vec();
+    // Bytes between kernels: measured on CPUs only.
+    names.retain(|&n| n != "ByteActivations");
     let at = names.iter().position(|&n| n == "AlterOpLayout").unwrap_or(names.len());
     names.insert(at, "SplitConvReduction");
     Sequential::from_names("GpuPipeline", &names)
 }
 
-const DEFAULT_PIPELINE: [&str; 15] = [
+const DEFAULT_PIPELINE: [&str; 17] = [
     "RemoveUnusedFunctions",
     "SimplifyInference",
     "ConvertLayout",
@@ -175,5 +189,7 @@ const DEFAULT_PIPELINE: [&str; 15] = [
     "DeadCodeElimination",
     "InferType",
     "FuseOps",
+    "InferType",
+    "ByteActivations",
     "InferType",
 ];

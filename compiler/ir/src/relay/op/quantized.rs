@@ -15,7 +15,10 @@
 //! vector lanes are pixels. `compensation[o]` is
 //! `−data_offset · Σ w[o, …]`, added in int32 so that the result is exactly
 //! `Σ d · w` (as float32: exact below 2²⁴ in magnitude, like the float
-//! arithmetic it replaces). Padding reads `d = 0`.
+//! arithmetic it replaces). Padding reads `d = 0`. The data may also be
+//! uint8: the bytes themselves (`d + data_offset` already; padding reads
+//! the byte `data_offset`) — ByteActivations stores a quantized model's
+//! activations so between kernels.
 
 use super::nn::{check_nchw, ints_n, window_out};
 use super::util::{shape_str, tensor_arg, tensor_val};
@@ -40,7 +43,7 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             OpPattern::OutEWiseFusable,
             rel_conv2d_u8s8,
             eval_conv2d_u8s8,
-            "2-D convolution of float32 data holding integers (read as bytes `d + data_offset`) with an int8 \
+            "2-D convolution of float32 data holding integers (read as bytes `d + data_offset`; or uint8 bytes, padding `data_offset`) with an int8 \
              weight packed [O/16, C4/4, KH, KW, 16, 4], summed in int32 plus `compensation` [O]; float32 NCHW out.",
         )
         .attr(AttrSpec::ints("strides", &[1, 1]))
@@ -86,9 +89,10 @@ pub fn u8s8_weight_index(pixel_lanes: bool, [_, g, kh, kw]: [usize; 4], [o, c, y
 fn rel_conv2d_u8s8(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
     let (x, w, comp) =
         (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?, tensor_arg(args, 2, "compensation")?);
-    if x.dtype != DataType::F32 || w.dtype != DataType::I8 || comp.dtype != DataType::I32 {
+    let data = matches!(x.dtype, DataType::F32 | DataType::U8);
+    if !data || w.dtype != DataType::I8 || comp.dtype != DataType::I32 {
         return Err(format!(
-            "takes float32 data, an int8 weight and int32 compensation, found {}, {} and {}",
+            "takes float32 or uint8 data, an int8 weight and int32 compensation, found {}, {} and {}",
             x.dtype, w.dtype, comp.dtype
         )
         .into());
@@ -132,11 +136,13 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let [_, c4, kh, kw] = dims;
     let g = U8S8_INPUT_GROUP;
     let (o, oh, ow) = (t.shape[1], t.shape[2], t.shape[3]);
+    // uint8 data are the bytes themselves.
+    let shift = if x.dtype() == DataType::U8 { 0.0 } else { offset as f64 };
     let bytes = x
         .to_f64_vec()
         .into_iter()
         .map(|d| {
-            let v = d + offset as f64;
+            let v = d + shift;
             if v.fract() == 0.0 && (0.0..=255.0).contains(&v) {
                 Ok(v as i64)
             } else {
@@ -208,6 +214,23 @@ mod tests {
         // Channel 0 holds −5, −4, −3, −2: every 3 × 3 window at pad 1 covers all four.
         assert_eq!(&y[..4], &[-14.0; 4]);
         assert!(y[4..].iter().all(|&v| v == 0.0));
+    }
+
+    /// The same sum over uint8 data — the bytes themselves, `d + 7` — with
+    /// the padding reading the byte of 0 (`data_offset`, 7): the same result.
+    #[test]
+    fn takes_uint8_data_as_the_bytes_themselves() {
+        let x = Tensor::from_f64(DataType::U8, vec![1, 3, 2, 2], &(0..12).map(|v| v as f64 + 2.0).collect::<Vec<_>>());
+        let mut w = vec![0.0; 16 * 9 * 4];
+        for k in 0..9 {
+            w[k * 64] = 1.0;
+        }
+        let w = Tensor::from_f64(DataType::I8, vec![1, 1, 3, 3, 16, 4], &w);
+        let mut comp = vec![0.0; 16];
+        comp[0] = -9.0 * 7.0;
+        let comp = Tensor::from_f64(DataType::I32, vec![16], &comp);
+        let y = conv(x, w, comp, 7, 1).unwrap().tensor().unwrap().to_f64_vec();
+        assert_eq!(&y[..4], &[-14.0; 4]);
     }
 
     #[test]
