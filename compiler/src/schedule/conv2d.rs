@@ -543,7 +543,7 @@ fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit: VectorUnit
     let row_tiles = lanes < 16 && owe % (2 * lanes) == 0;
     let overlapping = pixels % lanes != 0;
     let over_pixels = pixels > 0 && pointwise_over_pixels(pixels as usize, channels as usize, oce as usize, unit);
-    if !pointwise || row_tiles || overlapping && !over_pixels {
+    if !pointwise || row_tiles || pixels <= 0 || overlapping && !over_pixels {
         return None;
     }
     let registers = unit.registers as i64;

@@ -196,20 +196,25 @@ mod tests {
         eval_conv2d_u8s8(&[Value::Tensor(x), Value::Tensor(w), Value::Tensor(comp)], &attrs)
     }
 
+    /// A weight of 1 on input channel 0 at every 3 × 3 window position for
+    /// output channel 0 (of 16), and its compensation for a data offset of 7.
+    fn window_sum_weight() -> (Tensor, Tensor) {
+        let mut w = vec![0.0; 16 * 9 * 4];
+        for k in 0..9 {
+            w[k * 64] = 1.0; // output channel 0, input channel 0, window position k
+        }
+        let mut comp = vec![0.0; 16];
+        comp[0] = -9.0 * 7.0;
+        (Tensor::from_f64(DataType::I8, vec![1, 1, 3, 3, 16, 4], &w), Tensor::from_f64(DataType::I32, vec![16], &comp))
+    }
+
     /// One output channel of 16 with weight 1 on channel 0 (of 3, padded to
     /// 4): the sum of data plus offset over the 3 × 3 window, pads reading
     /// the offset, and the compensation removing 9 offsets: the plain sum.
     #[test]
     fn sums_the_data_exactly_with_offset_and_compensation() {
         let x = Tensor::from_f64(DataType::F32, vec![1, 3, 2, 2], &(0..12).map(|v| v as f64 - 5.0).collect::<Vec<_>>());
-        let mut w = vec![0.0; 16 * 9 * 4];
-        for k in 0..9 {
-            w[k * 64] = 1.0; // output channel 0, input channel 0, window position k
-        }
-        let w = Tensor::from_f64(DataType::I8, vec![1, 1, 3, 3, 16, 4], &w);
-        let mut comp = vec![0.0; 16];
-        comp[0] = -9.0 * 7.0;
-        let comp = Tensor::from_f64(DataType::I32, vec![16], &comp);
+        let (w, comp) = window_sum_weight();
         let y = conv(x, w, comp, 7, 1).unwrap().tensor().unwrap().to_f64_vec();
         // Channel 0 holds −5, −4, −3, −2: every 3 × 3 window at pad 1 covers all four.
         assert_eq!(&y[..4], &[-14.0; 4]);
@@ -221,14 +226,7 @@ mod tests {
     #[test]
     fn takes_uint8_data_as_the_bytes_themselves() {
         let x = Tensor::from_f64(DataType::U8, vec![1, 3, 2, 2], &(0..12).map(|v| v as f64 + 2.0).collect::<Vec<_>>());
-        let mut w = vec![0.0; 16 * 9 * 4];
-        for k in 0..9 {
-            w[k * 64] = 1.0;
-        }
-        let w = Tensor::from_f64(DataType::I8, vec![1, 1, 3, 3, 16, 4], &w);
-        let mut comp = vec![0.0; 16];
-        comp[0] = -9.0 * 7.0;
-        let comp = Tensor::from_f64(DataType::I32, vec![16], &comp);
+        let (w, comp) = window_sum_weight();
         let y = conv(x, w, comp, 7, 1).unwrap().tensor().unwrap().to_f64_vec();
         assert_eq!(&y[..4], &[-14.0; 4]);
     }
