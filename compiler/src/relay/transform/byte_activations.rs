@@ -64,8 +64,10 @@ fn kernel(store: &Store, id: ExprId) -> Option<ExprId> {
 /// The float32 kernel outputs whose every reader is a kernel (not a
 /// reshape-only one) and whose value is provably 256 integers or fewer.
 fn plan(store: &Store, body: ExprId) -> Plan {
-    // Kernel outputs read only by kernels that read bytes well, and whether so far.
-    let mut read_by_kernels: HashMap<ExprId, bool> = HashMap::new();
+    // Per kernel output read by kernels: the data offsets of the int8
+    // convolutions reading it, or None once a reader reads it otherwise than
+    // elementwise or as such data.
+    let mut readers: HashMap<ExprId, Option<Vec<i64>>> = HashMap::new();
     let mut escapes: HashSet<ExprId> = HashSet::from([body]);
     let mut seen = HashSet::new();
     let mut stack = vec![body];
@@ -77,14 +79,16 @@ fn plan(store: &Store, body: ExprId) -> Plan {
         if let ExprKind::Function(_) = kind {
             continue;
         }
-        let reads_as_kernel =
-            kernel(store, id).is_some_and(|f| !store.as_function(f).is_some_and(|f| f.is_reshape_only()));
-        match (kind, reads_as_kernel) {
-            (ExprKind::Call(call), true) => {
-                let function = kernel(store, id).and_then(|f| store.as_function(f));
+        let reader = kernel(store, id).and_then(|f| store.as_function(f)).filter(|f| !f.is_reshape_only());
+        match (kind, reader) {
+            (ExprKind::Call(call), Some(f)) => {
                 for (k, &a) in call.args.iter().enumerate() {
-                    let reads_bytes = function.is_some_and(|f| reads_bytes_well(store, f, k));
-                    *read_by_kernels.entry(a).or_insert(true) &= reads_bytes;
+                    let offsets = byte_reads(store, f, k);
+                    let entry = readers.entry(a).or_insert_with(|| Some(Vec::new()));
+                    match (entry.as_mut(), offsets) {
+                        (Some(all), Some(these)) => all.extend(these),
+                        _ => *entry = None,
+                    }
                     stack.push(a);
                 }
             }
@@ -97,20 +101,21 @@ fn plan(store: &Store, body: ExprId) -> Plan {
         }
     }
     let mut bytes = HashMap::new();
-    for (&id, _) in read_by_kernels.iter().filter(|(id, &well)| well && !escapes.contains(id)) {
+    for (&id, offsets) in readers.iter().filter(|(id, _)| !escapes.contains(id)) {
+        let Some(offsets) = offsets else { continue };
         let Some(f) = kernel(store, id).and_then(|f| store.as_function(f)) else { continue };
         if f.is_reshape_only() {
             continue;
         }
         let float = store.checked_type(id).and_then(|t| t.as_tensor()).is_some_and(|t| t.dtype == DataType::F32);
         let Some((lo, hi)) = integer_range(store, f.body) else { continue };
-        if float && lo.is_finite() && hi.is_finite() && hi - lo <= 255.0 {
+        // A reader's int8 convolution takes the bytes as they are only where
+        // its data offset is the bytes' (−lo); otherwise the tensor stays float.
+        let offsets_match = offsets.iter().all(|&o| o as f64 == -lo);
+        if float && lo.is_finite() && hi.is_finite() && hi - lo <= 255.0 && offsets_match {
             bytes.insert(id, lo);
         }
     }
-    // A reader's int8 convolution takes the bytes as they are only where its
-    // data offset is the bytes' (−lo); otherwise the tensor stays float.
-    bytes.retain(|id, lo| offsets_match(store, body, *id, *lo));
     Plan { bytes }
 }
 
@@ -135,14 +140,15 @@ const ELEMENTWISE: [&str; 12] = [
     "nn.bias_add",
 ];
 
-/// Whether kernel `f` reads its parameter `index` only elementwise or as an
-/// int8 convolution's data.
-fn reads_bytes_well(store: &Store, f: &kiln_ir::relay::Function, index: usize) -> bool {
-    let Some(&param) = f.params.get(index) else { return false };
+/// How kernel `f` reads its parameter `index`: the data offsets of the int8
+/// convolutions that take it as data, where every other use is elementwise;
+/// None where some use is neither.
+fn byte_reads(store: &Store, f: &kiln_ir::relay::Function, index: usize) -> Option<Vec<i64>> {
+    let &param = f.params.get(index)?;
     if f.body == param {
-        return false;
+        return None;
     }
-    let mut well = true;
+    let mut offsets = Vec::new();
     let mut seen = HashSet::new();
     let mut stack = vec![f.body];
     while let Some(id) = stack.pop() {
@@ -155,59 +161,15 @@ fn reads_bytes_well(store: &Store, f: &kiln_ir::relay::Function, index: usize) -
         if uses == 0 {
             continue;
         }
-        well &= match (kind, store.op_name(id)) {
-            (ExprKind::Call(call), Some("nn.contrib_conv2d_u8s8")) => call.args[0] == param && uses == 1,
-            (ExprKind::Call(_), Some(op)) => ELEMENTWISE.contains(&op),
-            _ => false,
-        };
-    }
-    well
-}
-
-/// Whether every int8 convolution reading kernel output `id` (bytes from
-/// `lo`) has data offset −lo.
-fn offsets_match(store: &Store, body: ExprId, id: ExprId, lo: f64) -> bool {
-    let mut ok = true;
-    let mut seen = HashSet::new();
-    let mut stack = vec![body];
-    while let Some(e) = stack.pop() {
-        if !seen.insert(e) {
-            continue;
-        }
-        let Some(f) = kernel(store, e).and_then(|f| store.as_function(f)) else {
-            if store.as_function(e).is_none() {
-                store.kind(e).for_each_child(|c| stack.push(c));
+        match (kind, store.op_name(id)) {
+            (ExprKind::Call(call), Some("nn.contrib_conv2d_u8s8")) if call.args[0] == param && uses == 1 => {
+                offsets.push(call.attrs.int("data_offset").ok()?);
             }
-            continue;
-        };
-        let args = store.as_call(e).map(|c| c.args.clone()).unwrap_or_default();
-        stack.extend(args.iter().copied());
-        for (k, _) in args.iter().enumerate().filter(|(_, &a)| a == id) {
-            ok &= u8s8_offsets(store, f, k).iter().all(|&o| o as f64 == -lo);
+            (ExprKind::Call(_), Some(op)) if ELEMENTWISE.contains(&op) => {}
+            _ => return None,
         }
     }
-    ok
-}
-
-/// The data offsets of the int8 convolutions in kernel `f` that read its parameter `index`.
-fn u8s8_offsets(store: &Store, f: &kiln_ir::relay::Function, index: usize) -> Vec<i64> {
-    let Some(&param) = f.params.get(index) else { return Vec::new() };
-    let mut offsets = Vec::new();
-    let mut seen = HashSet::new();
-    let mut stack = vec![f.body];
-    while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        store.kind(id).for_each_child(|c| stack.push(c));
-        if store.op_name(id) == Some("nn.contrib_conv2d_u8s8") {
-            let call = store.as_call(id).expect("a call");
-            if call.args[0] == param {
-                offsets.push(call.attrs.int("data_offset").unwrap_or(-1));
-            }
-        }
-    }
-    offsets
+    Some(offsets)
 }
 
 struct Rewrite<'p> {

@@ -45,6 +45,19 @@ fn function_pass(
     .arc()
 }
 
+/// An opt-level-3 function pass (after InferType) that runs only where the
+/// boolean configuration key `key` is true (targets set it by their features).
+fn pass_enabled_by(
+    name: &str,
+    key: &'static str,
+    run: fn(&mut kiln_ir::relay::Store, kiln_ir::relay::ExprId) -> kiln_ir::relay::ExprId,
+) -> Arc<dyn Pass> {
+    FunctionPass::new(PassInfo::new(name, 3, &["InferType"]), move |m: &mut IRModule, f, ctx: &PassContext| {
+        Ok(if ctx.config_bool(key) == Some(true) { run(&mut m.store, f) } else { f })
+    })
+    .arc()
+}
+
 /// `PrintIR` (TVM's): writes the module's text to standard error, headed by
 /// the pass name, and returns it unchanged — a probe to put in a `Sequential`.
 pub fn print_ir() -> Arc<dyn Pass> {
@@ -88,28 +101,8 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
-        FunctionPass::new(
-            PassInfo::new("IntegerConv2d", 3, &["InferType"]),
-            |m: &mut IRModule, f, ctx: &PassContext| {
-                Ok(if ctx.config_bool("relay.IntegerConv2d.enable") == Some(true) {
-                    integer_conv2d::integer_conv2d(&mut m.store, f)
-                } else {
-                    f
-                })
-            },
-        )
-        .arc(),
-        FunctionPass::new(
-            PassInfo::new("ByteActivations", 3, &["InferType"]),
-            |m: &mut IRModule, f, ctx: &PassContext| {
-                Ok(if ctx.config_bool("relay.ByteActivations.enable") == Some(true) {
-                    byte_activations::byte_activations(&mut m.store, f)
-                } else {
-                    f
-                })
-            },
-        )
-        .arc(),
+        pass_enabled_by("IntegerConv2d", "relay.IntegerConv2d.enable", integer_conv2d::integer_conv2d),
+        pass_enabled_by("ByteActivations", "relay.ByteActivations.enable", byte_activations::byte_activations),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))
         }),
