@@ -31,6 +31,7 @@ fn main() {
             pointwise_convolutions_with_overlapping_pixel_tiles_match_the_interpreter,
             pointwise_expansions_on_maps_of_whole_vectors_but_one_match_the_interpreter,
             pointwise_convolutions_on_large_maps_sweep_channel_chunks_and_match_the_interpreter,
+            pointwise_expansions_on_small_maps_split_channel_halves_and_match_the_interpreter,
             pointwise_projections_on_small_maps_take_four_rows_by_two_vectors_and_match_the_interpreter,
             packed_convolutions_with_a_silu_epilogue_match_the_interpreter,
             small_map_pointwise_convolutions_split_channels_and_match_the_interpreter,
@@ -188,6 +189,47 @@ def @main(%x: Tensor[(1, 16, 56, 56), float32], %w1: Tensor[(96, 16, 1, 1), floa
             _ => {}
         });
         assert_eq!(extents, [kiln::tir::Expr::int(6)], "bands × chunks in parallel");
+    });
+}
+
+/// On 16 lanes, a pointwise expansion (32 → 96 channels, bias and clip) on a
+/// 28 × 28 map runs its channel tiles in two halves, each sweeping every
+/// pixel tile (half × pixel tiles in parallel: two threads each write half
+/// of the channels, which the depthwise convolution after it reads by
+/// channel); a projection (96 → 32) keeps pixel tiles outermost. Equal to
+/// the interpreter on LLVM and C, 1 and 2 threads.
+fn pointwise_expansions_on_small_maps_split_channel_halves_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 28, 28), float32], %w1: Tensor[(96, 32, 1, 1), float32], %b1: Tensor[(96), float32],
+          %w2: Tensor[(32, 96, 1, 1), float32]) {
+  %0 = clip(nn.bias_add(nn.conv2d(%x, %w1), %b1), a_min=0f, a_max=6f);
+  add(nn.conv2d(%0, %w2), %x)
+}
+"#;
+    check_compiled(text, &["w1", "b1", "w2"], false, &|kernels, lanes| {
+        if lanes != 16 {
+            return;
+        }
+        let convolutions: Vec<_> =
+            kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d")).collect();
+        let outermost_parallel: Vec<String> = convolutions
+            .iter()
+            .map(|k| {
+                let mut first = None;
+                k.body.visit(&mut |s| match s {
+                    kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel && first.is_none() => {
+                        first = Some(l.var.name.to_string())
+                    }
+                    _ => {}
+                });
+                first.unwrap_or_default()
+            })
+            .collect();
+        assert!(
+            outermost_parallel[0].starts_with("ax1_o_o"),
+            "expansion: channel halves outermost, {outermost_parallel:?}"
+        );
+        assert!(outermost_parallel[1].starts_with("ax2"), "projection: pixel tiles outermost, {outermost_parallel:?}");
     });
 }
 
