@@ -1,15 +1,24 @@
 //! The convolution strategies of the default CPU schedule (see the parent
-//! module's docs): packed (`OIHW<k>o`) register tiles, pointwise over pixel
-//! vectors, depthwise, and the general NCHW tile; each takes its register
-//! tile and loop order from the rule here or from tuning [`Knobs`].
+//! module's docs): packed (`OIHW<k>o`) register tiles and the general NCHW
+//! tile here, pointwise over pixel vectors in [`pointwise`], depthwise in
+//! [`depthwise`]; each takes its register tile and loop order from the rule
+//! or from tuning [`Knobs`].
 
 use super::primitives::ReductionTile;
 use super::{
-    contains, divisor_at_most, extent, fill_loops, fuse_parallel, materialized, reduction_extent, reduction_loops,
-    reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
+    contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent, reduction_loops, reduction_nest,
+    tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
 };
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt, Var};
+
+mod depthwise;
+mod pointwise;
+
+use depthwise::{is_depthwise, schedule_depthwise};
+pub(super) use pointwise::channel_sweeps;
+pub use pointwise::pointwise_over_pixels;
+use pointwise::{pointwise_in_place_order, pointwise_pixels, PointwiseTile};
 
 /// conv2d: see the module docs. Over an `OIHW<k>o` weight (AlterOpLayout's
 /// packing of a constant weight) the vector lanes are `k` output channels,
@@ -335,101 +344,6 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     Ok(f)
 }
 
-/// The loop order of a pointwise convolution over pixels that reads its input
-/// in place (`[px_o, oc_o, oc_i, px_i]`: pixel tiles, channel tiles, then a
-/// tile's channel rows and pixels), the loops to run in parallel and the
-/// loop whose body is the register tile.
-///
-/// Pixel tiles outermost (a block of every input channel stays in L1 across
-/// all the channel rows), in parallel with the channel tiles (a 14 × 14 map
-/// has 7 tiles of 32 pixels, split 4 : 3 over two threads alone). On a map
-/// of 56 × 56 or more, the channels in chunks of at most
-/// [`MAX_CHANNELS_PER_SWEEP`], each sweeping the pixels of a band: the
-/// outputs of a tile of pixels go to that many planes at once, not to every
-/// plane (Sapphire Rapids, MobileNetV2's 16 → 96 on 112 × 112 writing 96
-/// planes at once: 0.72× at one thread, 0.59× at two; its 24 → 144 on 56 ×
-/// 56 0.84–0.93×, also on AVX2 code). Bands × chunks run in parallel, so
-/// that two threads split the pixels as the depthwise convolution after it
-/// does. An expansion (`expansion`: out ≥ 2 · in channels) on a smaller map
-/// runs its channel tiles in two halves instead, each sweeping every pixel
-/// tile (half × pixel tiles in parallel): the depthwise convolution after it
-/// splits channels there, so each thread reads the channels its own core
-/// wrote (MobileNetV2, two threads: its 14² and 28² depthwise kernels
-/// 0.50–0.60×, the model 0.91×; PP-LCNet 0.97×; one thread unchanged).
-fn pointwise_in_place_order(
-    s: &mut Schedule,
-    [px_o, oc_o, oc_i, px_i]: [&Var; 4],
-    rows: i64,
-    pixels: i64,
-    expansion: bool,
-) -> Result<(Vec<Var>, Var), ScheduleError> {
-    match channel_sweeps(s, px_o, oc_o, rows, pixels)? {
-        Some(w) => {
-            s.reorder(&[
-                w.band.clone(),
-                w.chunk.clone(),
-                w.pixel_tiles,
-                w.channel_tiles.clone(),
-                oc_i.clone(),
-                px_i.clone(),
-            ])?;
-            Ok((vec![w.band, w.chunk], w.channel_tiles))
-        }
-        None if expansion && pixels < MIN_SWEPT_PIXELS && extent(s, oc_o).unwrap_or(1) % 2 == 0 => {
-            let (half, channel_tiles) = s.split(oc_o, (extent(s, oc_o).unwrap_or(1) / 2) as usize)?;
-            s.reorder(&[half.clone(), px_o.clone(), channel_tiles.clone(), oc_i.clone(), px_i.clone()])?;
-            Ok((vec![half, px_o.clone()], channel_tiles))
-        }
-        None => {
-            s.reorder(&[px_o.clone(), oc_o.clone(), oc_i.clone(), px_i.clone()])?;
-            Ok((vec![px_o.clone(), oc_o.clone()], oc_o.clone()))
-        }
-    }
-}
-
-/// A pointwise convolution's pixel tiles `px_o` split into bands and its
-/// channel tiles `oc_o` (of `rows` channels) into chunks of at most
-/// [`MAX_CHANNELS_PER_SWEEP`], on a map of at least [`MIN_SWEPT_PIXELS`]
-/// pixels with more than one chunk (see `pointwise_in_place_order`); the
-/// caller orders them band, chunk, pixel tiles, channel tiles.
-pub(super) fn channel_sweeps(
-    s: &mut Schedule,
-    px_o: &Var,
-    oc_o: &Var,
-    rows: i64,
-    pixels: i64,
-) -> Result<Option<ChannelSweeps>, ScheduleError> {
-    let px_tiles = extent(s, px_o).unwrap_or(1);
-    let oc_tiles = extent(s, oc_o).unwrap_or(1);
-    let chunks =
-        (1..=oc_tiles).find(|c| oc_tiles % c == 0 && oc_tiles / c * rows <= MAX_CHANNELS_PER_SWEEP).unwrap_or(1);
-    if pixels < MIN_SWEPT_PIXELS || chunks == 1 {
-        return Ok(None);
-    }
-    let bands = [4, 2].into_iter().find(|b| px_tiles % b == 0).unwrap_or(1);
-    let (band, pixel_tiles) = s.split(px_o, (px_tiles / bands) as usize)?;
-    let (chunk, channel_tiles) = s.split(oc_o, (oc_tiles / chunks) as usize)?;
-    Ok(Some(ChannelSweeps { band, chunk, pixel_tiles, channel_tiles }))
-}
-
-/// The loops of [`channel_sweeps`].
-pub(super) struct ChannelSweeps {
-    /// Bands of pixel tiles (4 or 2, or 1 where neither divides).
-    pub band: Var,
-    /// Chunks of channel tiles.
-    pub chunk: Var,
-    /// A band's pixel tiles.
-    pub pixel_tiles: Var,
-    /// A chunk's channel tiles.
-    pub channel_tiles: Var,
-}
-
-/// The most output channels a pointwise convolution's sweep over a large map
-/// writes at once...
-const MAX_CHANNELS_PER_SWEEP: i64 = 32;
-/// ...on maps of at least this many pixels (56 × 56).
-const MIN_SWEPT_PIXELS: i64 = 3136;
-
 /// Channel tiles in parallel, fused with the rows below them where there are
 /// too few to share evenly: MobileNetV2's 960 → 160 on 7 × 7 has 5 tiles,
 /// split 3 : 2 over two threads (1.41× from 1 thread to 2); 35 tasks of a
@@ -475,10 +389,6 @@ fn tile_two_rows(
 /// unrolled (code size: each copy holds the whole window's updates).
 const MAX_UNROLLED_ROW_TILES: i64 = 4;
 
-/// The most output vectors of a depthwise tile (a tuned one included): each
-/// is an accumulator beside the window's nine weights.
-const MAX_DEPTHWISE_TILE: i64 = 12;
-
 /// Where a convolution's materialized (padded) input stage goes.
 #[derive(PartialEq)]
 enum PaddedImage {
@@ -488,232 +398,6 @@ enum PaddedImage {
     AsLowered,
     /// Inlined back: the kernel reads its input in place.
     Inlined,
-}
-
-/// The register tile of a pointwise convolution vectorized over pixels.
-struct PointwiseTile {
-    /// Output channels (broadcast weights) per tile: a divisor of the channels.
-    rows: i64,
-    /// Pixels per tile: whole vectors.
-    pixels: i64,
-}
-
-/// Whether a pointwise convolution over a map of `pixels` is vectorized over
-/// its pixels: on 8- and 16-lane targets (AVX2, AVX-512), where the map is
-/// whole vectors. AlterOpLayout keeps such convolutions OIHW by this same
-/// rule. Its lanes are pixels, contiguous in the input and in the NCHW
-/// output; packed (`OIHW8o`), the lanes are output channels a plane apart,
-/// scattered on every write-back. On AVX2 (Zen 3; `scripts/ab_kernels.py`,
-/// per-kernel times normalized by the unchanged kernels, three alternated
-/// rounds, one thread): MobileNetV2's 32 → 192 on 28 × 28 0.75×, 32 → 16 on
-/// 112 × 112 0.84×; PP-LCNet's 32 → 64 and 64 → 64 on 56 × 56 0.70× and
-/// 0.82×; YOLOv8n's 1 × 1 SiLU convolutions on 80², 40² and 20² maps
-/// 0.66–0.95×.
-///
-/// On AVX-512 also an expansion (at least twice the input channels) over a
-/// map of whole vectors but one, its last vector overlapping the one before
-/// (MobileNetV2's 14 × 14: 13 vectors for 196 pixels): the packed tile's
-/// 7-column write-back, a transpose through shuffles into 7-lane runs, cost
-/// about a third of its multiply-adds' time (Sapphire Rapids, two threads:
-/// 96 → 576 0.89×, 64 → 384 0.83×). Projections stay packed: streaming their
-/// long reduction's input rows per tile of pixels lost (576 → 96 1.33×).
-pub fn pointwise_over_pixels(pixels: usize, in_channels: usize, out_channels: usize, unit: VectorUnit) -> bool {
-    let lanes = unit.f32_lanes;
-    let whole = pixels % lanes == 0;
-    let expansion = out_channels >= 2 * in_channels;
-    lanes >= 8 && pixels > 0 && (whole || lanes >= 16 && expansion && overlapping_vectors_waste(pixels, lanes) <= 1.1)
-}
-
-/// The work a run of `pixels` takes in whole vectors of `lanes` (the last
-/// one overlapping the one before), relative to the pixels themselves.
-fn overlapping_vectors_waste(pixels: usize, lanes: usize) -> f64 {
-    (pixels.div_ceil(lanes) * lanes) as f64 / pixels as f64
-}
-
-/// The tile of the pixel-vectorized pointwise strategy, where it applies: a
-/// `conv2d.pointwise` kernel left OIHW — by [`pointwise_over_pixels`] on
-/// AVX2 and AVX-512, or on any unit for a reduction too short to pack
-/// (MobileNetV2's 16 and 24 input channels) — whose `oh` × `ow` map is whole
-/// vectors. Up to 3 vectors of pixels and 8 channel rows (a divisor of the
-/// channels), the accumulators, one vector row of the input and a broadcast
-/// within the registers. On AVX-512 the most vectors that divide the map. On
-/// AVX2 the tile with the fewest loads per multiply-add (at least 8
-/// accumulators) — its vectors need not divide the map: the last tile then
-/// overlaps the one before (YOLOv8n's 128 channels on 400 pixels: 4 × 3
-/// vectors, 12 accumulators, where only 4 × 2 divides: its 1 × 1 SiLU
-/// convolutions 0.68–1.04× of 4 × 2 at two threads, 0.62–1.00× at one).
-/// Below 16 lanes only where a row holds no whole tile of two vectors: on
-/// AVX2 the general tile took 8 channels × one vector of a 56-wide row (8
-/// accumulators, 9 loads per 8 multiply-adds; MobileNetV2's 24 → 144 on
-/// 56 × 56 24 % faster as 6 × 2 vectors of fused pixels), while on 112-wide
-/// rows its 6 × 2-vector row tiles were 9 % faster than fused pixels (longer
-/// runs per output plane).
-fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit: VectorUnit) -> Option<PointwiseTile> {
-    let pixels = extent(s, oh)? * owe;
-    let channels = reduction_extent(s.func());
-    let lanes = unit.f32_lanes as i64;
-    let pointwise = s.func().attrs.get("conv2d.pointwise").is_some_and(|v| v == "true");
-    let row_tiles = lanes < 16 && owe % (2 * lanes) == 0;
-    let overlapping = pixels % lanes != 0;
-    let over_pixels = pixels > 0 && pointwise_over_pixels(pixels as usize, channels as usize, oce as usize, unit);
-    if !pointwise || row_tiles || pixels <= 0 || overlapping && !over_pixels {
-        return None;
-    }
-    let registers = unit.registers as i64;
-    let tile = |vectors: i64| PointwiseTile {
-        rows: divisor_at_most(oce, ((registers - vectors - 1) / vectors).clamp(1, 8)),
-        pixels: vectors * lanes,
-    };
-    if lanes >= 16 {
-        // A projection on a small map (at least twice the input channels as
-        // output ones, at most 32 × 32 pixels): 4 channel rows × 2 vectors,
-        // the last tile overlapping where 2 vectors do not divide the map
-        // (MobileNetV2's 144 and 192 → 32 on 28 × 28 took 8 × 1 by the rule
-        // below, 1.12–1.25× slower; `kiln tune` found 4 × 2; on 56 × 56 the
-        // rule's 8 × 2 stays ahead).
-        let projection = channels >= 2 * oce && oce % 4 == 0;
-        if projection && (2 * lanes..=SMALL_PROJECTION_PIXELS).contains(&pixels) {
-            return Some(PointwiseTile { rows: 4, pixels: 2 * lanes });
-        }
-        if let Some(v) = (1..=3).rev().find(|v| pixels % (v * lanes) == 0) {
-            return Some(tile(v));
-        }
-        // A map of whole vectors but one (MobileNetV2's 14 × 14): the tile
-        // that computes the fewest pixels per load-bound multiply-add.
-        let cost = |t: &PointwiseTile| {
-            let (vectors, computed) = (t.pixels / lanes, (pixels + t.pixels - 1) / t.pixels * t.pixels);
-            let loads = (t.rows + vectors) as f64 / (t.rows * vectors) as f64;
-            loads.max(1.0) * computed as f64 / pixels as f64
-        };
-        return (1..=3).rev().filter(|v| v * lanes <= pixels).map(tile).fold(None, |best: Option<PointwiseTile>, t| {
-            match best {
-                Some(b) if cost(&b) <= cost(&t) => Some(b),
-                _ => Some(t),
-            }
-        });
-    }
-    // Three vectors cost a little more than their loads say (kept apart, and
-    // mostly overlapping): with 12 accumulators either way, 6 × 2 was ahead
-    // of 4 × 3 on MobileNetV2's 24 → 144 on 56 × 56 (1.01–1.09×) and level on
-    // 32 → 192 on 28 × 28; 4 × 3 beats the 4 × 2 that 64 or 128 channels
-    // allow otherwise (YOLOv8n's, 8 accumulators).
-    let cost = |t: &PointwiseTile| {
-        let (vectors, computed) = (t.pixels / lanes, (pixels + t.pixels - 1) / t.pixels * t.pixels);
-        let accumulators = t.rows * vectors;
-        let loads = (t.rows + vectors) as f64 / accumulators as f64;
-        let penalty = if accumulators < MIN_ACCUMULATORS { 1.0 } else { 0.0 } + if vectors == 3 { 0.1 } else { 0.0 };
-        loads * computed as f64 / pixels as f64 + penalty
-    };
-    // Most vectors first: the first of equal costs wins.
-    (1..=3).rev().filter(|v| v * lanes <= pixels).map(tile).fold(None, |best: Option<PointwiseTile>, t| match best {
-        Some(b) if cost(&b) <= cost(&t) => Some(b),
-        _ => Some(t),
-    })
-}
-
-/// The most pixels of a projection on a small map (see `pointwise_pixels`).
-const SMALL_PROJECTION_PIXELS: i64 = 1024;
-
-/// The fewest output rows of a depthwise convolution run in bands of rows.
-const MIN_BANDED_ROWS: i64 = 32;
-
-/// Whether a convolution kernel reads one input channel per output channel
-/// (grouped, one input channel per group: depthwise, with any multiplier).
-fn is_depthwise(f: &PrimFunc) -> bool {
-    let grouped = f.attrs.get("conv2d.groups").and_then(|g| g.parse::<i64>().ok()).is_some_and(|g| g > 1);
-    let unpacked = !f.attrs.contains_key("conv2d.weight_block");
-    grouped && unpacked && reduction_loops(f).first().is_some_and(|&(_, e)| e == 1)
-}
-
-/// Depthwise convolution: each channel (in parallel) has its padded image
-/// computed once (an L1/L2-sized plane), then tiles of output rows × columns
-/// with the whole window unrolled. Nine multiply-adds per output vector leave
-/// no loop-carried accumulator to keep in registers, the weights stay in
-/// registers across the channel, and neighbouring rows share their input
-/// loads. (The general strategy padded three rows of every channel per
-/// output row, 69 KB for 192 channels, and ran at a tenth of the FMA peak.)
-///
-/// A map of 32 output rows or more runs in 4 (or 2) bands of rows, band ×
-/// channel in parallel, each band's padded image per channel: split over two
-/// threads, each then reads the half of the map that its core wrote — the
-/// pointwise convolutions around it split their pixels the same way — not
-/// half of every channel's plane from the other core's cache (Sapphire
-/// Rapids, two threads: MobileNetV2's 112² and 56² depthwise kernels
-/// 0.73–0.94×, and the 1 × 1 kernels after them 0.83–0.91×). Smaller maps
-/// lost to the bands' extra halo rows and tasks (28 × 28: 1.29×).
-fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
-    let mut s = Schedule::new(f);
-    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
-    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
-    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
-    let (ohe, owe) = (extent(&s, oh).unwrap_or(1), extent(&s, ow).unwrap_or(1));
-    let lanes = unit.f32_lanes as i64;
-    let pads = materialized(s.func());
-    // Columns in whole vectors, each weight broadcast once per channel into
-    // one register (a vector of 56 or 28 lanes needs a register per 8 lanes
-    // for each of the window's 9 weights: spilled). A row that is not whole
-    // vectors (7, 14, 28 wide) is computed to the next whole vector inside
-    // the padded image — the write-back stores only the row — when there is
-    // a padded image to read past the row's end.
-    let whole = owe % lanes == 0;
-    if !whole && pads.is_empty() {
-        return Err(err(&s, "a row of partial vectors without a padded image"));
-    }
-    let row_vectors = (owe + lanes - 1) / lanes;
-    // Rows while the accumulators leave room for the window's weights; the
-    // rows of a tile share their input rows' loads.
-    let tile_vectors = if whole { 1 } else { row_vectors };
-    let rows = knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (4 / tile_vectors).max(1)));
-    if rows < 1 || ohe % rows != 0 || rows * tile_vectors > MAX_DEPTHWISE_TILE || knobs.cols.is_some() {
-        return Err(err(&s, &format!("a depthwise tile of {rows} rows does not fit {ohe} rows")));
-    }
-    let (oh_o, oh_i) = s.split(oh, rows as usize)?;
-    let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
-    let row_tiles = extent(&s, &oh_o).unwrap_or(1);
-    let by_rule = knobs.order.is_none();
-    let bands = if by_rule && ohe >= MIN_BANDED_ROWS { [4, 2].into_iter().find(|b| row_tiles % b == 0) } else { None };
-    let (band, oh_o) = match bands {
-        Some(b) => {
-            let (band, rest) = s.split(&oh_o, (row_tiles / b) as usize)?;
-            s.reorder(&[band.clone(), oc.clone()])?;
-            (Some(band), rest)
-        }
-        None => (None, oh_o),
-    };
-    // The padded image per channel (the rule) or per block of output rows
-    // (`order=rows`: a few input rows, in L1 where a whole plane is not).
-    let pad_at = match knobs.order {
-        None | Some(ConvOrder::ChannelsPaddedOnce) => oc.clone(),
-        Some(ConvOrder::Rows) => oh_o.clone(),
-        Some(ConvOrder::ChannelsInPlace) => return Err(err(&s, "a depthwise convolution reads a padded image")),
-    };
-    let tile = if whole {
-        s.reorder(&[oh_o, ow_o.clone(), oh_i, ow_i])?;
-        s.decompose_reduction(&ow_o, true)?
-    } else {
-        s.reorder(&[oh_o.clone(), oh_i, ow_o, ow_i])?;
-        s.decompose_reduction_whole_tiles(&oh_o)?
-    };
-    for pad in pads {
-        let local = s.compute_at(&pad, &pad_at)?;
-        // A phase-split image (stride 2) is filled per phase: unrolled, each
-        // phase's row is a plain strided copy once its borders are split off.
-        if let [.., phase, _] = &fill_loops(s.func(), &local)[..] {
-            if local.shape().len() == 5 && extent(&s, phase) == Some(2) {
-                s.unroll(phase)?;
-            }
-        }
-    }
-    tile_kinds(&mut s, &tile)?;
-    for r in &tile.reduce_loops {
-        s.unroll(r)?;
-    }
-    let par = match band {
-        Some(b) => vec![b, oc.clone()],
-        None => with_batch_loop(&s, outer.last(), oc)?,
-    };
-    fuse_parallel(&mut s, &par)?;
-    Ok(s.into_func())
 }
 
 /// The loops to run in parallel from `first`: `[batch, first]` when the
