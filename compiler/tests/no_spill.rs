@@ -206,3 +206,20 @@ fn avx512_kernels_copy_without_gathers_or_scatters() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// On AVX-512, a row of 14 lanes (a 14 × 14 map's, written back by a packed
+/// 1 × 1 projection with a residual add) is read and written as one masked
+/// access each — not 8 + 4 + 2 lanes, three accesses joined or split by
+/// shuffles; AVX2 has no mask registers and keeps the pieces.
+#[test]
+fn partial_vector_rows_are_one_masked_access_on_avx512() {
+    let relay = "%x: Tensor[(1, 384, 14, 14), float32], %y: Tensor[(1, 64, 14, 14), float32], %w: Tensor[(64, 384, 1, 1), float32]) {
+           add(nn.conv2d(%x, %w, channels=64, kernel_size=[1, 1]), %y)";
+    let masked = |asm: &str, op: &str| asm.lines().filter(|l| l.contains(op) && l.contains("{%k")).count();
+    let avx512 = assembly(relay, &[64, 384, 1, 1], "llvm -mcpu=skylake-avx512");
+    // 32 output rows per tile: each residual row read, each output row written once.
+    assert!(masked(&avx512, "vmovups") >= 64, "masked row loads and stores:\n{avx512}");
+    let avx2 = assembly(relay, &[64, 384, 1, 1], "llvm -mcpu=haswell");
+    let avx2_masked = masked(&avx2, "vmovups") + avx2.lines().filter(|l| l.contains("vmaskmov")).count();
+    assert_eq!(avx2_masked, 0, "no masked accesses on AVX2");
+}

@@ -76,6 +76,10 @@ struct FnGen<'a, 'ctx> {
     /// The target has AVX-512 VNNI: `kiln.dot_u8i8` is one `vpdpbusd`
     /// (else its plain integer arithmetic).
     vnni: bool,
+    /// The target has AVX-512 mask registers: a contiguous access of a
+    /// partial vector (14 or 7 lanes, the rows of late-stage maps) is one
+    /// masked load or store of the next whole vector (see `masked_access`).
+    masked_partial: bool,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -190,7 +194,15 @@ fn start_kernel<'a, 'ctx>(
         accumulator: None,
         status,
         vnni: false,
+        masked_partial: false,
     })
+}
+
+/// The target features that change the code of a CPU kernel.
+#[derive(Clone, Copy)]
+struct KernelFeatures {
+    vnni: bool,
+    masked_partial: bool,
 }
 
 /// Emit `f` and its packed entry point into `module`.
@@ -199,11 +211,12 @@ fn emit_kernel<'ctx>(
     module: &Module<'ctx>,
     f: &PrimFunc,
     target: &LlvmTarget,
-    vnni: bool,
+    features: KernelFeatures,
 ) -> Result<(), CodegenError> {
     let i64t = ctx.i64_type();
     let mut g = start_kernel(ctx, module, f, false)?;
-    g.vnni = vnni;
+    g.vnni = features.vnni;
+    g.masked_partial = features.masked_partial;
     let (func, task_id) = (g.func, g.task_id);
     // Compiled once: LLVM otherwise inlined a copy of a small kernel into its
     // packed entry and compiled both (a tenth of ResNet-18's code, a third of
@@ -291,9 +304,10 @@ fn build_module<'ctx>(
 ) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module(name);
     // Resolved once per module: the target's features are every kernel's.
-    let vnni = target.has_feature("avx512vnni");
+    let features =
+        KernelFeatures { vnni: target.has_feature("avx512vnni"), masked_partial: target.has_feature("avx512f") };
     for f in funcs {
-        emit_kernel(ctx, &module, f, target, vnni)?;
+        emit_kernel(ctx, &module, f, target, features)?;
     }
     for d in data {
         let init = ctx.const_string(d.bytes, false);

@@ -159,6 +159,92 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(Some((self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "vptr"))?, vt)))
     }
 
+    /// The whole vector type a contiguous access of `vt` is done as, masked,
+    /// where that is one instruction: on AVX-512, a vector of 32- or 64-bit
+    /// lanes whose count is not a power of two, within two 512-bit registers.
+    /// LLVM 14 legalizes a `<14 x float>` access piece by piece — 8, 4 and 2
+    /// lanes, three loads or stores and the shuffles that join or split them
+    /// — where one masked `vmovups` does (a masked-off lane is neither read
+    /// nor written, so the access never reaches past the partial vector).
+    fn masked_access(&self, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
+        let lanes = vt.get_size();
+        let bits = match vt.get_element_type() {
+            BasicTypeEnum::FloatType(t) if t == self.ctx.f32_type() => 32,
+            BasicTypeEnum::FloatType(t) if t == self.ctx.f64_type() => 64,
+            BasicTypeEnum::IntType(t) if matches!(t.get_bit_width(), 32 | 64) => t.get_bit_width(),
+            _ => return None,
+        };
+        let whole = lanes.next_power_of_two();
+        let fits = whole * bits <= 1024;
+        (self.masked_partial && lanes > 2 && !lanes.is_power_of_two() && fits).then(|| match vt.get_element_type() {
+            BasicTypeEnum::FloatType(t) => t.vec_type(whole),
+            BasicTypeEnum::IntType(t) => t.vec_type(whole),
+            _ => vt,
+        })
+    }
+
+    /// The mask of the first `lanes` of `whole`, and the shuffle indices
+    /// `0..len` (lanes past `lanes` as `undef` when widening).
+    fn lane_mask(&self, lanes: u32, whole: u32) -> VectorValue<'ctx> {
+        let bit = self.ctx.bool_type();
+        let mask: Vec<IntValue> = (0..whole).map(|k| bit.const_int((k < lanes) as u64, false)).collect();
+        VectorType::const_vector(&mask)
+    }
+
+    /// `llvm.masked.load` of the first lanes of `vt`'s whole vector at `ptr`
+    /// (see [`Self::masked_access`]), narrowed back to `vt`.
+    fn masked_load(
+        &mut self,
+        buf: &Buffer,
+        ptr: PointerValue<'ctx>,
+        vt: VectorType<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let wt = self.masked_access(vt).ok_or_else(|| self.unsupported("a masked load of a whole vector"))?;
+        let (lanes, whole) = (vt.get_size(), wt.get_size());
+        let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
+        let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
+            .and_then(|i| i.get_declaration(&self.module, &[wt.into(), wptr.get_type().into()]))
+            .ok_or_else(|| self.unsupported("llvm.masked.load"))?;
+        let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
+        let args: [BasicMetadataValueEnum; 4] =
+            [wptr.into(), align.into(), self.lane_mask(lanes, whole).into(), wt.get_undef().into()];
+        let call = self.e(self.b.build_call(decl, &args, "mload"))?;
+        let wide = match call.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => v.into_vector_value(),
+            inkwell::values::ValueKind::Instruction(_) => return Err(self.unsupported("a void masked load")),
+        };
+        let i32t = self.ctx.i32_type();
+        let first: Vec<IntValue> = (0..lanes).map(|k| i32t.const_int(k as u64, false)).collect();
+        let v = self.b.build_shuffle_vector(wide, wt.get_undef(), VectorType::const_vector(&first), "partial");
+        Ok(self.e(v)?.into())
+    }
+
+    /// `llvm.masked.store` of `v` (of type `vt`) as the first lanes of its
+    /// whole vector at `ptr` (see [`Self::masked_access`]).
+    fn masked_store(
+        &mut self,
+        buf: &Buffer,
+        ptr: PointerValue<'ctx>,
+        vt: VectorType<'ctx>,
+        v: VectorValue<'ctx>,
+    ) -> Result<(), CodegenError> {
+        let wt = self.masked_access(vt).ok_or_else(|| self.unsupported("a masked store of a whole vector"))?;
+        let (lanes, whole) = (vt.get_size(), wt.get_size());
+        let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
+        let i32t = self.ctx.i32_type();
+        let widen: Vec<IntValue> =
+            (0..whole).map(|k| if k < lanes { i32t.const_int(k as u64, false) } else { i32t.get_undef() }).collect();
+        let wide = self.e(self.b.build_shuffle_vector(v, vt.get_undef(), VectorType::const_vector(&widen), "whole"))?;
+        let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.store")
+            .and_then(|i| i.get_declaration(&self.module, &[wt.into(), wptr.get_type().into()]))
+            .ok_or_else(|| self.unsupported("llvm.masked.store"))?;
+        let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
+        let args: [BasicMetadataValueEnum; 4] =
+            [wide.into(), wptr.into(), align.into(), self.lane_mask(lanes, whole).into()];
+        self.e(self.b.build_call(decl, &args, ""))?;
+        Ok(())
+    }
+
     /// Vector expressions (from tir.VectorizeLoop): native vector instructions
     /// for arithmetic, comparisons, selects, contiguous loads and the common
     /// intrinsics; anything else lane by lane.
@@ -229,6 +315,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
+                Some((ptr, vt)) if self.masked_access(vt).is_some() => self.masked_load(buf, ptr, vt)?,
                 Some((ptr, vt)) => {
                     let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
                     if let Some(i) = v.as_instruction_value() {
@@ -365,7 +452,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let v = self.vexpr_or_splat(value, lanes as u32);
         self.accumulator = None;
         let v = v?;
-        if let Some((ptr, _)) = contiguous {
+        if let Some((ptr, vt)) = contiguous {
+            if self.masked_access(vt).is_some() {
+                return self.masked_store(buf, ptr, vt, v.into_vector_value());
+            }
             let st = self.e(self.b.build_store(ptr, v))?;
             st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
             return Ok(());
