@@ -183,8 +183,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         })
     }
 
-    /// The mask of the first `lanes` of `whole`, and the shuffle indices
-    /// `0..len` (lanes past `lanes` as `undef` when widening).
+    /// The `<whole x i1>` mask of the first `lanes` lanes.
     fn lane_mask(&self, lanes: u32, whole: u32) -> VectorValue<'ctx> {
         let bit = self.ctx.bool_type();
         let mask: Vec<IntValue> = (0..whole).map(|k| bit.const_int((k < lanes) as u64, false)).collect();
@@ -203,7 +202,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
-            .and_then(|i| i.get_declaration(&self.module, &[wt.into(), wptr.get_type().into()]))
+            .and_then(|i| i.get_declaration(self.module, &[wt.into(), wptr.get_type().into()]))
             .ok_or_else(|| self.unsupported("llvm.masked.load"))?;
         let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
         let args: [BasicMetadataValueEnum; 4] =
@@ -236,7 +235,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             (0..whole).map(|k| if k < lanes { i32t.const_int(k as u64, false) } else { i32t.get_undef() }).collect();
         let wide = self.e(self.b.build_shuffle_vector(v, vt.get_undef(), VectorType::const_vector(&widen), "whole"))?;
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.store")
-            .and_then(|i| i.get_declaration(&self.module, &[wt.into(), wptr.get_type().into()]))
+            .and_then(|i| i.get_declaration(self.module, &[wt.into(), wptr.get_type().into()]))
             .ok_or_else(|| self.unsupported("llvm.masked.store"))?;
         let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
         let args: [BasicMetadataValueEnum; 4] =
