@@ -63,6 +63,12 @@ const LAYERS: &[(&str, &str, &[usize])] = &[
         &[64, 64, 3, 3],
     ),
     (
+        "lenet fc: 120 columns, a partial vector's accumulator",
+        "%x: Tensor[(1, 400), float32], %w: Tensor[(400, 120), float32]) {
+           nn.relu(nn.matmul(%x, %w))",
+        &[400, 120],
+    ),
+    (
         "mlp dense",
         "%x: Tensor[(1, 784), float32], %w: Tensor[(128, 784), float32]) {
            nn.relu(nn.dense(%x, %w, units=128))",

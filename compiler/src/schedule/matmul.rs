@@ -62,6 +62,20 @@ fn latency_rows(rows: i64, mi: i64, jb: i64, unit: VectorUnit) -> i64 {
     divisor_at_most(rows, want).max(mi)
 }
 
+/// A column tile of several vectors whose count is not a power of two (a
+/// dense panel of 40 columns on 8 lanes, LeNet's 400 → 120) as that many
+/// separate vectors, the loop over them unrolled with the tile's rows: LLVM
+/// 14 widens a `<40 x float>` to 64 lanes and assembles its pieces through
+/// the stack in every reduction step.
+fn split_odd_vector_counts(s: &mut Schedule, columns: &Var, width: i64, unit: VectorUnit) -> Result<(), ScheduleError> {
+    let lanes = unit.f32_lanes as i64;
+    let vectors = width / lanes;
+    if width % lanes == 0 && vectors > 1 && !(vectors as u64).is_power_of_two() {
+        s.split(columns, lanes as usize)?;
+    }
+    Ok(())
+}
+
 /// matmul, dense, batch_matmul: see the module docs.
 pub(super) fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
     let panel = f.attrs.get("dense_pack.panel").and_then(|b| b.parse::<i64>().ok());
@@ -122,7 +136,8 @@ pub(super) fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
     let (j_o, j_i) = s.split(j, jb as usize)?;
     // Column blocks outside row blocks: one block of B's columns stays in
     // cache while every row block of A passes over it.
-    s.reorder(&[j_o.clone(), i_o.clone(), i_i, j_i])?;
+    s.reorder(&[j_o.clone(), i_o.clone(), i_i, j_i.clone()])?;
+    split_odd_vector_counts(&mut s, &j_i, jb, unit)?;
     // A packed weight padded to whole panels (the last one past the
     // columns): whole tiles; only the last panel's write-back checks the tail.
     let tile = if panel.is_some() && je % jb != 0 {

@@ -166,7 +166,16 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// lanes, three loads or stores and the shuffles that join or split them
     /// — where one masked `vmovups` does (a masked-off lane is neither read
     /// nor written, so the access never reaches past the partial vector).
-    fn masked_access(&self, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
+    ///
+    /// Only in main memory: a kernel-local buffer is an accumulator tile or
+    /// a padded image that LLVM keeps in registers or reads back at once,
+    /// and a masked access neither promotes to a register nor forwards from
+    /// the store buffer (a 15-lane matmul accumulator went through the stack
+    /// on every step, 5× slower).
+    fn masked_access(&self, buf: &Buffer, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
+        if buf.scope() != crate::tir::Scope::Global {
+            return None;
+        }
         let lanes = vt.get_size();
         let bits = match vt.get_element_type() {
             BasicTypeEnum::FloatType(t) if t == self.ctx.f32_type() => 32,
@@ -198,7 +207,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         ptr: PointerValue<'ctx>,
         vt: VectorType<'ctx>,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
-        let wt = self.masked_access(vt).ok_or_else(|| self.unsupported("a masked load of a whole vector"))?;
+        let wt = self.masked_access(buf, vt).ok_or_else(|| self.unsupported("a masked load of a whole vector"))?;
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
@@ -227,7 +236,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         vt: VectorType<'ctx>,
         v: VectorValue<'ctx>,
     ) -> Result<(), CodegenError> {
-        let wt = self.masked_access(vt).ok_or_else(|| self.unsupported("a masked store of a whole vector"))?;
+        let wt = self.masked_access(buf, vt).ok_or_else(|| self.unsupported("a masked store of a whole vector"))?;
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
         let i32t = self.ctx.i32_type();
@@ -314,7 +323,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
-                Some((ptr, vt)) if self.masked_access(vt).is_some() => self.masked_load(buf, ptr, vt)?,
+                Some((ptr, vt)) if self.masked_access(buf, vt).is_some() => self.masked_load(buf, ptr, vt)?,
                 Some((ptr, vt)) => {
                     let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
                     if let Some(i) = v.as_instruction_value() {
@@ -452,7 +461,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         self.accumulator = None;
         let v = v?;
         if let Some((ptr, vt)) = contiguous {
-            if self.masked_access(vt).is_some() {
+            if self.masked_access(buf, vt).is_some() {
                 return self.masked_store(buf, ptr, vt, v.into_vector_value());
             }
             let st = self.e(self.b.build_store(ptr, v))?;
