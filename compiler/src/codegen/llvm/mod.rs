@@ -80,6 +80,9 @@ struct FnGen<'a, 'ctx> {
     /// partial vector (14 or 7 lanes, the rows of late-stage maps) is one
     /// masked load or store of the next whole vector (see `masked_access`).
     masked_partial: bool,
+    /// The buffers the kernel stores to: a masked load of one could read
+    /// back a store still in flight, which a masked load cannot forward.
+    stored: std::collections::HashSet<u32>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -195,6 +198,7 @@ fn start_kernel<'a, 'ctx>(
         status,
         vnni: false,
         masked_partial: false,
+        stored: std::collections::HashSet::new(),
     })
 }
 
@@ -217,6 +221,11 @@ fn emit_kernel<'ctx>(
     let mut g = start_kernel(ctx, module, f, false)?;
     g.vnni = features.vnni;
     g.masked_partial = features.masked_partial;
+    f.body.visit(&mut |st| {
+        if let Stmt::Store { buffer, .. } = st {
+            g.stored.insert(buffer.id());
+        }
+    });
     let (func, task_id) = (g.func, g.task_id);
     // Compiled once: LLVM otherwise inlined a copy of a small kernel into its
     // packed entry and compiled both (a tenth of ResNet-18's code, a third of

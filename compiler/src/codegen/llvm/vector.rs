@@ -171,7 +171,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// a padded image that LLVM keeps in registers or reads back at once,
     /// and a masked access neither promotes to a register nor forwards from
     /// the store buffer (a 15-lane matmul accumulator went through the stack
-    /// on every step, 5× slower).
+    /// on every step, 5× slower). Loads only from buffers the kernel does
+    /// not store to (see `FnGen::stored`).
     fn masked_access(&self, buf: &Buffer, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
         if buf.scope() != crate::tir::Scope::Global {
             return None;
@@ -323,7 +324,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
-                Some((ptr, vt)) if self.masked_access(buf, vt).is_some() => self.masked_load(buf, ptr, vt)?,
+                Some((ptr, vt)) if self.masked_access(buf, vt).is_some() && !self.stored.contains(&buf.id()) => {
+                    self.masked_load(buf, ptr, vt)?
+                }
                 Some((ptr, vt)) => {
                     let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
                     if let Some(i) = v.as_instruction_value() {
