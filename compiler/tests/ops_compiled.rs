@@ -196,7 +196,9 @@ def @main(%x: Tensor[(1, 16, 56, 56), float32], %w1: Tensor[(96, 16, 1, 1), floa
 /// 28 × 28 map runs its channel tiles in two halves, each sweeping every
 /// pixel tile (half × pixel tiles in parallel: two threads each write half
 /// of the channels, which the depthwise convolution after it reads by
-/// channel); a projection (96 → 32) keeps pixel tiles outermost. Equal to
+/// channel), in tiles of 8 channel rows × 2 vectors (49 vectors of pixels:
+/// the last tile overlaps); a projection (96 → 32) keeps pixel tiles
+/// outermost. Equal to
 /// the interpreter on LLVM and C, 1 and 2 threads.
 fn pointwise_expansions_on_small_maps_split_channel_halves_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
@@ -230,6 +232,10 @@ def @main(%x: Tensor[(1, 32, 28, 28), float32], %w1: Tensor[(96, 32, 1, 1), floa
             "expansion: channel halves outermost, {outermost_parallel:?}"
         );
         assert!(outermost_parallel[1].starts_with("ax2"), "projection: pixel tiles outermost, {outermost_parallel:?}");
+        // 49 vectors of pixels, which neither 2 nor 3 divides: 8 channel rows
+        // × 2 vectors, the last tile overlapping (not 8 × 1).
+        let expansion = kiln::tir::print_prim_func(convolutions[0]);
+        assert!(expansion.contains("_local = T.alloc_buffer([8, 32]"), "an 8 × 32 tile:\n{expansion}");
     });
 }
 

@@ -149,7 +149,10 @@ fn overlapping_vectors_waste(pixels: usize, lanes: usize) -> f64 {
 /// (MobileNetV2's 16 and 24 input channels) — whose `oh` × `ow` map is whole
 /// vectors. Up to 3 vectors of pixels and 8 channel rows (a divisor of the
 /// channels), the accumulators, one vector row of the input and a broadcast
-/// within the registers. On AVX-512 the most vectors that divide the map. On
+/// within the registers. On AVX-512 the most vectors (3 or 2) that divide the
+/// map, else the tile of fewest loads per multiply-add, the last overlapping
+/// (MobileNetV2's 32 → 192 on 28 × 28, 49 vectors: 8 × 2 instead of 8 × 1,
+/// 0.84–0.87×; PP-LCNet's 28² and YOLOv8n's 20² ones 0.79–0.89×). On
 /// AVX2 the tile with the fewest loads per multiply-add (at least 8
 /// accumulators) — its vectors need not divide the map: the last tile then
 /// overlaps the one before (YOLOv8n's 128 channels on 400 pixels: 4 × 3
@@ -188,11 +191,14 @@ pub(super) fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit:
         if projection && (2 * lanes..=SMALL_PROJECTION_PIXELS).contains(&pixels) {
             return Some(PointwiseTile { rows: 4, pixels: 2 * lanes });
         }
-        if let Some(v) = (1..=3).rev().find(|v| pixels % (v * lanes) == 0) {
+        if let Some(v) = (2..=3).rev().find(|v| pixels % (v * lanes) == 0) {
             return Some(tile(v));
         }
-        // A map of whole vectors but one (MobileNetV2's 14 × 14): the tile
-        // that computes the fewest pixels per load-bound multiply-add.
+        // A map of whole vectors but one (MobileNetV2's 14 × 14), or of a
+        // vector count neither 2 nor 3 divides (its 28 × 28: 49 vectors,
+        // one-vector tiles of 8 channel rows load 9 values per 8
+        // multiply-adds): the tile that computes the fewest pixels per
+        // load-bound multiply-add, the last one overlapping.
         let cost = |t: &PointwiseTile| {
             let (vectors, computed) = (t.pixels / lanes, (pixels + t.pixels - 1) / t.pixels * t.pixels);
             let loads = (t.rows + vectors) as f64 / (t.rows * vectors) as f64;
