@@ -198,8 +198,7 @@ def @main(%x: Tensor[(1, 16, 56, 56), float32], %w1: Tensor[(96, 16, 1, 1), floa
 /// of the channels, which the depthwise convolution after it reads by
 /// channel), in tiles of 8 channel rows × 2 vectors (49 vectors of pixels:
 /// the last tile overlaps); a projection (96 → 32) keeps pixel tiles
-/// outermost. Equal to
-/// the interpreter on LLVM and C, 1 and 2 threads.
+/// outermost. Equal to the interpreter on LLVM and C, 1 and 2 threads.
 fn pointwise_expansions_on_small_maps_split_channel_halves_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 32, 28, 28), float32], %w1: Tensor[(96, 32, 1, 1), float32], %b1: Tensor[(96), float32],
@@ -214,19 +213,7 @@ def @main(%x: Tensor[(1, 32, 28, 28), float32], %w1: Tensor[(96, 32, 1, 1), floa
         }
         let convolutions: Vec<_> =
             kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d")).collect();
-        let outermost_parallel: Vec<String> = convolutions
-            .iter()
-            .map(|k| {
-                let mut first = None;
-                k.body.visit(&mut |s| match s {
-                    kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel && first.is_none() => {
-                        first = Some(l.var.name.to_string())
-                    }
-                    _ => {}
-                });
-                first.unwrap_or_default()
-            })
-            .collect();
+        let outermost_parallel: Vec<String> = convolutions.iter().map(|k| first_parallel_loop(k)).collect();
         assert!(
             outermost_parallel[0].starts_with("ax1_o_o"),
             "expansion: channel halves outermost, {outermost_parallel:?}"
@@ -327,22 +314,10 @@ def @main(%x: Tensor[(1, 32, 5, 7), float32], %w1: Tensor[(384, 32, 1, 1), float
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
-        // The loop a kernel runs in parallel: output channel blocks (`ax1…`) or rows (`ax2…`).
-        let parallel = |k: &PrimFunc| {
-            let mut name = None;
-            k.body.visit(&mut |s| {
-                if let kiln::tir::Stmt::For(l) = s {
-                    if l.kind == kiln::tir::ForKind::Parallel && name.is_none() {
-                        name = Some(l.var.name.clone());
-                    }
-                }
-            });
-            name.unwrap_or_default()
-        };
         let mut split: Vec<(usize, bool)> = kernels
             .iter()
             .filter(|k| k.attrs.contains_key("conv2d.weight_block"))
-            .map(|k| (k.params.last().map_or(0, |b| b.shape()[1]), parallel(k).starts_with("ax1")))
+            .map(|k| (k.params.last().map_or(0, |b| b.shape()[1]), first_parallel_loop(k).starts_with("ax1")))
             .collect();
         split.sort();
         assert_eq!(split, [(32, false), (48, false), (384, true)], "{lanes} lanes");
@@ -536,6 +511,20 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
 /// tile writes back along the columns (`along_columns`: the row-ordered
 /// convolutions of these small maps do, whatever their epilogue; a product's
 /// panels never do).
+/// The name of the first parallel loop of a kernel (its outermost one), or
+/// "" for none: `ax1…` for output channel blocks, `ax2…` for rows.
+fn first_parallel_loop(k: &PrimFunc) -> String {
+    let mut name = None;
+    k.body.visit(&mut |s| {
+        if let kiln::tir::Stmt::For(l) = s {
+            if l.kind == kiln::tir::ForKind::Parallel && name.is_none() {
+                name = Some(l.var.name.to_string());
+            }
+        }
+    });
+    name.unwrap_or_default()
+}
+
 fn packed(attr: &'static str, n: usize, along_columns: bool) -> impl Fn(&[PrimFunc], usize) {
     move |kernels, lanes| {
         let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);

@@ -73,13 +73,8 @@ struct FnGen<'a, 'ctx> {
     accumulator: Option<u32>,
     /// CPU kernels: the `i32` status they return, set by failed `check_index`es.
     status: Option<PointerValue<'ctx>>,
-    /// The target has AVX-512 VNNI: `kiln.dot_u8i8` is one `vpdpbusd`
-    /// (else its plain integer arithmetic).
-    vnni: bool,
-    /// The target has AVX-512 mask registers: a contiguous access of a
-    /// partial vector (14 or 7 lanes, the rows of late-stage maps) is one
-    /// masked load or store of the next whole vector (see `masked_access`).
-    masked_partial: bool,
+    /// The target's features that change a CPU kernel's code (none on a GPU).
+    features: KernelFeatures,
     /// The buffers the kernel stores to: a masked load of one could read
     /// back a store still in flight, which a masked load cannot forward.
     stored: std::collections::HashSet<u32>,
@@ -196,16 +191,20 @@ fn start_kernel<'a, 'ctx>(
         gpu,
         accumulator: None,
         status,
-        vnni: false,
-        masked_partial: false,
+        features: KernelFeatures::default(),
         stored: std::collections::HashSet::new(),
     })
 }
 
 /// The target features that change the code of a CPU kernel.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct KernelFeatures {
+    /// AVX-512 VNNI: `kiln.dot_u8i8` is one `vpdpbusd` (else its plain
+    /// integer arithmetic).
     vnni: bool,
+    /// AVX-512 mask registers: a contiguous access of a partial vector (14
+    /// or 7 lanes, the rows of late-stage maps) is one masked load or store
+    /// of the next whole vector (see `masked_access`).
     masked_partial: bool,
 }
 
@@ -219,8 +218,7 @@ fn emit_kernel<'ctx>(
 ) -> Result<(), CodegenError> {
     let i64t = ctx.i64_type();
     let mut g = start_kernel(ctx, module, f, false)?;
-    g.vnni = features.vnni;
-    g.masked_partial = features.masked_partial;
+    g.features = features;
     f.body.visit(&mut |st| {
         if let Stmt::Store { buffer, .. } = st {
             g.stored.insert(buffer.id());

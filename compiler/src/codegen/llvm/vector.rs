@@ -174,23 +174,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// on every step, 5× slower). Loads only from buffers the kernel does
     /// not store to (see `FnGen::stored`).
     fn masked_access(&self, buf: &Buffer, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
-        if buf.scope() != crate::tir::Scope::Global {
-            return None;
-        }
-        let lanes = vt.get_size();
-        let bits = match vt.get_element_type() {
-            BasicTypeEnum::FloatType(t) if t == self.ctx.f32_type() => 32,
-            BasicTypeEnum::FloatType(t) if t == self.ctx.f64_type() => 64,
-            BasicTypeEnum::IntType(t) if matches!(t.get_bit_width(), 32 | 64) => t.get_bit_width(),
-            _ => return None,
-        };
+        let elem = buf.elem();
+        let (lanes, bits) = (vt.get_size(), 8 * elem.size_bytes() as u32);
         let whole = lanes.next_power_of_two();
-        let fits = whole * bits <= 1024;
-        (self.masked_partial && lanes > 2 && !lanes.is_power_of_two() && fits).then(|| match vt.get_element_type() {
-            BasicTypeEnum::FloatType(t) => t.vec_type(whole),
-            BasicTypeEnum::IntType(t) => t.vec_type(whole),
-            _ => vt,
-        })
+        let partial = lanes > 2 && !lanes.is_power_of_two() && whole * bits <= 1024;
+        let wide_lanes = matches!(bits, 32 | 64) && elem != DataType::Bool;
+        (self.features.masked_partial && buf.scope() == crate::tir::Scope::Global && partial && wide_lanes)
+            .then(|| self.vector_type(elem, whole))
     }
 
     /// The `<whole x i1>` mask of the first `lanes` lanes.
@@ -200,15 +190,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
         VectorType::const_vector(&mask)
     }
 
-    /// `llvm.masked.load` of the first lanes of `vt`'s whole vector at `ptr`
-    /// (see [`Self::masked_access`]), narrowed back to `vt`.
+    /// `llvm.masked.load` of the first lanes of the whole vector `wt` at
+    /// `ptr` (see [`Self::masked_access`]), narrowed back to `vt`.
     fn masked_load(
         &mut self,
         buf: &Buffer,
         ptr: PointerValue<'ctx>,
-        vt: VectorType<'ctx>,
+        (vt, wt): (VectorType<'ctx>, VectorType<'ctx>),
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
-        let wt = self.masked_access(buf, vt).ok_or_else(|| self.unsupported("a masked load of a whole vector"))?;
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
@@ -228,16 +217,15 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(self.e(v)?.into())
     }
 
-    /// `llvm.masked.store` of `v` (of type `vt`) as the first lanes of its
-    /// whole vector at `ptr` (see [`Self::masked_access`]).
+    /// `llvm.masked.store` of `v` (of type `vt`) as the first lanes of the
+    /// whole vector `wt` at `ptr` (see [`Self::masked_access`]).
     fn masked_store(
         &mut self,
         buf: &Buffer,
         ptr: PointerValue<'ctx>,
-        vt: VectorType<'ctx>,
+        (vt, wt): (VectorType<'ctx>, VectorType<'ctx>),
         v: VectorValue<'ctx>,
     ) -> Result<(), CodegenError> {
-        let wt = self.masked_access(buf, vt).ok_or_else(|| self.unsupported("a masked store of a whole vector"))?;
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
         let i32t = self.ctx.i32_type();
@@ -324,16 +312,16 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
-                Some((ptr, vt)) if self.masked_access(buf, vt).is_some() && !self.stored.contains(&buf.id()) => {
-                    self.masked_load(buf, ptr, vt)?
-                }
-                Some((ptr, vt)) => {
-                    let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
-                    if let Some(i) = v.as_instruction_value() {
-                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+                Some((ptr, vt)) => match self.masked_access(buf, vt).filter(|_| !self.stored.contains(&buf.id())) {
+                    Some(wt) => self.masked_load(buf, ptr, (vt, wt))?,
+                    None => {
+                        let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
+                        if let Some(i) = v.as_instruction_value() {
+                            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+                        }
+                        v
                     }
-                    v
-                }
+                },
                 None => match self.strided_load(buf, &idx[0])? {
                     Some(v) => v,
                     None => match self.lane_loads(buf, &idx[0])? {
@@ -393,7 +381,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         } else {
             self.e(self.b.build_bit_cast(b, i32v, "bytes"))?
         };
-        if self.vnni && lanes == 16 {
+        if self.features.vnni && lanes == 16 {
             return self.vector_intrinsic("llvm.x86.avx512.vpdpbusd.512", &[acc, a, b]);
         }
         let bytes = 4 * lanes;
@@ -464,8 +452,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
         self.accumulator = None;
         let v = v?;
         if let Some((ptr, vt)) = contiguous {
-            if self.masked_access(buf, vt).is_some() {
-                return self.masked_store(buf, ptr, vt, v.into_vector_value());
+            if let Some(wt) = self.masked_access(buf, vt) {
+                return self.masked_store(buf, ptr, (vt, wt), v.into_vector_value());
             }
             let st = self.e(self.b.build_store(ptr, v))?;
             st.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;

@@ -35,6 +35,7 @@ pub(super) fn pointwise_in_place_order(
     pixels: i64,
     expansion: bool,
 ) -> Result<(Vec<Var>, Var), ScheduleError> {
+    let channel_tiles = extent(s, oc_o).unwrap_or(1);
     match channel_sweeps(s, px_o, oc_o, rows, pixels)? {
         Some(w) => {
             s.reorder(&[
@@ -47,10 +48,10 @@ pub(super) fn pointwise_in_place_order(
             ])?;
             Ok((vec![w.band, w.chunk], w.channel_tiles))
         }
-        None if expansion && pixels < MIN_SWEPT_PIXELS && extent(s, oc_o).unwrap_or(1) % 2 == 0 => {
-            let (half, channel_tiles) = s.split(oc_o, (extent(s, oc_o).unwrap_or(1) / 2) as usize)?;
-            s.reorder(&[half.clone(), px_o.clone(), channel_tiles.clone(), oc_i.clone(), px_i.clone()])?;
-            Ok((vec![half, px_o.clone()], channel_tiles))
+        None if expansion && pixels < MIN_SWEPT_PIXELS && channel_tiles % 2 == 0 => {
+            let (half, half_tiles) = s.split(oc_o, (channel_tiles / 2) as usize)?;
+            s.reorder(&[half.clone(), px_o.clone(), half_tiles.clone(), oc_i.clone(), px_i.clone()])?;
+            Ok((vec![half, px_o.clone()], half_tiles))
         }
         None => {
             s.reorder(&[px_o.clone(), oc_o.clone(), oc_i.clone(), px_i.clone()])?;
