@@ -78,6 +78,40 @@ mod imp {
         unsafe { read() }
     }
 
+    /// Whether this process may use the AMX tile registers. Linux enables
+    /// their (8 KB) state per process on request (`arch_prctl`
+    /// `ARCH_REQ_XCOMP_PERM`, XTILEDATA): without the request the first tile
+    /// instruction raises SIGILL. Requesting it again is harmless, and
+    /// covers every thread of the process.
+    #[cfg(target_os = "linux")]
+    fn amx_permitted() -> bool {
+        const SYS_ARCH_PRCTL: usize = 158;
+        const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+        const XFEATURE_XTILEDATA: usize = 18;
+        let ret: isize;
+        // SAFETY: the arch_prctl system call with two integer arguments; it
+        // reads and writes no user memory. `syscall` clobbers rcx and r11.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL as isize => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret == 0
+    }
+
+    /// Other systems enable the tile state for every process (or not at all,
+    /// which XCR0 shows).
+    #[cfg(not(target_os = "linux"))]
+    fn amx_permitted() -> bool {
+        true
+    }
+
     /// The CPUID leaves and XCR0 the checks read.
     #[derive(Clone, Copy)]
     pub struct Cpu {
@@ -118,9 +152,9 @@ mod imp {
                 "avx512vl" => bit(l7.ebx, 31) && avx512_state,
                 "avx512vnni" => bit(l7.ecx, 11) && avx512_state,
                 "avx512bf16" => bit(l7_1.eax, 5) && avx512_state,
-                "amx-bf16" => bit(l7.edx, 22) && amx_state,
-                "amx-tile" => bit(l7.edx, 24) && amx_state,
-                "amx-int8" => bit(l7.edx, 25) && amx_state,
+                "amx-bf16" => bit(l7.edx, 22) && amx_state && amx_permitted(),
+                "amx-tile" => bit(l7.edx, 24) && amx_state && amx_permitted(),
+                "amx-int8" => bit(l7.edx, 25) && amx_state && amx_permitted(),
                 "sse4a" => bit(ext1.ecx, 6),
                 "xop" => bit(ext1.ecx, 11) && avx_state,
                 "fma4" => bit(ext1.ecx, 16) && avx_state,

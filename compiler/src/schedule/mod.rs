@@ -43,6 +43,7 @@
 //! A strategy that does not apply to a kernel's shape leaves it as lowered;
 //! every primitive preserves the kernel's meaning.
 
+mod amx;
 mod conv2d;
 pub mod gpu;
 mod int8;
@@ -641,6 +642,9 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
     let untiled = knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some();
     Some(match anchor.as_str() {
         "nn.conv2d" => conv2d::schedule_conv2d(f, unit, knobs).map(|g| vectorize_local_copies(g, unit)),
+        "nn.contrib_conv2d_u8s8" if !untiled && amx::is_amx_convolution(&f) => {
+            amx::schedule_amx(f).map(|g| vectorize_local_copies(g, unit))
+        }
         "nn.contrib_conv2d_u8s8" if !untiled => {
             int8::schedule_conv2d_u8s8(f, unit).map(|g| vectorize_local_copies(g, unit))
         }

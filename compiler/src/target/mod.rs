@@ -155,9 +155,18 @@ pub fn configure_context(target: &str, ctx: &mut PassContext) {
     if is_cuda(target) && ctx.config("relay.AlterOpLayout.winograd").is_none() {
         let _ = ctx.set_config("relay.AlterOpLayout.winograd", ConfigValue::Bool(false));
     }
-    if ctx.config("relay.IntegerConv2d.enable").is_none() && !is_cuda(target) {
-        let vnni = TargetDescription::resolve(target).features.iter().any(|f| f == "avx512vnni");
-        let _ = ctx.set_config("relay.IntegerConv2d.enable", ConfigValue::Bool(vnni));
+    if !is_cuda(target) {
+        let features = TargetDescription::resolve(target).features;
+        let has = |name: &str| features.iter().any(|f| f == name);
+        if ctx.config("relay.IntegerConv2d.enable").is_none() {
+            let _ = ctx.set_config("relay.IntegerConv2d.enable", ConfigValue::Bool(has("avx512vnni")));
+        }
+        // AMX tiles are LLVM intrinsics: the C backend's target is not `llvm`.
+        let llvm = target.split_whitespace().next() == Some("llvm");
+        if ctx.config("relay.IntegerConv2d.amx").is_none() {
+            let amx = llvm && has("amx-int8") && has("amx-tile");
+            let _ = ctx.set_config("relay.IntegerConv2d.amx", ConfigValue::Bool(amx));
+        }
     }
     if !is_cuda(target) && ctx.config("relay.SimplifyInference.layer_norm").is_none() {
         let _ = ctx.set_config("relay.SimplifyInference.layer_norm", ConfigValue::Bool(false));

@@ -27,6 +27,7 @@ mod quantized;
 mod reduce;
 mod transform;
 mod winograd;
+pub(crate) use quantized::amx_pixel_tile;
 pub(crate) use winograd::WINOGRAD_INPUT_STAGES;
 
 /// A TE value: one tensor, or a tuple of them.

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use kiln_ir::relay::op::{U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::op::{U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use kiln_ir::relay::OpMap;
 use kiln_ir::{DataType, OpError};
 
@@ -64,6 +64,16 @@ fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> T
     })
 }
 
+/// The output pixels per row an AMX kernel's tile covers (`OHWI` weights):
+/// two tiles of 16 on rows wider than 16, else one.
+pub(crate) fn amx_pixel_tile(width: usize) -> usize {
+    if width > 16 {
+        32
+    } else {
+        16
+    }
+}
+
 /// `pad[n, c/4, p]`: [`word_image`] of an unpadded input over its pixels
 /// `p = y·W + x` (a kernel whose vector lanes are pixels reads it along `p`).
 fn word_image_over_pixels(x: &Tensor, channel_groups: usize, offset: i64) -> Tensor {
@@ -97,11 +107,24 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
     let pads = expand_ints(c.attrs, "padding", 4)?;
     let offset = c.attrs.int("data_offset")?;
     let [_, groups, kh, kw] = kiln_ir::relay::op::u8s8_weight_dims(w.shape(), c.attrs)?;
-    let pixel_lanes = c.attrs.str("weight_layout")? == "OIHW4i";
-    let over_pixels =
-        pixel_lanes && pads.iter().all(|&p| p == 0) && strides.iter().all(|&s| s == 1) && (kh, kw) == (1, 1);
-    let image =
-        if over_pixels { word_image_over_pixels(&x, groups, offset) } else { word_image(&x, groups, &pads, offset) };
+    let layout = U8S8Layout::of(c.attrs)?;
+    let over_pixels = layout == U8S8Layout::PixelLanes
+        && pads.iter().all(|&p| p == 0)
+        && strides.iter().all(|&s| s == 1)
+        && (kh, kw) == (1, 1);
+    let image = if over_pixels {
+        word_image_over_pixels(&x, groups, offset)
+    } else if layout == U8S8Layout::Rows {
+        // An AMX tile reads whole tiles of pixels along a row (stride 1):
+        // the image's right padding reaches the last tile's end, so that
+        // no tile reads past its row (the extra outputs are not written).
+        let tile = amx_pixel_tile(shape[3]) as i64;
+        let width = (shape[3] as i64 + tile - 1) / tile * tile + kw as i64 - 1;
+        let right = width - x.shape()[3] as i64 - pads[1];
+        word_image(&x, groups, &[pads[0], pads[1], pads[2], right.max(pads[3])], offset)
+    } else {
+        word_image(&x, groups, &pads, offset)
+    };
     let width = Expr::int(x.shape()[3] as i64);
     let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
     let (cv, yv, xv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
@@ -124,10 +147,14 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
                     image.at(&[i[0].clone(), cv.clone(), h.clone(), ww.clone()])
                 };
                 let d = byte_of(word, j);
-                let k = if pixel_lanes {
-                    w.at(&[i[1].clone(), cv.clone(), yv.clone(), xv.clone(), Expr::int(j)])
-                } else {
-                    w.at(&[ob.clone(), cv.clone(), yv.clone(), xv.clone(), oi.clone(), Expr::int(j)])
+                let k = match layout {
+                    U8S8Layout::PixelLanes => w.at(&[i[1].clone(), cv.clone(), yv.clone(), xv.clone(), Expr::int(j)]),
+                    U8S8Layout::ChannelLanes => {
+                        w.at(&[ob.clone(), cv.clone(), yv.clone(), xv.clone(), oi.clone(), Expr::int(j)])
+                    }
+                    U8S8Layout::Rows => {
+                        w.at(&[i[1].clone(), yv.clone(), xv.clone(), cv.clone() * Expr::int(4) + Expr::int(j)])
+                    }
                 };
                 d * i32(k)
             })

@@ -248,6 +248,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             vec![],
         );
         add(
+            "relay.IntegerConv2d.amx",
+            ConfigKind::Bool,
+            "compute the int8 convolutions that fit AMX tiles (stride 1, whole blocks of 16 output channels) with AMX tile products (default: true where the target has amx-int8; LLVM backend)",
+            vec![],
+        );
+        add(
             "relay.ByteActivations.enable",
             ConfigKind::Bool,
             "store a kernel output that is provably 256 integers or fewer (a quantized model's) as uint8 between kernels (default false: exact, not yet faster; CPU pipeline)",

@@ -328,6 +328,27 @@ intrinsics! {
         /// side may be one value for every lane: `a` a scalar word, or `b` 4
         /// bytes.
         DotU8I8,
+        /// `kiln.amx_config(rows₀, bytes₀, …, rows₇, bytes₇)`: the shape of
+        /// each of the eight AMX tile registers (rows × bytes per row, 0 0
+        /// for an unused one), loaded with `ldtilecfg` (palette 1). Every
+        /// AMX statement below runs after one in the same kernel task. No value.
+        AmxConfig,
+        /// `kiln.amx_zero(t)`: tile `t` (a constant) all zero. No value.
+        AmxZero,
+        /// `kiln.amx_load(t, b[i], stride)`: tile `t`'s rows from the address
+        /// of element `b[i]` (the load is not performed: its address is the
+        /// operand), `stride` bytes apart. No value.
+        AmxLoad,
+        /// `kiln.amx_store(t, b[i], stride)`: tile `t`'s rows to the address of
+        /// `b[i]`, `stride` bytes apart. No value.
+        AmxStore,
+        /// `kiln.amx_dot_s8u8(c, a, b)`: int32 tile `c[m][n] += Σₖ a[m][k] · b[k/4][4n + k%4]`,
+        /// `a` signed bytes, `b` unsigned bytes four to a 32-bit column (x86
+        /// AMX `tdpbsud`). No value.
+        AmxDotS8U8,
+        /// `kiln.amx_release()`: the tile registers back to their initial
+        /// state (`tilerelease`), so the OS need not save them. No value.
+        AmxRelease,
     }
 }
 
@@ -337,6 +358,12 @@ impl Intrinsic {
     pub fn is_libm_unary(self) -> bool {
         use Intrinsic::*;
         matches!(self, Sin | Cos | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh)
+    }
+
+    /// The AMX tile statements (LLVM x86 targets with `amx-tile` only).
+    pub fn is_amx(self) -> bool {
+        use Intrinsic::*;
+        matches!(self, AmxConfig | AmxZero | AmxLoad | AmxStore | AmxDotS8U8 | AmxRelease)
     }
 
     /// The name in TIR text (`exp`, `bitwise_and`, `tvm_storage_sync`, `kiln.check_index`).
@@ -377,6 +404,12 @@ impl Intrinsic {
             Intrinsic::Barrier => "tvm_storage_sync",
             Intrinsic::CheckIndex => "kiln.check_index",
             Intrinsic::DotU8I8 => "kiln.dot_u8i8",
+            Intrinsic::AmxConfig => "kiln.amx_config",
+            Intrinsic::AmxZero => "kiln.amx_zero",
+            Intrinsic::AmxLoad => "kiln.amx_load",
+            Intrinsic::AmxStore => "kiln.amx_store",
+            Intrinsic::AmxDotS8U8 => "kiln.amx_dot_s8u8",
+            Intrinsic::AmxRelease => "kiln.amx_release",
         }
     }
 }

@@ -22,6 +22,7 @@ use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FunctionValue, Int
 use inkwell::IntPredicate;
 use kiln_ir::DataType;
 
+mod amx;
 mod compat;
 mod data_object;
 mod expr;
@@ -206,6 +207,8 @@ struct KernelFeatures {
     /// or 7 lanes, the rows of late-stage maps) is one masked load or store
     /// of the next whole vector (see `masked_access`).
     masked_partial: bool,
+    /// AMX tiles (`amx-tile` and `amx-int8`): the `kiln.amx_*` statements.
+    amx: bool,
 }
 
 /// Emit `f` and its packed entry point into `module`.
@@ -312,7 +315,11 @@ fn build_module<'ctx>(
     let module = ctx.create_module(name);
     // Resolved once per module: the target's features are every kernel's.
     let features =
-        KernelFeatures { vnni: target.has_feature("avx512vnni"), masked_partial: target.has_feature("avx512f") };
+        KernelFeatures {
+            vnni: target.has_feature("avx512vnni"),
+            masked_partial: target.has_feature("avx512f"),
+            amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
+        };
     for f in funcs {
         emit_kernel(ctx, &module, f, target, features)?;
     }

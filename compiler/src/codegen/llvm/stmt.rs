@@ -114,6 +114,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_call(f, &[], ""))?;
                 Ok(())
             }
+            Stmt::Evaluate(Expr::Call(f, args, _)) if f.is_amx() => self.amx(*f, args),
             Stmt::Evaluate(e) => {
                 if !s.is_nop() {
                     self.expr(e)?;

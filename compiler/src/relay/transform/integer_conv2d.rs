@@ -16,20 +16,28 @@
 //! from the values of one input, so the rewrite is exact for every input.
 //! Convolutions it cannot prove so stay as they are.
 //!
+//! Where the target has AMX (`relay.IntegerConv2d.amx`), the convolutions
+//! that fit its tiles — stride 1, whole blocks of 16 output channels — take
+//! the `OHWI` weight layout instead: `schedule/amx.rs` computes them as tile
+//! products (`tdpbsud`, 16 × 16 outputs × 64 byte products per instruction).
+//!
 //! Run where the target has the instruction (`relay.IntegerConv2d.enable`,
 //! set from the target's `avx512vnni`; see `target::configure_context`), before
 //! AlterOpLayout (which would otherwise pack or Winograd-transform the weight).
 
 use kiln_ir::attrs::{AttrValue, Attrs};
-use kiln_ir::relay::op::{u8s8_weight_index, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::op::{u8s8_amx_step, u8s8_weight_index, U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
 use kiln_ir::{DataType, Tensor};
 
-struct Rewrite;
+struct Rewrite {
+    /// Whether the target has AMX tiles (see the module docs).
+    amx: bool,
+}
 
 /// The shortest reduction per output (C · KH · KW) rewritten: see `rewrite_conv2d`.
 const MIN_REDUCTION: usize = 64;
-/// The same for a kernel with pixels as lanes (see `pixels_as_lanes`).
+/// The same for a kernel with pixels as lanes (see `pixels_as_lanes`) or AMX tiles.
 const MIN_POINTWISE_REDUCTION: usize = 16;
 
 impl ExprMutator for Rewrite {
@@ -40,13 +48,13 @@ impl ExprMutator for Rewrite {
         let (Some(pre_call), Some(call)) = (store.as_call(pre).cloned(), store.as_call(post).cloned()) else {
             return post;
         };
-        rewrite_conv2d(store, &pre_call, &call, post).unwrap_or(post)
+        rewrite_conv2d(store, &pre_call, &call, post, self.amx).unwrap_or(post)
     }
 }
 
 /// Rewrites the convolutions of `func` that qualify (see the module docs).
-pub fn integer_conv2d(store: &mut Store, func: ExprId) -> ExprId {
-    mutate(store, func, &mut Rewrite)
+pub fn integer_conv2d(store: &mut Store, func: ExprId, amx: bool) -> ExprId {
+    mutate(store, func, &mut Rewrite { amx })
 }
 
 /// The offset that maps every value in `[lo, hi]` and 0 (the padding) into [0, 255].
@@ -55,7 +63,7 @@ fn byte_offset((lo, hi): (f64, f64)) -> Option<i64> {
     (lo.is_finite() && hi.is_finite() && hi - lo <= 255.0).then_some(-lo as i64)
 }
 
-fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> Option<ExprId> {
+fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx: bool) -> Option<ExprId> {
     let a = &call.attrs;
     let plain = a.int("groups").ok()? == 1
         && a.ints("dilation").ok()?.iter().all(|&d| d == 1)
@@ -80,10 +88,16 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     let offset = byte_offset(integer_range(store, pre.args[0])?)?;
     let (g, b) = (U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK);
     let groups = ci.div_ceil(g);
-    let pixel_lanes = pixels_as_lanes(a, &x_type.shape, kh, kw);
+    let layout = if amx && amx_tiles(a, o, groups * g) {
+        U8S8Layout::Rows
+    } else if pixels_as_lanes(a, &x_type.shape, kh, kw) {
+        U8S8Layout::PixelLanes
+    } else {
+        U8S8Layout::ChannelLanes
+    };
     // Output channels as lanes come in whole blocks of 16; pixels as lanes
     // take any number (MobileNetV2's 24-channel projections).
-    if !pixel_lanes && o % b != 0 {
+    if layout == U8S8Layout::ChannelLanes && o % b != 0 {
         return None;
     }
     // Where the integer kernel beats the float one (measured on Sapphire
@@ -93,18 +107,18 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     // 16–32 channels with channels as lanes: 4.2 ms for the model with them
     // in float, 5.1–5.3 ms in integers). ResNet-18's 3-channel 7 × 7 stem
     // (147): 1.7 → 0.94 ms.
-    let shortest = if pixel_lanes { MIN_POINTWISE_REDUCTION } else { MIN_REDUCTION };
+    let shortest = if layout == U8S8Layout::ChannelLanes { MIN_REDUCTION } else { MIN_POINTWISE_REDUCTION };
     if ci * kh * kw < shortest {
         return None;
     }
-    // [O/16, C4/4, KH, KW, 16, 4] (or [O, C4/4, KH, KW, 4]), channels past C zero.
+    // [O/16, C4/4, KH, KW, 16, 4] (or [O, C4/4, KH, KW, 4], [O, KH, KW, C4]), channels past C zero.
     let dims = [o, groups, kh, kw];
     let mut packed = vec![0.0; o * groups * g * kh * kw];
     for oc in 0..o {
         for ic in 0..ci {
             for y in 0..kh {
                 for z in 0..kw {
-                    packed[u8s8_weight_index(pixel_lanes, dims, [oc, ic, y, z])] =
+                    packed[u8s8_weight_index(layout, dims, [oc, ic, y, z])] =
                         values[((oc * ci + ic) * kh + y) * kw + z];
                 }
             }
@@ -113,20 +127,25 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
     let per_output = ci * kh * kw;
     let compensation: Vec<f64> = values.chunks(per_output).map(|w| -(offset as f64) * w.iter().sum::<f64>()).collect();
     let span = store.span(post).clone();
-    let (shape, layout) = if pixel_lanes {
-        (vec![o, groups, kh, kw, g], "OIHW4i")
-    } else {
-        (vec![o / b, groups, kh, kw, b, g], "OIHW16o4i")
-    };
-    let packed = store.constant(Tensor::from_f64(DataType::I8, shape, &packed));
+    let packed = store.constant(Tensor::from_f64(DataType::I8, layout.shape(dims), &packed));
     let compensation = store.constant(Tensor::from_f64(DataType::I32, vec![o], &compensation));
     let attrs = Attrs::from_pairs([
         ("strides", AttrValue::Ints(a.ints("strides").ok()?.to_vec())),
         ("padding", AttrValue::Ints(a.ints("padding").ok()?.to_vec())),
         ("data_offset", AttrValue::Int(offset)),
-        ("weight_layout", AttrValue::Str(layout.into())),
+        ("weight_layout", AttrValue::Str(layout.name().into())),
     ]);
     store.call_op_at("nn.contrib_conv2d_u8s8", vec![*x, packed, compensation], attrs, span).ok()
+}
+
+/// Whether AMX tiles compute the convolution (weight `OHWI`): stride 1 (a
+/// tile's 16 pixels are 16 consecutive words of the byte image), whole
+/// blocks of 16 output channels (a tile's rows), and input channels that
+/// split into equal steps of at most 64 bytes (a tile row; see
+/// `u8s8_amx_step`).
+fn amx_tiles(attrs: &Attrs, o: usize, c4: usize) -> bool {
+    let stride_one = attrs.ints("strides").is_ok_and(|s| s.iter().all(|&v| v == 1));
+    stride_one && o % U8S8_OUTPUT_BLOCK == 0 && u8s8_amx_step(c4).is_some()
 }
 
 /// Whether the kernel's vector lanes are pixels (weight `OIHW4i`): a 1 × 1,

@@ -101,7 +101,15 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
-        pass_enabled_by("IntegerConv2d", "relay.IntegerConv2d.enable", integer_conv2d::integer_conv2d),
+        FunctionPass::new(PassInfo::new("IntegerConv2d", 3, &["InferType"]), |m: &mut IRModule, f, ctx: &PassContext| {
+            Ok(if ctx.config_bool("relay.IntegerConv2d.enable") == Some(true) {
+                let amx = ctx.config_bool("relay.IntegerConv2d.amx") == Some(true);
+                integer_conv2d::integer_conv2d(&mut m.store, f, amx)
+            } else {
+                f
+            })
+        })
+        .arc(),
         pass_enabled_by("ByteActivations", "relay.ByteActivations.enable", byte_activations::byte_activations),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))

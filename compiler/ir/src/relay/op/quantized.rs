@@ -12,7 +12,9 @@
 //! of 4, the extra ones zero): 16 output channels × 4 input channels, 64
 //! contiguous bytes per dot-product step — or `[O, C4/4, KH, KW, 4]`
 //! (`OIHW4i`), four bytes per output channel and step, for kernels whose
-//! vector lanes are pixels. `compensation[o]` is
+//! vector lanes are pixels — or `[O, KH, KW, C4]` (`OHWI`), each output
+//! channel's input channels contiguous per window position: the rows of an
+//! AMX tile (x86 `tdpbsud`: 16 output channels × 64 input channels). `compensation[o]` is
 //! `−data_offset · Σ w[o, …]`, added in int32 so that the result is exactly
 //! `Σ d · w` (as float32: exact below 2²⁴ in magnitude, like the float
 //! arithmetic it replaces). Padding reads `d = 0`. The data may also be
@@ -44,7 +46,7 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
             rel_conv2d_u8s8,
             eval_conv2d_u8s8,
             "2-D convolution of float32 data holding integers (read as bytes `d + data_offset`; or uint8 bytes, padding `data_offset`) with an int8 \
-             weight packed [O/16, C4/4, KH, KW, 16, 4], summed in int32 plus `compensation` [O]; float32 NCHW out.",
+             weight packed [O/16, C4/4, KH, KW, 16, 4] (or OIHW4i, OHWI: weight_layout), summed in int32 plus `compensation` [O]; float32 NCHW out.",
         )
         .attr(AttrSpec::ints("strides", &[1, 1]))
         .attr(AttrSpec::ints("padding", &[0, 0, 0, 0]))
@@ -53,35 +55,90 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
     );
 }
 
-/// `[O, C4/4, KH, KW]` of the weight in its layout: `OIHW16o4i`
-/// (`[O/16, C4/4, KH, KW, 16, 4]`, output channels as vector lanes) or
-/// `OIHW4i` (`[O, C4/4, KH, KW, 4]`, pixels as vector lanes, each output
-/// channel's four bytes broadcast).
-pub fn u8s8_weight_dims(shape: &[usize], attrs: &Attrs) -> Result<[usize; 4], OpError> {
-    match (attrs.str("weight_layout")?, shape) {
-        ("OIHW16o4i", &[ob, g, kh, kw, b, four]) if b == U8S8_OUTPUT_BLOCK && four == U8S8_INPUT_GROUP => {
-            Ok([ob * b, g, kh, kw])
+/// How `nn.contrib_conv2d_u8s8`'s int8 weight is packed (its
+/// `weight_layout` attribute).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum U8S8Layout {
+    /// `OIHW16o4i`, `[O/16, C4/4, KH, KW, 16, 4]`: output channels as vector lanes.
+    ChannelLanes,
+    /// `OIHW4i`, `[O, C4/4, KH, KW, 4]`: pixels as vector lanes, each output
+    /// channel's four bytes broadcast.
+    PixelLanes,
+    /// `OHWI`, `[O, KH, KW, C4]`: each output channel's input channels
+    /// contiguous per window position (the rows of an AMX weight tile).
+    Rows,
+}
+
+impl U8S8Layout {
+    /// The layout an attribute set names.
+    pub fn of(attrs: &Attrs) -> Result<U8S8Layout, OpError> {
+        match attrs.str("weight_layout")? {
+            "OIHW16o4i" => Ok(U8S8Layout::ChannelLanes),
+            "OIHW4i" => Ok(U8S8Layout::PixelLanes),
+            "OHWI" => Ok(U8S8Layout::Rows),
+            other => Err(format!("weight_layout must be OIHW16o4i, OIHW4i or OHWI, found {other}").into()),
         }
-        ("OIHW4i", &[o, g, kh, kw, four]) if four == U8S8_INPUT_GROUP => Ok([o, g, kh, kw]),
-        (layout @ ("OIHW16o4i" | "OIHW4i"), _) => Err(format!(
-            "a {layout} weight must be {}, found shape {}",
-            if layout == "OIHW4i" { "[O, ⌈C/4⌉, KH, KW, 4]" } else { "[O/16, ⌈C/4⌉, KH, KW, 16, 4]" },
-            shape_str(shape)
-        )
-        .into()),
-        (layout, _) => Err(format!("weight_layout must be OIHW16o4i or OIHW4i, found {layout}").into()),
+    }
+
+    /// The attribute's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            U8S8Layout::ChannelLanes => "OIHW16o4i",
+            U8S8Layout::PixelLanes => "OIHW4i",
+            U8S8Layout::Rows => "OHWI",
+        }
+    }
+
+    /// The packed shape of a weight of `[O, C4/4, KH, KW]`.
+    pub fn shape(self, [o, g, kh, kw]: [usize; 4]) -> Vec<usize> {
+        let (b, four) = (U8S8_OUTPUT_BLOCK, U8S8_INPUT_GROUP);
+        match self {
+            U8S8Layout::ChannelLanes => vec![o / b, g, kh, kw, b, four],
+            U8S8Layout::PixelLanes => vec![o, g, kh, kw, four],
+            U8S8Layout::Rows => vec![o, kh, kw, g * four],
+        }
     }
 }
 
-/// The flat index of weight element `[o, c, y, x]` (`c` an input channel)
-/// in layout `OIHW4i` (`pixel_lanes`) or `OIHW16o4i`, for a weight of
-/// `[O, C4/4, KH, KW]` (`dims`, as [`u8s8_weight_dims`] gives them).
-pub fn u8s8_weight_index(pixel_lanes: bool, [_, g, kh, kw]: [usize; 4], [o, c, y, x]: [usize; 4]) -> usize {
+/// The bytes per AMX reduction step of an `OHWI` weight over `c4` input
+/// channels (a multiple of 4): the largest multiple of 4 of at most 64 (a
+/// tile row) that divides `c4` — every step then fills the tile rows alike,
+/// one tile configuration per kernel — or None where that is under 16.
+pub fn u8s8_amx_step(c4: usize) -> Option<usize> {
+    (16..=64.min(c4)).rev().find(|s| s % 4 == 0 && c4 % s == 0)
+}
+
+/// `[O, C4/4, KH, KW]` of the weight in its layout (see [`U8S8Layout`]).
+pub fn u8s8_weight_dims(shape: &[usize], attrs: &Attrs) -> Result<[usize; 4], OpError> {
     let (b, four) = (U8S8_OUTPUT_BLOCK, U8S8_INPUT_GROUP);
-    if pixel_lanes {
-        (((o * g + c / four) * kh + y) * kw + x) * four + c % four
-    } else {
-        ((((o / b) * g + c / four) * kh + y) * kw + x) * b * four + (o % b) * four + c % four
+    let layout = U8S8Layout::of(attrs)?;
+    let dims = match (layout, shape) {
+        (U8S8Layout::ChannelLanes, &[ob, g, kh, kw, bb, f]) if bb == b && f == four => Some([ob * b, g, kh, kw]),
+        (U8S8Layout::PixelLanes, &[o, g, kh, kw, f]) if f == four => Some([o, g, kh, kw]),
+        (U8S8Layout::Rows, &[o, kh, kw, c4]) if c4 % four == 0 => Some([o, c4 / four, kh, kw]),
+        _ => None,
+    };
+    dims.ok_or_else(|| {
+        let form = match layout {
+            U8S8Layout::ChannelLanes => "[O/16, ⌈C/4⌉, KH, KW, 16, 4]",
+            U8S8Layout::PixelLanes => "[O, ⌈C/4⌉, KH, KW, 4]",
+            U8S8Layout::Rows => "[O, KH, KW, 4·⌈C/4⌉]",
+        };
+        format!("a {} weight must be {form}, found shape {}", layout.name(), shape_str(shape)).into()
+    })
+}
+
+/// The flat index of weight element `[o, c, y, x]` (`c` an input channel)
+/// in `layout`, for a weight of `[O, C4/4, KH, KW]` (`dims`, as
+/// [`u8s8_weight_dims`] gives them).
+pub fn u8s8_weight_index(layout: U8S8Layout, [_, g, kh, kw]: [usize; 4], [o, c, y, x]: [usize; 4]) -> usize {
+    let (b, four) = (U8S8_OUTPUT_BLOCK, U8S8_INPUT_GROUP);
+    match layout {
+        U8S8Layout::PixelLanes => (((o * g + c / four) * kh + y) * kw + x) * four + c % four,
+        U8S8Layout::ChannelLanes => {
+            ((((o / b) * g + c / four) * kh + y) * kw + x) * b * four + (o % b) * four + c % four
+        }
+        U8S8Layout::Rows => ((o * kh + y) * kw + x) * g * four + c,
     }
 }
 
@@ -132,7 +189,7 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
     let offset = attrs.int("data_offset")?;
     let [n, c, h, wi] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let dims = u8s8_weight_dims(w.shape(), attrs)?;
-    let pixel_lanes = attrs.str("weight_layout")? == "OIHW4i";
+    let layout = U8S8Layout::of(attrs)?;
     let [_, c4, kh, kw] = dims;
     let g = U8S8_INPUT_GROUP;
     let (o, oh, ow) = (t.shape[1], t.shape[2], t.shape[3]);
@@ -169,7 +226,7 @@ fn eval_conv2d_u8s8(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
                                 } else {
                                     offset
                                 };
-                                let wj = u8s8_weight_index(pixel_lanes, dims, [oc, ic, ky, kx]);
+                                let wj = u8s8_weight_index(layout, dims, [oc, ic, ky, kx]);
                                 acc += byte * wv[wj];
                             }
                         }

@@ -1,0 +1,286 @@
+//! The CPU strategy of an int8 convolution on AMX tiles (`nn.contrib_conv2d_u8s8`
+//! with `OHWI` weights; IntegerConv2d picks that layout where the target has
+//! `amx-int8`).
+//!
+//! One `tdpbsud` multiplies a tile of 16 output channels × K weight bytes
+//! (A: a weight row per channel, K input channels of one window position)
+//! by a tile of K/4 channel groups × 16 pixels of the byte image (B: each
+//! row 16 consecutive words of one group, four channels to a word), adding
+//! to a 16 × 16 int32 tile (C): output channels × pixels, rows of the NCHW
+//! output. 4096 products per instruction where `vpdpbusd` does 64.
+//!
+//! The loop nest is the general convolution's: output rows in bands (the
+//! byte image computed per band, bands in parallel), in a band
+//! `channels / 32 × pixels / 32` register tiles of 2 × 2 C tiles (fewer
+//! where the channels or the row are narrower), each the reduction over
+//! window positions and steps of K channels — two weight tiles and two
+//! image tiles loaded per step for four products — then stored to a
+//! kernel-local tile that the usual write-back (the fused epilogue) reads.
+//! The tile schedule is made by the ordinary primitives (split, reorder,
+//! compute_at, whole-tile decompose_reduction), then the tile's
+//! initialization and update are replaced by the AMX statements, their
+//! addresses read off the update's own loads.
+
+use std::collections::HashMap;
+
+use kiln_ir::arith::{simplify, Bounds};
+use kiln_ir::relay::op::{u8s8_amx_step, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+
+use super::primitives::ReductionTile;
+use super::{collect_loads, extent, fuse_parallel, materialized, reduction_nest, Schedule, ScheduleError};
+use crate::tir::{Buffer, Expr, For, ForKind, Intrinsic, PrimFunc, Stmt, TirType, Var};
+use kiln_ir::DataType;
+use crate::topi::amx_pixel_tile;
+
+/// Rows (and bytes per row) of every AMX tile register.
+const TILE_ROWS: usize = 16;
+/// The tile registers: C tiles 0–3, A (weight) tiles 4–5, B (image) tiles 6–7.
+const FIRST_A: i64 = 4;
+const FIRST_B: i64 = 6;
+/// The most output rows per band (one byte image per band: a band of
+/// `rows` output rows computes `rows + KH − 1` image rows).
+const MAX_BAND_ROWS: i64 = 8;
+
+/// Whether `f` is an int8 convolution with `OHWI` weights (a 4-D int8 parameter).
+pub(super) fn is_amx_convolution(f: &PrimFunc) -> bool {
+    f.params.iter().any(|b| b.elem() == DataType::I8 && b.shape().len() == 4)
+}
+
+fn statement(f: Intrinsic, args: Vec<Expr>) -> Stmt {
+    Stmt::Evaluate(Expr::call(f, args, TirType::scalar(DataType::I32)))
+}
+
+/// The output rows per band: the most up to [`MAX_BAND_ROWS`] that divide
+/// the rows and leave at least two bands (two threads), else 1.
+fn band_rows(rows: i64) -> i64 {
+    (1..=MAX_BAND_ROWS.min(rows / 2)).rev().find(|b| rows % b == 0).unwrap_or(1)
+}
+
+/// Bytes between consecutive elements along dimension `dim` of a buffer of `shape`.
+fn byte_stride(shape: &[usize], dim: usize, elem: DataType) -> i64 {
+    (shape[dim + 1..].iter().product::<usize>() * elem.size_bytes()) as i64
+}
+
+pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: format!("AMX: {m}") };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., oc, oh, ow] = &spatial[..] else { return Err(err(&s, "not an NCHW convolution")) };
+    let (oce, ohe, owe) = (extent(&s, oc).unwrap_or(0), extent(&s, oh).unwrap_or(0), extent(&s, ow).unwrap_or(0));
+    let block = U8S8_OUTPUT_BLOCK as i64;
+    if oce % block != 0 || oce == 0 || ohe == 0 || owe == 0 {
+        return Err(err(&s, "the output channels are not whole blocks of 16"));
+    }
+    let weight = s.func().params.iter().find(|b| b.elem() == DataType::I8).cloned();
+    let weight = weight.ok_or_else(|| err(&s, "no int8 weight"))?;
+    let c4 = weight.shape()[3];
+    let step = u8s8_amx_step(c4).ok_or_else(|| err(&s, "input channels that fit no tile row"))? as i64;
+    let a_tiles = if oce % (2 * block) == 0 { 2 } else { 1 };
+    let pixels = amx_pixel_tile(owe as usize) as i64;
+    let b_tiles = pixels / block;
+    let band = band_rows(ohe);
+
+    let (oh_o, oh_i) = s.split(oh, band as usize)?;
+    let (oc_o, oc_i) = s.split(oc, (a_tiles * block) as usize)?;
+    let (ow_o, ow_i) = s.split(ow, pixels as usize)?;
+    s.reorder(&[oh_o.clone(), oh_i, oc_o, ow_o.clone(), oc_i.clone(), ow_i.clone()])?;
+    // Whole tiles: an image tile reads whole 16-pixel rows of the image
+    // (its right padding covers the last tile; see `topi::quantized`).
+    let tile = s.decompose_reduction_whole_tiles(&ow_o)?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, &oh_o)?;
+    }
+    let shape = TileShape { a_tiles, b_tiles, step, oc_i, ow_i };
+    replace_with_tiles(&mut s, &ow_o, &tile, &shape).map_err(|m| err(&s, &m))?;
+    // The write-back: output channels unrolled, a tile's pixels as vectors.
+    if let [rows @ .., cols] = &tile.writeback_loops[..] {
+        for r in rows {
+            s.unroll(r)?;
+        }
+        s.vectorize(cols)?;
+    }
+    // A few tiles per row unrolled: their write-back guards fold (LoopPartition
+    // then leaves whole tiles unguarded).
+    if extent(&s, &ow_o).is_some_and(|n| n <= 4) {
+        s.unroll(&ow_o)?;
+    }
+    // The tile configuration once per band (each task of a parallel loop may
+    // run on another thread: the configuration is per thread).
+    let config = tile_config(a_tiles, b_tiles, step);
+    s.rewrite_loop(&oh_o, |l| {
+        let body = Stmt::seq(vec![config, l.body, statement(Intrinsic::AmxRelease, vec![])]);
+        Ok(Stmt::For(Box::new(For { body, ..l })))
+    })?;
+    let mut par = outer.to_vec();
+    par.push(oh_o);
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
+/// The register tile: A tiles of 16 output channels, B tiles of 16 pixels,
+/// `step` bytes (input channels) per reduction step.
+struct TileShape {
+    a_tiles: i64,
+    b_tiles: i64,
+    step: i64,
+    /// The tile's output-channel and pixel loops (variables of the update).
+    oc_i: Var,
+    ow_i: Var,
+}
+
+/// `kiln.amx_config`: C tiles 16 rows × 64 bytes; A tiles 16 rows × `step`
+/// bytes; B tiles `step / 4` rows × 64 bytes.
+fn tile_config(a_tiles: i64, b_tiles: i64, step: i64) -> Stmt {
+    let rows = TILE_ROWS as i64;
+    let mut args = Vec::new();
+    for t in 0..8 {
+        let (r, bytes) = match t {
+            t if t < a_tiles * b_tiles => (rows, 4 * rows),
+            t if (FIRST_A..FIRST_A + a_tiles).contains(&t) => (rows, step),
+            t if (FIRST_B..FIRST_B + b_tiles).contains(&t) => (step / U8S8_INPUT_GROUP as i64, 4 * rows),
+            _ => (0, 0),
+        };
+        args.push(Expr::int(r));
+        args.push(Expr::int(bytes));
+    }
+    statement(Intrinsic::AmxConfig, args)
+}
+
+/// In loop `at`'s body, replaces the tile's initialization by zeroed C tiles
+/// and its reduction by AMX tile loads and products followed by the C
+/// tiles' stores into the kernel-local tile.
+fn replace_with_tiles(s: &mut Schedule, at: &Var, tile: &ReductionTile, shape: &TileShape) -> Result<(), String> {
+    let cache = tile.cache.clone().ok_or("no kernel-local tile")?;
+    let (Some(init), Some(reduce)) = (tile.init_loops.first(), tile.reduce_loops.first()) else {
+        return Err("no initialization or reduction loops".into());
+    };
+    let (init, reduce) = (init.clone(), reduce.clone());
+    let mut result = Ok(());
+    let out = &mut result;
+    s.rewrite_loop(at, |l| {
+        let body = in_sequence(l.body, &mut |parts| {
+            let mut body = Vec::new();
+            for part in parts {
+                match &part {
+                    Stmt::For(f) if f.var == init => {
+                        let c_tiles = shape.a_tiles * shape.b_tiles;
+                        body.extend((0..c_tiles).map(|t| statement(Intrinsic::AmxZero, vec![Expr::int(t)])));
+                    }
+                    Stmt::For(f) if f.var == reduce => match tile_products(&part, shape, &cache) {
+                        Ok(stmts) => body.extend(stmts),
+                        Err(e) => {
+                            *out = Err(e);
+                            body.push(part);
+                        }
+                    },
+                    _ => body.push(part),
+                }
+            }
+            body
+        });
+        match body {
+            Some(body) => Ok(Stmt::For(Box::new(For { body, ..l }))),
+            None => Err(ScheduleError { kernel: String::new(), message: "the tile's body is not a sequence".into() }),
+        }
+    })
+    .map_err(|e| e.message)?;
+    result
+}
+
+/// `s` with the statements of its first sequence (below allocations and
+/// lets) replaced by `f`'s; None where there is none.
+fn in_sequence(s: Stmt, f: &mut dyn FnMut(Vec<Stmt>) -> Vec<Stmt>) -> Option<Stmt> {
+    match s {
+        Stmt::Seq(parts) => Some(Stmt::seq(f(parts))),
+        Stmt::Allocate { buffer, body } => Some(Stmt::Allocate { buffer, body: Box::new(in_sequence(*body, f)?) }),
+        Stmt::Let { var, value, body } => Some(Stmt::Let { var, value, body: Box::new(in_sequence(*body, f)?) }),
+        _ => None,
+    }
+}
+
+/// The reduction nest `reduce` (loops over channel groups `rc`, window rows
+/// and columns, the tile's loops inside, one update) as AMX statements:
+/// loops over the window and steps of `step` bytes of channels, each loading
+/// the A and B tiles and adding their products to the C tiles; then the C
+/// tiles stored into `cache` (`[channels, pixels]` of the tile).
+fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec<Stmt>, String> {
+    // The reduction loops (outermost first) and the update below them.
+    let mut loops = Vec::new();
+    let mut cur = reduce;
+    while let Stmt::For(l) = cur {
+        loops.push((l.var.clone(), l.extent.as_int().ok_or("a reduction loop of unknown extent")?));
+        cur = &l.body;
+    }
+    let Stmt::Store { value, .. } = cur else { return Err("the reduction does not end in one update".into()) };
+    // The tile's own loops (oc_i, ow_i) were the innermost; the rest reduce.
+    let reduce_loops: Vec<(Var, i64)> =
+        loops.into_iter().filter(|(v, _)| *v != shape.oc_i && *v != shape.ow_i).collect();
+    let [(rc, groups), window @ ..] = &reduce_loops[..] else { return Err("no reduction loops".into()) };
+    let group = U8S8_INPUT_GROUP as i64;
+    let steps_per_group = shape.step / group;
+    if groups % steps_per_group != 0 {
+        return Err(format!("{groups} channel groups in steps of {steps_per_group}"));
+    }
+    let mut loads = Vec::new();
+    collect_loads(value, &mut loads);
+    let weight_loads: Vec<_> = loads.iter().filter(|(b, _)| b.elem() == DataType::I8).collect();
+    let image = loads.iter().find(|(b, _)| b.elem() == DataType::U32).ok_or("no image word in the update")?;
+    // The weight load of the group's first byte: the one whose last index is
+    // smallest (they differ by the byte, 0–3).
+    let first_byte = |(_, i): &&&(Buffer, Vec<Expr>)| {
+        let last = i.last().cloned().unwrap_or_else(|| Expr::int(0));
+        let base = weight_loads[0].1.last().cloned().unwrap_or_else(|| Expr::int(0));
+        simplify(&(last - base), &Bounds::new()).as_int().unwrap_or(i64::MAX)
+    };
+    let weight = weight_loads.iter().min_by_key(first_byte).ok_or("no weight byte in the update")?;
+    if !weight.1.last().is_some_and(|i| i.uses_var(rc)) {
+        return Err("the first reduction loop is not over the channel groups".into());
+    }
+    let kb = Var::new("kb", TirType::INDEX);
+    let at = |e: &[Expr], map: &HashMap<u32, Expr>| -> Vec<Expr> {
+        e.iter().map(|x| simplify(&x.substitute(&|v| map.get(&v.id).cloned()), &Bounds::new())).collect()
+    };
+    let tile_map = |i: i64, j: i64| {
+        HashMap::from([
+            (shape.oc_i.id, Expr::int(i * U8S8_OUTPUT_BLOCK as i64)),
+            (shape.ow_i.id, Expr::int(j * U8S8_OUTPUT_BLOCK as i64)),
+            (rc.id, Expr::var(&kb) * Expr::int(steps_per_group)),
+        ])
+    };
+    let a_stride = byte_stride(weight.0.shape(), 0, DataType::I8);
+    let b_stride = byte_stride(image.0.shape(), 1, DataType::U32);
+    let c_stride = byte_stride(cache.shape(), 0, DataType::I32);
+    if a_stride <= 0 || b_stride <= 0 || cache.shape().len() != 2 {
+        return Err("unexpected buffer shapes".into());
+    }
+    let mut step = Vec::new();
+    for i in 0..shape.a_tiles {
+        let addr = Expr::Load(weight.0.clone(), at(&weight.1, &tile_map(i, 0)));
+        step.push(statement(Intrinsic::AmxLoad, vec![Expr::int(FIRST_A + i), addr, Expr::int(a_stride)]));
+    }
+    for j in 0..shape.b_tiles {
+        let addr = Expr::Load(image.0.clone(), at(&image.1, &tile_map(0, j)));
+        step.push(statement(Intrinsic::AmxLoad, vec![Expr::int(FIRST_B + j), addr, Expr::int(b_stride)]));
+    }
+    for i in 0..shape.a_tiles {
+        for j in 0..shape.b_tiles {
+            let c = Expr::int(i * shape.b_tiles + j);
+            step.push(statement(Intrinsic::AmxDotS8U8, vec![c, Expr::int(FIRST_A + i), Expr::int(FIRST_B + j)]));
+        }
+    }
+    // Window positions outside, channel steps inside (contiguous weight rows).
+    let mut nest = Stmt::for_loop(kb.clone(), (groups / steps_per_group) as usize, ForKind::Serial, Stmt::seq(step));
+    for (v, e) in window.iter().rev() {
+        nest = Stmt::for_loop(v.clone(), *e as usize, ForKind::Serial, nest);
+    }
+    let mut out = vec![nest];
+    for i in 0..shape.a_tiles {
+        for j in 0..shape.b_tiles {
+            let b = U8S8_OUTPUT_BLOCK as i64;
+            let addr = Expr::Load(cache.clone(), vec![Expr::int(i * b), Expr::int(j * b)]);
+            let c = Expr::int(i * shape.b_tiles + j);
+            out.push(statement(Intrinsic::AmxStore, vec![c, addr, Expr::int(c_stride)]));
+        }
+    }
+    Ok(out)
+}
