@@ -40,6 +40,8 @@ const FIRST_B: i64 = 6;
 /// The most output rows per band (one byte image per band: a band of
 /// `rows` output rows computes `rows + KH − 1` image rows).
 const MAX_BAND_ROWS: i64 = 8;
+/// The most weight bytes one task streams per band (see `schedule_amx`).
+const MAX_CHUNK_WEIGHT_BYTES: i64 = 512 << 10;
 
 /// Whether `f` is an int8 convolution with `OHWI` weights (a 4-D int8 parameter).
 pub(super) fn is_amx_convolution(f: &PrimFunc) -> bool {
@@ -51,9 +53,9 @@ fn statement(f: Intrinsic, args: Vec<Expr>) -> Stmt {
 }
 
 /// The output rows per band: the most up to [`MAX_BAND_ROWS`] that divide
-/// the rows and leave at least two bands (two threads), else 1.
-fn band_rows(rows: i64) -> i64 {
-    (1..=MAX_BAND_ROWS.min(rows / 2)).rev().find(|b| rows % b == 0).unwrap_or(1)
+/// the rows and leave at least `bands` bands, else 1.
+fn band_rows_of(rows: i64, bands: i64) -> i64 {
+    (1..=MAX_BAND_ROWS.min(rows / bands)).rev().find(|b| rows % b == 0).unwrap_or(1)
 }
 
 /// Bytes between consecutive elements along dimension `dim` of a buffer of `shape`.
@@ -78,12 +80,25 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let a_tiles = if oce % (2 * block) == 0 { 2 } else { 1 };
     let pixels = amx_pixel_tile(owe as usize) as i64;
     let b_tiles = pixels / block;
-    let band = band_rows(ohe);
+    // Weights past an L2 share split the output channels into chunks, each
+    // task streaming only its chunk's (ResNet-18's 512-channel layers have
+    // 2.4 MB: per band of rows all of it was read again); the chunks then
+    // give the parallelism, and a band may be the whole map.
+    let tile_channels = a_tiles * block;
+    let weight_bytes = weight.shape().iter().product::<usize>() as i64;
+    let chunks = (1..=oce / tile_channels)
+        .filter(|c| (oce / tile_channels) % c == 0)
+        .find(|c| weight_bytes / c <= MAX_CHUNK_WEIGHT_BYTES)
+        .unwrap_or(oce / tile_channels);
+    let band = if chunks > 1 { band_rows_of(ohe, 1) } else { band_rows_of(ohe, 2) };
 
+    let (oc_c, oc_rest) = s.split(oc, (oce / chunks) as usize)?;
     let (oh_o, oh_i) = s.split(oh, band as usize)?;
-    let (oc_o, oc_i) = s.split(oc, (a_tiles * block) as usize)?;
+    let (oc_o, oc_i) = s.split(&oc_rest, tile_channels as usize)?;
     let (ow_o, ow_i) = s.split(ow, pixels as usize)?;
-    s.reorder(&[oh_o.clone(), oh_i, oc_o, ow_o.clone(), oc_i.clone(), ow_i.clone()])?;
+    // Within a band, each channel tile's weights (a chunk's share of L2)
+    // serve every row of the band before the next tile's.
+    s.reorder(&[oc_c.clone(), oh_o.clone(), oc_o, oh_i, ow_o.clone(), oc_i.clone(), ow_i.clone()])?;
     // Whole tiles: an image tile reads whole 16-pixel rows of the image
     // (its right padding covers the last tile; see `topi::quantized`).
     let tile = s.decompose_reduction_whole_tiles(&ow_o)?;
@@ -112,7 +127,7 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         Ok(Stmt::For(Box::new(For { body, ..l })))
     })?;
     let mut par = outer.to_vec();
-    par.push(oh_o);
+    par.extend([oc_c, oh_o]);
     fuse_parallel(&mut s, &par)?;
     Ok(s.into_func())
 }
