@@ -29,8 +29,8 @@ use kiln_ir::relay::op::{u8s8_amx_step, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use super::primitives::ReductionTile;
 use super::{collect_loads, extent, fuse_parallel, materialized, reduction_nest, Schedule, ScheduleError};
 use crate::tir::{Buffer, Expr, For, ForKind, Intrinsic, PrimFunc, Stmt, TirType, Var};
-use kiln_ir::DataType;
 use crate::topi::amx_pixel_tile;
+use kiln_ir::DataType;
 
 /// Rows (and bytes per row) of every AMX tile register.
 const TILE_ROWS: usize = 16;

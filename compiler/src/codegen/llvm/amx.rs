@@ -21,7 +21,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Err(self.unsupported("an AMX tile statement on a target without amx-int8"));
         }
         let tile = |e: &Expr| -> Result<u64, CodegenError> {
-            e.as_int().filter(|t| (0..8).contains(t)).map(|t| t as u64).ok_or_else(|| self.unsupported("an AMX tile register that is not a constant in 0..8"))
+            e.as_int()
+                .filter(|t| (0..8).contains(t))
+                .map(|t| t as u64)
+                .ok_or_else(|| self.unsupported("an AMX tile register that is not a constant in 0..8"))
         };
         let i8t = self.ctx.i8_type();
         match (f, args) {

@@ -314,12 +314,11 @@ fn build_module<'ctx>(
 ) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module(name);
     // Resolved once per module: the target's features are every kernel's.
-    let features =
-        KernelFeatures {
-            vnni: target.has_feature("avx512vnni"),
-            masked_partial: target.has_feature("avx512f"),
-            amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
-        };
+    let features = KernelFeatures {
+        vnni: target.has_feature("avx512vnni"),
+        masked_partial: target.has_feature("avx512f"),
+        amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
+    };
     for f in funcs {
         emit_kernel(ctx, &module, f, target, features)?;
     }

@@ -101,14 +101,17 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
-        FunctionPass::new(PassInfo::new("IntegerConv2d", 3, &["InferType"]), |m: &mut IRModule, f, ctx: &PassContext| {
-            Ok(if ctx.config_bool("relay.IntegerConv2d.enable") == Some(true) {
-                let amx = ctx.config_bool("relay.IntegerConv2d.amx") == Some(true);
-                integer_conv2d::integer_conv2d(&mut m.store, f, amx)
-            } else {
-                f
-            })
-        })
+        FunctionPass::new(
+            PassInfo::new("IntegerConv2d", 3, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                Ok(if ctx.config_bool("relay.IntegerConv2d.enable") == Some(true) {
+                    let amx = ctx.config_bool("relay.IntegerConv2d.amx") == Some(true);
+                    integer_conv2d::integer_conv2d(&mut m.store, f, amx)
+                } else {
+                    f
+                })
+            },
+        )
         .arc(),
         pass_enabled_by("ByteActivations", "relay.ByteActivations.enable", byte_activations::byte_activations),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {

@@ -34,7 +34,9 @@ pub use layout::{IndexOps, Layout, LayoutTransform};
 pub use matmul::dense_pack_block;
 pub use nn::conv2d_weight_block;
 pub use nn::{adaptive_bin, conv2d_nchw_attrs, HWIO_TO_OIHW, NCHW_TO_NHWC, NHWC_TO_NCHW};
-pub use quantized::{u8s8_amx_step, u8s8_weight_dims, u8s8_weight_index, U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+pub use quantized::{
+    u8s8_amx_step, u8s8_weight_dims, u8s8_weight_index, U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK,
+};
 pub use transform::{ndarray_size_tensor, shape_of_tensor};
 pub use util::broadcast_shapes;
 pub use winograd::{winograd_matrices, WinogradMatrices, WinogradTiles};

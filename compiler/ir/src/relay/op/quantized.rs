@@ -288,6 +288,33 @@ mod tests {
         assert_eq!(&y[..4], &[-14.0; 4]);
     }
 
+    /// The same window sum with the weight in `OHWI` (`[O, KH, KW, C4]`, the
+    /// AMX layout): weight 1 at input channel 0 of output channel 0 for every
+    /// window position.
+    #[test]
+    fn reads_an_ohwi_weight_by_output_channel_window_and_input_channel() {
+        let x = Tensor::from_f64(DataType::F32, vec![1, 3, 2, 2], &(0..12).map(|v| v as f64 - 5.0).collect::<Vec<_>>());
+        let mut w = vec![0.0; 16 * 9 * 4];
+        for k in 0..9 {
+            w[k * 4] = 1.0; // output channel 0, window position k, input channel 0
+        }
+        let w = Tensor::from_f64(DataType::I8, vec![16, 3, 3, 4], &w);
+        let (_, comp) = window_sum_weight();
+        let attrs = Attrs::from_pairs([
+            ("data_offset", crate::attrs::AttrValue::Int(7)),
+            ("padding", crate::attrs::AttrValue::Ints(vec![1; 4])),
+            ("strides", crate::attrs::AttrValue::Ints(vec![1, 1])),
+            ("weight_layout", crate::attrs::AttrValue::Str("OHWI".into())),
+        ]);
+        let y = eval_conv2d_u8s8(&[Value::Tensor(x), Value::Tensor(w), Value::Tensor(comp)], &attrs).unwrap();
+        let y = y.tensor().unwrap().to_f64_vec();
+        assert_eq!(&y[..4], &[-14.0; 4]);
+        assert!(y[4..].iter().all(|&v| v == 0.0));
+        assert_eq!(u8s8_amx_step(20), Some(20));
+        assert_eq!(u8s8_amx_step(96), Some(48));
+        assert_eq!(u8s8_amx_step(12), None);
+    }
+
     #[test]
     fn refuses_data_that_are_not_bytes_after_the_offset() {
         let x = Tensor::from_f64(DataType::F32, vec![1, 4, 1, 1], &[0.0, 1.0, 2.0, 300.0]);
