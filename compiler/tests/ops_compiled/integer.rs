@@ -99,9 +99,9 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %w1: Tensor[(32, 20, 3, 3), float
 
 /// Where the target has AMX (`relay.IntegerConv2d.amx`, on by default with
 /// `amx-int8`), stride-1 int8 convolutions over whole blocks of 16 output
-/// channels run as AMX tile products: a padded 3 × 3 over 20 channels
+/// channels and 64 or more products per output run as AMX tile products: a padded 3 × 3 over 20 channels
 /// (20 bytes per reduction step) to 32 on a 9 × 11 map (one pixel tile per
-/// row), a 1 × 1 over 32 to 16 (one weight tile), a 3 × 3 over 16 to 32 on
+/// row), a 1 × 1 over 64 to 16 (one weight tile), a 3 × 3 over 16 to 32 on
 /// a 6 × 40 map (two 32-pixel tiles per row, the second past the row's end),
 /// and a 3 × 3 over 256 to 256 on 4 × 4 (590 KB of weights: two channel
 /// chunks) — with a bias and ReLU epilogue, equal to the interpreter on
@@ -113,9 +113,9 @@ pub(super) fn amx_convolutions_match_the_interpreter() {
         return;
     }
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 32, 9, 11), float32], %z: Tensor[(1, 16, 6, 40), float32],
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 9, 11), float32], %z: Tensor[(1, 16, 6, 40), float32],
           %v: Tensor[(1, 256, 4, 4), float32],
-          %w1: Tensor[(32, 20, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(16, 32, 1, 1), float32],
+          %w1: Tensor[(32, 20, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(16, 64, 1, 1), float32],
           %w3: Tensor[(32, 16, 3, 3), float32], %w4: Tensor[(256, 256, 3, 3), float32]) {
   %0 = clip(round(multiply(%x, 100f)), a_min=-20f, a_max=200f);
   %1 = nn.relu(nn.bias_add(nn.conv2d(%0, round(multiply(%w1, 50f)), padding=[1, 1, 1, 1]), round(%b1)));
