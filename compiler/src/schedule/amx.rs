@@ -262,6 +262,19 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
             (rc.id, Expr::var(&kb) * Expr::int(steps_per_group)),
         ])
     };
+    // A B tile's 16 pixels must be 16 consecutive words of the image, an A
+    // tile's 16 rows 16 consecutive output channels' weight rows (a stride-2
+    // convolution written with OHWI weights by hand stays as lowered).
+    let step_along = |e: &Expr, v: &Var| -> Option<i64> {
+        let at = |k: i64| e.substitute(&|x| (x.id == v.id).then(|| Expr::int(k)));
+        simplify(&(at(1) - at(0)), &Bounds::new()).as_int()
+    };
+    let only_in = |idx: &[Expr], dim: usize, v: &Var| {
+        idx.iter().enumerate().all(|(d, i)| d == dim || !i.uses_var(v)) && step_along(&idx[dim], v) == Some(1)
+    };
+    if !only_in(&image.1, image.1.len() - 1, &shape.ow_i) || !only_in(&weight.1, 0, &shape.oc_i) {
+        return Err("pixels or output channels not contiguous in the tiles' operands".into());
+    }
     let a_stride = byte_stride(weight.0.shape(), 0, DataType::I8);
     let b_stride = byte_stride(image.0.shape(), 1, DataType::U32);
     let c_stride = byte_stride(cache.shape(), 0, DataType::I32);
