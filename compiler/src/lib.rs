@@ -93,7 +93,7 @@ pub mod transform;
 pub mod tune;
 pub mod viz;
 
-pub use build::Build;
+pub use build::{Build, Precision};
 
 /// The layers that contribute built-in passes to the registry
 /// ([`transform::get_pass`]), wired here at the crate root so that the pass

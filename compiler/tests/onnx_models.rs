@@ -39,6 +39,11 @@ fn main() {
             }));
         }
     }
+    trials.extend(common::sweep::model_trials(
+        "bf16_precision_keeps_the_output_within_1e-2_and_the_top_class",
+        &["resnet18"],
+        bf16_precision_keeps_the_output_within_1e_2_and_the_top_class,
+    ));
     trials.extend(trials![
         tiny_model_imports_and_unsupported_ops_name_the_node,
         five_thousand_corrupted_models_never_panic,
@@ -122,6 +127,45 @@ fn model_matches_onnx_runtime(name: &str, m: IRModule, input: Tensor, want: Tens
     );
     if err > 1e-4 * scale {
         return Err(format!("{name}: max abs error {err} > {}", 1e-4 * scale).into());
+    }
+    Ok(())
+}
+
+/// The bf16 precision (bfloat16 products summed in float32 on AMX tiles, for
+/// the convolutions that fit them): the output within 1e-2 × max |ONNX
+/// Runtime's float32 output|, with the same top-1 class — issue 18's bound.
+/// Skipped, with the reason, on a CPU (or OS) without AMX-BF16.
+fn bf16_precision_keeps_the_output_within_1e_2_and_the_top_class(
+    name: &str,
+    m: IRModule,
+    input: Tensor,
+    want: Tensor,
+) -> Result<(), Failed> {
+    if kiln_runtime::cpu::has_feature("amx-bf16") != Some(true) {
+        println!("{name}: bf16 skipped, this CPU (or OS) gives no AMX-BF16 tiles");
+        return Ok(());
+    }
+    let mut ctx = PassContext::new().with_opt_level(3);
+    kiln::target::configure_context("llvm", &mut ctx);
+    kiln::Precision::Bf16.configure("llvm", &mut ctx)?;
+    let (_, plan) = optimize_and_plan(m, Arc::new(ctx))?;
+    let bf16 = plan.kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_conv2d_bf16"));
+    let bf16 = bf16.count();
+    let jit = Jit::new(name, &plan.kernels)?;
+    let got = host::run(&plan, &jit, &[input], 2)?;
+    let (g, w) = (got[0].to_f64_vec(), want.to_f64_vec());
+    let scale = w.iter().fold(0f64, |a, v| a.max(v.abs()));
+    let err = g.iter().zip(&w).fold(0f64, |a, (x, y)| a.max((x - y).abs()));
+    let argmax = |v: &[f64]| v.iter().enumerate().fold((0, f64::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
+    println!("{name} (bf16, {bf16} bf16 kernels): max abs error {:e} of max |output|", err / scale);
+    if bf16 == 0 || err > 1e-2 * scale || argmax(&g) != argmax(&w) {
+        return Err(format!(
+            "{name}: bf16 kernels {bf16}, max abs error {err} > {}, top-1 {} vs {}",
+            1e-2 * scale,
+            argmax(&g),
+            argmax(&w)
+        )
+        .into());
     }
     Ok(())
 }

@@ -6,14 +6,14 @@
 //! every operator (checked after them).
 
 mod common;
-#[path = "ops_compiled/integer.rs"]
-mod integer;
+#[path = "ops_compiled/low_precision.rs"]
+mod low_precision;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, flat, inputs};
-use integer::{
-    amx_convolutions_match_the_interpreter, byte_activations_between_kernels_match_the_interpreter,
-    integer_convolutions_match_the_interpreter,
+use low_precision::{
+    amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
+    byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
 };
 
 use kiln::backend::host;
@@ -51,6 +51,7 @@ fn main() {
             integer_convolutions_match_the_interpreter,
             amx_convolutions_match_the_interpreter,
             byte_activations_between_kernels_match_the_interpreter,
+            bf16_convolutions_match_the_interpreter,
         ],
     )
 }

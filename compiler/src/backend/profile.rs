@@ -61,10 +61,17 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
                 _ => KernelClass::SpatialConv,
             }
         }
-        "nn.contrib_conv2d_u8s8" => match conv_weight(plan, call).map(|w| (w.shape[2], w.shape[3])) {
-            Some((1, 1)) => KernelClass::Pointwise,
-            _ => KernelClass::SpatialConv,
-        },
+        // The window is dims 2–3 of packed weights, 1–2 of OHWI (AMX) ones.
+        "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" => {
+            let window = |w: &TensorSlot| match w.shape.len() {
+                4 => (w.shape[1], w.shape[2]),
+                _ => (w.shape[2], w.shape[3]),
+            };
+            match conv_weight(plan, call).map(window) {
+                Some((1, 1)) => KernelClass::Pointwise,
+                _ => KernelClass::SpatialConv,
+            }
+        }
         "nn.contrib_winograd_input_transform"
         | "nn.contrib_winograd_output_transform"
         | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,

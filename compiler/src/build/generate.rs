@@ -25,7 +25,7 @@ impl Build {
         // What steers lowering and scheduling besides the fused module (the
         // lowered-module entries of the kernel cache are keyed by both).
         let mut settings = std::collections::hash_map::DefaultHasher::new();
-        (&knobs, &self.target, self.opt_level, &self.disabled, &self.name).hash(&mut settings);
+        (&knobs, &self.target, self.opt_level, &self.disabled, &self.name, self.precision).hash(&mut settings);
         let settings = settings.finish();
         let mut ctx = PassContext::new()
             .with_opt_level(self.opt_level)
@@ -33,6 +33,7 @@ impl Build {
         ctx.disabled = self.disabled.clone();
         // Tiles and packed layouts sized for the CPU the target names.
         crate::target::configure_context(&self.target, &mut ctx);
+        self.precision.configure(&self.target, &mut ctx).map_err(|e| self.model_err(e))?;
         let timing = Arc::new(crate::transform::instrument::PassTimingInstrument::new());
         let mut instruments: Vec<Arc<dyn PassInstrument>> = vec![timing.clone()];
         let dumping = dump_ir.is_some();

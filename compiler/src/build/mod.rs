@@ -171,6 +171,51 @@ pub struct Build {
     viz: bool,
     /// Schedule records from `kiln tune` ([`Build::tuning_log`]).
     tuning_log: Option<PathBuf>,
+    /// The arithmetic of the convolutions ([`Build::precision`]).
+    precision: Precision,
+}
+
+/// The arithmetic a build computes convolutions in ([`Build::precision`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// float32 everywhere (the default).
+    #[default]
+    Fp32,
+    /// Opt-in: the convolutions that fit AMX tiles as bfloat16 products
+    /// summed in float32 (weights rounded to bfloat16 at build time, the
+    /// data as the kernel reads them); everything else float32. Needs a
+    /// target with AMX-BF16 (`amx-bf16`, `amx-tile`: Sapphire Rapids and later).
+    Bf16,
+}
+
+impl Precision {
+    /// `fp32` or `bf16` (what `--precision` takes).
+    pub fn parse(name: &str) -> Result<Precision, String> {
+        match name {
+            "fp32" | "f32" | "float32" => Ok(Precision::Fp32),
+            "bf16" | "bfloat16" => Ok(Precision::Bf16),
+            other => Err(format!("unknown precision `{other}` (fp32 or bf16)")),
+        }
+    }
+
+    /// The pass configuration of this precision on `target`: bf16 sets
+    /// `relay.Bf16Conv2d.enable`, and is refused (with the reason) where the
+    /// target lacks AMX-BF16 — its bf16 products would run slower than float32.
+    pub fn configure(self, target: &str, ctx: &mut crate::transform::PassContext) -> Result<(), String> {
+        if self == Precision::Fp32 {
+            return Ok(());
+        }
+        let description = TargetDescription::resolve(target);
+        let has = |f: &str| description.features.iter().any(|x| x == f);
+        if target.split_whitespace().next() != Some("llvm") || !has("amx-bf16") || !has("amx-tile") {
+            return Err(format!(
+                "the bf16 precision needs an LLVM target with AMX-BF16 (amx-bf16, amx-tile), and `{}` has none \
+                 (Sapphire Rapids and later have it: -mcpu=sapphirerapids, or -mattr=+amx-tile,+amx-bf16)",
+                description.target
+            ));
+        }
+        ctx.set_config("relay.Bf16Conv2d.enable", crate::transform::ConfigValue::Bool(true)).map_err(|e| e.to_string())
+    }
 }
 
 impl std::fmt::Debug for Build {
@@ -272,7 +317,16 @@ impl Build {
             passes: Vec::new(),
             viz: false,
             tuning_log: None,
+            precision: Precision::Fp32,
         }
+    }
+
+    /// The arithmetic of the convolutions (default [`Precision::Fp32`]); part
+    /// of the build's cache key. [`Precision::Bf16`] on a target without
+    /// AMX-BF16 is an error when the build compiles.
+    pub fn precision(&mut self, precision: Precision) -> &mut Self {
+        self.precision = precision;
+        self
     }
 
     /// Also draw the kernel graph and the memory plan as `<model>.graph.svg`
@@ -542,6 +596,7 @@ impl Build {
             t.hash(&mut h);
         }
         (&self.target, self.opt_level, &self.disabled, &self.name, &self.input_shapes, &self.bound_inputs).hash(&mut h);
+        self.precision.hash(&mut h);
         // A pass's code is the build script's (its binary is hashed below); its name and order are here.
         for p in &self.passes {
             p.info().name.hash(&mut h);

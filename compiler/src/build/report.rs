@@ -24,6 +24,12 @@ pub(super) fn report_json(name: &str, target: &TargetDescription, plan: &Executo
             "constant_bytes": plan.constants.iter().map(|c| c.bytes().len()).sum::<usize>(),
         },
         "kernels": plan.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(),
+        // The arithmetic of each kernel's products (its anchor operator's).
+        "kernel_precision": plan
+            .kernels
+            .iter()
+            .map(|k| (k.name.clone(), serde_json::json!(kernel_precision(k))))
+            .collect::<serde_json::Map<_, _>>(),
         // The kernels a tuning log scheduled: their knobs, or why a record was not applied.
         "tuned_kernels": plan
             .kernels
@@ -43,6 +49,16 @@ pub(super) fn report_json(name: &str, target: &TargetDescription, plan: &Executo
     });
     // Serializing a `Value` cannot fail (string keys, finite numbers only).
     serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+}
+
+/// `bf16` (bfloat16 products summed in float32), `int8` (integer products)
+/// or `fp32`, by the kernel's anchor operator.
+pub(crate) fn kernel_precision(k: &crate::tir::PrimFunc) -> &'static str {
+    match k.attrs.get("anchor").map(String::as_str) {
+        Some("nn.contrib_conv2d_bf16") => "bf16",
+        Some("nn.contrib_conv2d_u8s8") => "int8",
+        _ => "fp32",
+    }
 }
 
 #[cfg(test)]

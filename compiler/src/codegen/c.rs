@@ -181,6 +181,9 @@ impl Emitter<'_> {
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::DotU8I8 => return Err(self.unsupported("an int8 dot product (vector code)")),
                     f if f.is_amx() => return Err(self.unsupported("an AMX tile statement (LLVM backend only)")),
+                    Intrinsic::Bf16Bits | Intrinsic::Bf16Value => {
+                        return Err(self.unsupported("a bfloat16 conversion (the bf16 precision: LLVM backend only)"))
+                    }
                     Intrinsic::CheckIndex => format!("kiln_check_index({first}, {second}, &kiln_status)"),
                     // Cast back: C promotes narrow operands to int.
                     Intrinsic::BitAnd => format!("(({})({first} & {second}))", c_type(self.kernel, t.elem)?),

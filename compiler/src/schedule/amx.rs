@@ -1,6 +1,8 @@
-//! The CPU strategy of an int8 convolution on AMX tiles (`nn.contrib_conv2d_u8s8`
-//! with `OHWI` weights; IntegerConv2d picks that layout where the target has
-//! `amx-int8`).
+//! The CPU strategy of an int8 or bfloat16 convolution on AMX tiles
+//! (`nn.contrib_conv2d_u8s8` with `OHWI` weights — IntegerConv2d picks that
+//! layout where the target has `amx-int8` — and `nn.contrib_conv2d_bf16`,
+//! the bf16 precision's, whose weight pairs are a tile row's 4-byte groups
+//! as int8's quadruples are: `tdpbf16ps` in place of `tdpbsud`).
 //!
 //! One `tdpbsud` multiplies a tile of 16 output channels × K weight bytes
 //! (A: a weight row per channel, K input channels of one window position)
@@ -40,12 +42,16 @@ const FIRST_B: i64 = 6;
 /// The most output rows per band (one byte image per band: a band of
 /// `rows` output rows computes `rows + KH − 1` image rows).
 const MAX_BAND_ROWS: i64 = 8;
-/// The most weight bytes one task streams per band (see `schedule_amx`).
-const MAX_CHUNK_WEIGHT_BYTES: i64 = 512 << 10;
 
-/// Whether `f` is an int8 convolution with `OHWI` weights (a 4-D int8 parameter).
+/// The `OHWI` weight of an AMX convolution: a 4-D int8 (`nn.contrib_conv2d_u8s8`)
+/// or uint16 (bfloat16 bits, `nn.contrib_conv2d_bf16`) parameter.
+fn amx_weight(f: &PrimFunc) -> Option<&Buffer> {
+    f.params.iter().find(|b| matches!(b.elem(), DataType::I8 | DataType::U16) && b.shape().len() == 4)
+}
+
+/// Whether `f` is a convolution with `OHWI` weights (see [`amx_weight`]).
 pub(super) fn is_amx_convolution(f: &PrimFunc) -> bool {
-    f.params.iter().any(|b| b.elem() == DataType::I8 && b.shape().len() == 4)
+    amx_weight(f).is_some()
 }
 
 fn statement(f: Intrinsic, args: Vec<Expr>) -> Stmt {
@@ -53,9 +59,11 @@ fn statement(f: Intrinsic, args: Vec<Expr>) -> Stmt {
 }
 
 /// The output rows per band: the most up to [`MAX_BAND_ROWS`] that divide
-/// the rows and leave at least `bands` bands, else 1.
-fn band_rows_of(rows: i64, bands: i64) -> i64 {
-    (1..=MAX_BAND_ROWS.min(rows / bands)).rev().find(|b| rows % b == 0).unwrap_or(1)
+/// the rows into one or an even number of bands (two threads share them
+/// evenly: 56 rows in 8 bands of 7, not 7 of 8), else the most that divide.
+fn band_rows(rows: i64) -> i64 {
+    let divisors = || (1..=MAX_BAND_ROWS.min(rows)).rev().filter(|b| rows % b == 0);
+    divisors().find(|b| rows / b == 1 || (rows / b) % 2 == 0).or_else(|| divisors().next()).unwrap_or(1)
 }
 
 /// Bytes between consecutive elements along dimension `dim` of a buffer of `shape`.
@@ -73,31 +81,29 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     if oce % block != 0 || oce == 0 || ohe == 0 || owe == 0 {
         return Err(err(&s, "the output channels are not whole blocks of 16"));
     }
-    let weight = s.func().params.iter().find(|b| b.elem() == DataType::I8).cloned();
-    let weight = weight.ok_or_else(|| err(&s, "no int8 weight"))?;
-    let c4 = weight.shape()[3];
-    let step = u8s8_amx_step(c4).ok_or_else(|| err(&s, "input channels that fit no tile row"))? as i64;
+    let weight = amx_weight(s.func()).cloned().ok_or_else(|| err(&s, "no OHWI weight"))?;
+    // Bytes of input channels per pixel: int8 weights one per channel, bfloat16 two.
+    let row_bytes = weight.shape()[3] * weight.elem().size_bytes();
+    let step = u8s8_amx_step(row_bytes).ok_or_else(|| err(&s, "input channels that fit no tile row"))? as i64;
+    let dot = if weight.elem() == DataType::U16 { Intrinsic::AmxDotBf16 } else { Intrinsic::AmxDotS8U8 };
     let a_tiles = if oce % (2 * block) == 0 { 2 } else { 1 };
     let pixels = amx_pixel_tile(owe as usize) as i64;
     let b_tiles = pixels / block;
-    // Weights past an L2 share split the output channels into chunks, each
-    // task streaming only its chunk's (ResNet-18's 512-channel layers have
-    // 2.4 MB: per band of rows all of it was read again); the chunks then
-    // give the parallelism, and a band may be the whole map.
+    // Bands of rows in parallel, each computing its image once and reusing
+    // each channel tile's weights over its rows (a tile's, not the layer's,
+    // must stay in L2). Where the map makes one band (7 × 7), the output
+    // channels split into two chunks instead (each computing the image).
     let tile_channels = a_tiles * block;
-    let weight_bytes = weight.shape().iter().product::<usize>() as i64;
-    let chunks = (1..=oce / tile_channels)
-        .filter(|c| (oce / tile_channels) % c == 0)
-        .find(|c| weight_bytes / c <= MAX_CHUNK_WEIGHT_BYTES)
-        .unwrap_or(oce / tile_channels);
-    let band = if chunks > 1 { band_rows_of(ohe, 1) } else { band_rows_of(ohe, 2) };
+    let band = band_rows(ohe);
+    let tiles = oce / tile_channels;
+    let chunks = if ohe / band >= 2 { 1 } else { (2..=tiles).find(|c| tiles % c == 0).unwrap_or(1) };
 
     let (oc_c, oc_rest) = s.split(oc, (oce / chunks) as usize)?;
     let (oh_o, oh_i) = s.split(oh, band as usize)?;
     let (oc_o, oc_i) = s.split(&oc_rest, tile_channels as usize)?;
     let (ow_o, ow_i) = s.split(ow, pixels as usize)?;
-    // Within a band, each channel tile's weights (a chunk's share of L2)
-    // serve every row of the band before the next tile's.
+    // Within a band, each channel tile's weights serve every row of the
+    // band before the next tile's.
     s.reorder(&[oc_c.clone(), oh_o.clone(), oc_o, oh_i, ow_o.clone(), oc_i.clone(), ow_i.clone()])?;
     // Whole tiles: an image tile reads whole 16-pixel rows of the image
     // (its right padding covers the last tile; see `topi::quantized`).
@@ -105,7 +111,7 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     for pad in materialized(s.func()) {
         s.compute_at(&pad, &oh_o)?;
     }
-    let shape = TileShape { a_tiles, b_tiles, step, oc_i, ow_i };
+    let shape = TileShape { a_tiles, b_tiles, step, dot, oc_i, ow_i };
     replace_with_tiles(&mut s, &ow_o, &tile, &shape).map_err(|m| err(&s, &m))?;
     // The write-back: output channels unrolled, a tile's pixels as vectors.
     if let [rows @ .., cols] = &tile.writeback_loops[..] {
@@ -138,6 +144,8 @@ struct TileShape {
     a_tiles: i64,
     b_tiles: i64,
     step: i64,
+    /// The tile product: `kiln.amx_dot_s8u8` or `kiln.amx_dot_bf16`.
+    dot: Intrinsic,
     /// The tile's output-channel and pixel loops (variables of the update).
     oc_i: Var,
     ow_i: Var,
@@ -238,7 +246,10 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     }
     let mut loads = Vec::new();
     collect_loads(value, &mut loads);
-    let weight_loads: Vec<_> = loads.iter().filter(|(b, _)| b.elem() == DataType::I8).collect();
+    let weight_loads: Vec<_> = loads
+        .iter()
+        .filter(|(b, _)| matches!(b.elem(), DataType::I8 | DataType::U16) && b.shape().len() == 4)
+        .collect();
     let image = loads.iter().find(|(b, _)| b.elem() == DataType::U32).ok_or("no image word in the update")?;
     // The weight load of the group's first byte: the one whose last index is
     // smallest (they differ by the byte, 0–3).
@@ -275,9 +286,9 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     if !only_in(&image.1, image.1.len() - 1, &shape.ow_i) || !only_in(&weight.1, 0, &shape.oc_i) {
         return Err("pixels or output channels not contiguous in the tiles' operands".into());
     }
-    let a_stride = byte_stride(weight.0.shape(), 0, DataType::I8);
+    let a_stride = byte_stride(weight.0.shape(), 0, weight.0.elem());
     let b_stride = byte_stride(image.0.shape(), 1, DataType::U32);
-    let c_stride = byte_stride(cache.shape(), 0, DataType::I32);
+    let c_stride = byte_stride(cache.shape(), 0, cache.elem());
     if a_stride <= 0 || b_stride <= 0 || cache.shape().len() != 2 {
         return Err("unexpected buffer shapes".into());
     }
@@ -293,7 +304,7 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     for i in 0..shape.a_tiles {
         for j in 0..shape.b_tiles {
             let c = Expr::int(i * shape.b_tiles + j);
-            step.push(statement(Intrinsic::AmxDotS8U8, vec![c, Expr::int(FIRST_A + i), Expr::int(FIRST_B + j)]));
+            step.push(statement(shape.dot, vec![c, Expr::int(FIRST_A + i), Expr::int(FIRST_B + j)]));
         }
     }
     // Window positions outside, channel steps inside (contiguous weight rows).

@@ -642,7 +642,7 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
     let untiled = knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some();
     Some(match anchor.as_str() {
         "nn.conv2d" => conv2d::schedule_conv2d(f, unit, knobs).map(|g| vectorize_local_copies(g, unit)),
-        "nn.contrib_conv2d_u8s8" if !untiled && amx::is_amx_convolution(&f) => {
+        "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" if !untiled && amx::is_amx_convolution(&f) => {
             amx::schedule_amx(f).map(|g| vectorize_local_copies(g, unit))
         }
         "nn.contrib_conv2d_u8s8" if !untiled => {

@@ -3,41 +3,58 @@
 //! 32-bit words, the int32 sums over groups of four channels written out as
 //! four products — the shape of one `vpdpbusd` lane, which
 //! `tir::transform::dot_products` turns into the instruction where the
-//! target has it.
+//! target has it. Also the compute of `nn.contrib_conv2d_bf16`: the data as
+//! bfloat16 pairs in the same kind of image, float32 sums of two products
+//! per word (the shape of AMX-BF16's pairs).
 
 use std::sync::Arc;
 
-use kiln_ir::relay::op::{U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::op::{U8S8Layout, BF16_INPUT_GROUP, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use kiln_ir::relay::OpMap;
 use kiln_ir::{DataType, OpError};
 
 use super::{expand_ints, in_range, one, select, ComputeCall, ComputeFn, TeValue};
 use crate::te::{compute, reduce_axis, sum, Tensor};
-use crate::tir::{BinOp, Expr, TirType};
+use crate::tir::{BinOp, Expr, Intrinsic, TirType};
 
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("nn.contrib_conv2d_u8s8", Arc::new(conv2d_u8s8));
+    m.set("nn.contrib_conv2d_bf16", Arc::new(conv2d_bf16));
 }
 
-/// The word of four bytes `value(j) + offset` (channel `4g + j` of the
-/// group; 0 + offset where `value` gives no value: padding, channels past
-/// the data's), byte `j` the `j`-th least significant. Data of `dtype`
-/// float32 (integers) or uint8 (the bytes themselves; outside, `offset`).
-fn word(dtype: DataType, offset: i64, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
-    (0..U8S8_INPUT_GROUP as i64)
-        .map(|j| {
-            let (inside, v) = value(j);
-            let byte = if dtype == DataType::U8 {
-                let outside = Expr::constant(offset as f64, DataType::U8);
-                Expr::cast(TirType::scalar(DataType::U32), select(inside, v, outside))
-            } else {
-                let d = select(inside, v, Expr::constant(0.0, DataType::F32));
-                Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32))
-            };
-            byte * Expr::constant((1u64 << (8 * j)) as f64, DataType::U32)
-        })
-        .reduce(|a, b| a + b)
-        .expect("four bytes")
+/// How a word image packs channels into 32-bit words: `parts` channels to
+/// a word, channel `parts·g + j` in part `j` (the `j`-th least significant
+/// `32 / parts` bits), each made by `bits(inside, value)` — `inside` false
+/// for the padding and the channels past the data's.
+pub(super) struct WordPacking<'a> {
+    pub parts: i64,
+    pub bits: &'a dyn Fn(Expr, Expr) -> Expr,
+}
+
+impl WordPacking<'_> {
+    /// The word of `value(j)` for the parts `j` (each `(inside, value)`).
+    fn word(&self, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
+        let width = 32 / self.parts;
+        (0..self.parts)
+            .map(|j| {
+                let (inside, v) = value(j);
+                (self.bits)(inside, v) * Expr::constant((1u64 << (width * j)) as f64, DataType::U32)
+            })
+            .reduce(|a, b| a + b)
+            .expect("a part")
+    }
+}
+
+/// Byte `value + offset` of data of `dtype` float32 (integers) or uint8
+/// (the bytes themselves; outside, `offset`); 0 + offset outside.
+fn byte(dtype: DataType, offset: i64, inside: Expr, v: Expr) -> Expr {
+    if dtype == DataType::U8 {
+        let outside = Expr::constant(offset as f64, DataType::U8);
+        Expr::cast(TirType::scalar(DataType::U32), select(inside, v, outside))
+    } else {
+        let d = select(inside, v, Expr::constant(0.0, DataType::F32));
+        Expr::cast(TirType::scalar(DataType::U32), d + Expr::constant(offset as f64, DataType::F32))
+    }
 }
 
 /// `pad[n, c/4, y, x]`: the padded data plus the offset as bytes, four
@@ -46,9 +63,9 @@ fn word(dtype: DataType, offset: i64, value: impl Fn(i64) -> (Expr, Expr)) -> Ex
 /// a whole group) and the padding read as 0. Words, not bytes, so that the
 /// image is computed along a row in whole vectors: four contiguous loads,
 /// one contiguous store (a byte layout interleaves four channel rows).
-fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> Tensor {
+pub(super) fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], packing: &WordPacking) -> Tensor {
     let s = x.shape().to_vec();
-    let g = U8S8_INPUT_GROUP as i64;
+    let g = packing.parts;
     let shape = [s[0], channel_groups, s[2] + (pads[0] + pads[2]) as usize, s[3] + (pads[1] + pads[3]) as usize];
     let clamp =
         |e: Expr, n: usize| Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, e, Expr::int(0)), Expr::int(n as i64 - 1));
@@ -56,7 +73,7 @@ fn word_image(x: &Tensor, channel_groups: usize, pads: &[i64], offset: i64) -> T
         let h = i[2].clone() - Expr::int(pads[0]);
         let w = i[3].clone() - Expr::int(pads[1]);
         let pixel = Expr::and(in_range(&h, 0, s[2] as i64), in_range(&w, 0, s[3] as i64));
-        word(x.dtype(), offset, |j| {
+        packing.word(|j| {
             let c = i[1].clone() * Expr::int(g) + Expr::int(j);
             let inside = Expr::and(pixel.clone(), in_range(&c, 0, s[1] as i64));
             (inside, x.at(&[i[0].clone(), clamp(c, s[1]), clamp(h.clone(), s[2]), clamp(w.clone(), s[3])]))
@@ -74,18 +91,28 @@ pub(crate) fn amx_pixel_tile(width: usize) -> usize {
     }
 }
 
+/// The paddings of the word image an AMX kernel reads: its right padding
+/// reaches the end of the last whole tile of pixels of a row (stride 1), so
+/// that no tile reads past its row (the extra outputs are not written).
+pub(super) fn amx_image_pads(pads: &[i64], out_width: usize, in_width: usize, kw: usize) -> [i64; 4] {
+    let tile = amx_pixel_tile(out_width) as i64;
+    let width = (out_width as i64 + tile - 1) / tile * tile + kw as i64 - 1;
+    let right = width - in_width as i64 - pads[1];
+    [pads[0], pads[1], pads[2], right.max(pads[3])]
+}
+
 /// `pad[n, c/4, p]`: [`word_image`] of an unpadded input over its pixels
 /// `p = y·W + x` (a kernel whose vector lanes are pixels reads it along `p`).
-fn word_image_over_pixels(x: &Tensor, channel_groups: usize, offset: i64) -> Tensor {
+fn word_image_over_pixels(x: &Tensor, channel_groups: usize, packing: &WordPacking) -> Tensor {
     let s = x.shape().to_vec();
-    let g = U8S8_INPUT_GROUP as i64;
+    let g = packing.parts;
     let width = Expr::int(s[3] as i64);
     compute("pad", &[s[0], channel_groups, s[2] * s[3]], |i| {
         let (h, w) = (
             Expr::bin(BinOp::FloorDiv, i[2].clone(), width.clone()),
             Expr::bin(BinOp::FloorMod, i[2].clone(), width.clone()),
         );
-        word(x.dtype(), offset, |j| {
+        packing.word(|j| {
             let c = i[1].clone() * Expr::int(g) + Expr::int(j);
             let clamped = Expr::bin(BinOp::Min, c.clone(), Expr::int(s[1] as i64 - 1));
             (in_range(&c, 0, s[1] as i64), x.at(&[i[0].clone(), clamped, h.clone(), w.clone()]))
@@ -112,18 +139,14 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
         && pads.iter().all(|&p| p == 0)
         && strides.iter().all(|&s| s == 1)
         && (kh, kw) == (1, 1);
+    let bytes = |inside, v| byte(x.dtype(), offset, inside, v);
+    let packing = WordPacking { parts: U8S8_INPUT_GROUP as i64, bits: &bytes };
     let image = if over_pixels {
-        word_image_over_pixels(&x, groups, offset)
+        word_image_over_pixels(&x, groups, &packing)
     } else if layout == U8S8Layout::Rows {
-        // An AMX tile reads whole tiles of pixels along a row (stride 1):
-        // the image's right padding reaches the last tile's end, so that
-        // no tile reads past its row (the extra outputs are not written).
-        let tile = amx_pixel_tile(shape[3]) as i64;
-        let width = (shape[3] as i64 + tile - 1) / tile * tile + kw as i64 - 1;
-        let right = width - x.shape()[3] as i64 - pads[1];
-        word_image(&x, groups, &[pads[0], pads[1], pads[2], right.max(pads[3])], offset)
+        word_image(&x, groups, &amx_image_pads(&pads, shape[3], x.shape()[3], kw), &packing)
     } else {
-        word_image(&x, groups, &pads, offset)
+        word_image(&x, groups, &pads, &packing)
     };
     let width = Expr::int(x.shape()[3] as i64);
     let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
@@ -164,5 +187,48 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
     });
     one(compute("conv2d_u8s8", &shape, |i| {
         Expr::cast(TirType::scalar(DataType::F32), acc.at(i) + comp.at(&[i[1].clone()]))
+    }))
+}
+
+/// `nn.contrib_conv2d_bf16` (stride 1, `OHWI` bfloat16 weight): the data
+/// rounded to bfloat16 in a word image of channel pairs (as AMX reads
+/// them), each word's two products summed in float32 per step.
+fn conv2d_bf16(c: &ComputeCall) -> Result<TeValue, OpError> {
+    let (shape, _) = c.out_tensor()?;
+    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
+    let strides = expand_ints(c.attrs, "strides", 2)?;
+    let pads = expand_ints(c.attrs, "padding", 4)?;
+    let [_, kh, kw, c2] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+    let parts = BF16_INPUT_GROUP as i64;
+    let u32 = TirType::scalar(DataType::U32);
+    let f32 = TirType::scalar(DataType::F32);
+    let rounded =
+        |inside, v| Expr::call(Intrinsic::Bf16Bits, vec![select(inside, v, Expr::constant(0.0, DataType::F32))], u32);
+    let packing = WordPacking { parts, bits: &rounded };
+    let groups = c2 / BF16_INPUT_GROUP;
+    let image = if strides.iter().all(|&s| s == 1) {
+        word_image(&x, groups, &amx_image_pads(&pads, shape[3], x.shape()[3], kw), &packing)
+    } else {
+        word_image(&x, groups, &pads, &packing)
+    };
+    let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
+    let (cv, yv, xv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
+    let value = |bits: Expr| Expr::call(Intrinsic::Bf16Value, vec![bits], f32);
+    one(compute("conv2d_bf16", &shape, |i| {
+        let h = i[2].clone() * Expr::int(strides[0]) + yv.clone();
+        let ww = i[3].clone() * Expr::int(strides[1]) + xv.clone();
+        let word = image.at(&[i[0].clone(), cv.clone(), h, ww]);
+        // The two products of one pair, written out (as AMX takes them).
+        let dot = (0..parts)
+            .map(|j| {
+                let half =
+                    Expr::bin(BinOp::FloorDiv, word.clone(), Expr::constant((1u64 << (16 * j)) as f64, DataType::U32));
+                let half = Expr::bin(BinOp::FloorMod, half, Expr::constant(65536.0, DataType::U32));
+                let k = w.at(&[i[1].clone(), yv.clone(), xv.clone(), cv.clone() * Expr::int(parts) + Expr::int(j)]);
+                value(half) * value(Expr::cast(u32, k))
+            })
+            .reduce(|a, b| a + b)
+            .expect("two products");
+        sum(dot, &[rc.clone(), ry.clone(), rx.clone()])
     }))
 }

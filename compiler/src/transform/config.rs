@@ -254,6 +254,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             vec![],
         );
         add(
+            "relay.Bf16Conv2d.enable",
+            ConfigKind::Bool,
+            "compute the convolutions that fit AMX tiles as bfloat16 products summed in float32 (the bf16 precision: `--precision bf16`; default false; needs amx-bf16)",
+            vec![],
+        );
+        add(
             "relay.ByteActivations.enable",
             ConfigKind::Bool,
             "store a kernel output that is provably 256 integers or fewer (a quantized model's) as uint8 between kernels (default false: exact, not yet faster; CPU pipeline)",

@@ -346,6 +346,15 @@ intrinsics! {
         /// `a` signed bytes, `b` unsigned bytes four to a 32-bit column (x86
         /// AMX `tdpbsud`). No value.
         AmxDotS8U8,
+        /// `kiln.amx_dot_bf16(c, a, b)`: float32 tile `c[m][n] += Σₖ a[m][k] · b[k/2][2n + k%2]`
+        /// over bfloat16 pairs (x86 AMX `tdpbf16ps`). No value.
+        AmxDotBf16,
+        /// `kiln.bf16_bits(x)`: float32 `x` rounded to bfloat16 (nearest, ties
+        /// to even; NaN a quiet NaN), its 16 bits in the low half of a uint32.
+        Bf16Bits,
+        /// `kiln.bf16_value(b)`: the float32 value of the bfloat16 bits in the
+        /// low half of uint32 (or uint16) `b`.
+        Bf16Value,
         /// `kiln.amx_release()`: the tile registers back to their initial
         /// state (`tilerelease`), so the OS need not save them. No value.
         AmxRelease,
@@ -363,7 +372,7 @@ impl Intrinsic {
     /// The AMX tile statements (LLVM x86 targets with `amx-tile` only).
     pub fn is_amx(self) -> bool {
         use Intrinsic::*;
-        matches!(self, AmxConfig | AmxZero | AmxLoad | AmxStore | AmxDotS8U8 | AmxRelease)
+        matches!(self, AmxConfig | AmxZero | AmxLoad | AmxStore | AmxDotS8U8 | AmxDotBf16 | AmxRelease)
     }
 
     /// The name in TIR text (`exp`, `bitwise_and`, `tvm_storage_sync`, `kiln.check_index`).
@@ -409,6 +418,9 @@ impl Intrinsic {
             Intrinsic::AmxLoad => "kiln.amx_load",
             Intrinsic::AmxStore => "kiln.amx_store",
             Intrinsic::AmxDotS8U8 => "kiln.amx_dot_s8u8",
+            Intrinsic::AmxDotBf16 => "kiln.amx_dot_bf16",
+            Intrinsic::Bf16Bits => "kiln.bf16_bits",
+            Intrinsic::Bf16Value => "kiln.bf16_value",
             Intrinsic::AmxRelease => "kiln.amx_release",
         }
     }

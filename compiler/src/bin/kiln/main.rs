@@ -135,6 +135,8 @@ struct CompileArgs {
     config: Vec<(String, String)>,
     /// `--tuning FILE`: schedule records from `kiln tune`.
     tuning: Option<String>,
+    /// `--precision fp32|bf16`.
+    precision: kiln::Precision,
 }
 
 impl CompileArgs {
@@ -156,6 +158,7 @@ impl CompileArgs {
             ptx: None,
             config: c.config,
             tuning: c.tuning,
+            precision: c.precision,
         }
     }
 
@@ -235,6 +238,7 @@ fn compile_file(c: &CompileArgs) -> Result<(IRModule, kiln::backend::aot::Execut
     set_config(&mut ctx, &c.config)?;
     // Tiles and packed layouts sized for the CPU the target names (unless set above).
     kiln::target::configure_context(&c.target, &mut ctx);
+    c.precision.configure(&c.target, &mut ctx)?;
     if let Some(path) = &c.tuning {
         let target = kiln::target::TargetDescription::resolve(&c.target);
         let (knobs, warnings) =
@@ -271,7 +275,7 @@ fn builder(
     } else {
         b.relay_file(&c.file);
     }
-    b.opt_level(c.opt_level).target(&c.target).cargo_metadata(false);
+    b.opt_level(c.opt_level).target(&c.target).precision(c.precision).cargo_metadata(false);
     if let Some(t) = &c.tuning {
         b.tuning_log(t);
     }

@@ -1,7 +1,7 @@
 //! AMX tile statements (`kiln.amx_*`, made by `schedule/amx.rs`) as LLVM's
 //! x86 tile intrinsics with immediate tile registers: `ldtilecfg` of a
 //! constant 64-byte configuration, `tilezero`, `tileloadd64`,
-//! `tilestored64`, `tdpbsud`, `tilerelease`.
+//! `tilestored64`, `tdpbsud`, `tdpbf16ps`, `tilerelease`.
 
 use inkwell::module::Linkage;
 use inkwell::types::BasicMetadataTypeEnum;
@@ -17,8 +17,8 @@ const PALETTE: u8 = 1;
 impl<'ctx> FnGen<'_, 'ctx> {
     /// Emits one AMX statement.
     pub(super) fn amx(&mut self, f: Intrinsic, args: &[Expr]) -> Result<(), CodegenError> {
-        if !self.features.amx {
-            return Err(self.unsupported("an AMX tile statement on a target without amx-int8"));
+        if !(self.features.amx || self.features.amx_bf16) {
+            return Err(self.unsupported("an AMX tile statement on a target without AMX"));
         }
         let tile = |e: &Expr| -> Result<u64, CodegenError> {
             e.as_int()
@@ -44,9 +44,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let name = if f == Intrinsic::AmxLoad { "llvm.x86.tileloadd64" } else { "llvm.x86.tilestored64" };
                 self.call_void(name, &[t.into(), addr.into(), stride.into()])
             }
-            (Intrinsic::AmxDotS8U8, [c, a, b]) => {
+            (Intrinsic::AmxDotS8U8 | Intrinsic::AmxDotBf16, [c, a, b]) => {
                 let [c, a, b] = [tile(c)?, tile(a)?, tile(b)?].map(|t| i8t.const_int(t, false).into());
-                self.call_void("llvm.x86.tdpbsud", &[c, a, b])
+                if f == Intrinsic::AmxDotBf16 && !self.features.amx_bf16 {
+                    return Err(self.unsupported("a bfloat16 tile product on a target without amx-bf16"));
+                }
+                let name = if f == Intrinsic::AmxDotS8U8 { "llvm.x86.tdpbsud" } else { "llvm.x86.tdpbf16ps" };
+                self.call_void(name, &[c, a, b])
             }
             (Intrinsic::AmxRelease, []) => self.call_void("llvm.x86.tilerelease", &[]),
             _ => Err(self.unsupported(&format!("{} with these arguments", f.name()))),

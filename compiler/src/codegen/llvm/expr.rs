@@ -297,6 +297,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         let (i, n) = int_pair()?;
                         return self.check_index(i, n);
                     }
+                    Intrinsic::Bf16Bits | Intrinsic::Bf16Value => return self.bf16_convert(*f, x),
                     Intrinsic::BitAnd => {
                         let (a, b) = int_pair()?;
                         self.e(self.b.build_and(a, b, "and"))?.into()

@@ -23,6 +23,7 @@ use inkwell::IntPredicate;
 use kiln_ir::DataType;
 
 mod amx;
+mod bf16;
 mod compat;
 mod data_object;
 mod expr;
@@ -209,6 +210,8 @@ struct KernelFeatures {
     masked_partial: bool,
     /// AMX tiles (`amx-tile` and `amx-int8`): the `kiln.amx_*` statements.
     amx: bool,
+    /// AMX-BF16: `kiln.amx_dot_bf16`.
+    amx_bf16: bool,
 }
 
 /// Emit `f` and its packed entry point into `module`.
@@ -318,6 +321,7 @@ fn build_module<'ctx>(
         vnni: target.has_feature("avx512vnni"),
         masked_partial: target.has_feature("avx512f"),
         amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
+        amx_bf16: target.has_feature("amx-tile") && target.has_feature("amx-bf16"),
     };
     for f in funcs {
         emit_kernel(ctx, &module, f, target, features)?;

@@ -331,6 +331,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 },
             },
             Expr::Call(Intrinsic::DotU8I8, args, _) => self.dot_u8i8(args)?,
+            Expr::Call(f @ (Intrinsic::Bf16Bits | Intrinsic::Bf16Value), args, _) if args.len() == 1 => {
+                let v = self.vexpr_or_splat(&args[0], lanes)?;
+                self.bf16_convert(*f, v)?
+            }
             Expr::Call(f, args, _) if t.elem == DataType::F32 => {
                 let vals: Vec<BasicValueEnum> =
                     args.iter().map(|a| self.vexpr_or_splat(a, lanes)).collect::<Result<_, _>>()?;

@@ -14,6 +14,7 @@ use crate::attrs::{AttrSpec, Attrs};
 use crate::relay::ty::Type;
 use crate::relay::value::Value;
 
+mod bf16;
 mod bitwise;
 mod conv_transpose;
 mod elemwise;
@@ -28,6 +29,7 @@ mod transform;
 pub(crate) mod util;
 mod winograd;
 
+pub use bf16::{bf16_bits, bf16_value, BF16_INPUT_GROUP};
 pub use conv_transpose::ConvTranspose2d;
 pub use image::{resize_plan, ResizeAxis, ResizeMethod, ResizePlan, Rounding};
 pub use layout::{IndexOps, Layout, LayoutTransform};
@@ -204,6 +206,7 @@ impl OpRegistry {
         conv_transpose::register(&mut defs);
         layout::register(&mut defs);
         quantized::register(&mut defs);
+        bf16::register(&mut defs);
         let mut ops = IndexMap::new();
         for d in defs {
             let name = d.name;

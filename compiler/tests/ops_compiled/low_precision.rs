@@ -1,5 +1,6 @@
-//! Convolutions over bytes compiled as integer kernels: VNNI dot products,
-//! AMX tiles, and bytes between kernels — each equal to the interpreter.
+//! Low-precision convolutions: over bytes as integer kernels (VNNI dot
+//! products, AMX tiles, bytes between kernels) and the bf16 precision's
+//! bfloat16 AMX tiles — each equal to the interpreter.
 
 use super::{check_compiled_on, check_compiled_with};
 use kiln::tir::PrimFunc;
@@ -103,7 +104,7 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %w1: Tensor[(32, 20, 3, 3), float
 /// (20 bytes per reduction step) to 32 on a 9 × 11 map (one pixel tile per
 /// row), a 1 × 1 over 64 to 16 (one weight tile), a 3 × 3 over 16 to 32 on
 /// a 6 × 40 map (two 32-pixel tiles per row, the second past the row's end),
-/// and a 3 × 3 over 256 to 256 on 4 × 4 (590 KB of weights: two channel
+/// and a 3 × 3 over 256 to 256 on 4 × 4 (one band of rows: two channel
 /// chunks) — with a bias and ReLU epilogue, equal to the interpreter on
 /// LLVM, 1 and 2 threads. Skipped, with the reason, on a CPU (or OS)
 /// without AMX.
@@ -140,5 +141,37 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 9, 11), float3
         // 20-byte reduction steps on 20 channels: A tiles 16 rows × 20 bytes, B tiles 5 rows.
         let short = printed.iter().find(|t| t.contains("[32, 3, 3, 20]")).expect("the 20-channel convolution");
         assert!(short.contains("16, 20, 16, 20, 5, 64"), "{short}");
+    });
+}
+
+/// The bf16 precision (`relay.Bf16Conv2d.enable`): convolutions that fit AMX
+/// tiles compute bfloat16 products summed in float32 — a padded 3 × 3 over
+/// 20 channels to 32 on 9 × 11, a 1 × 1 over 64 to 16 on 7 × 7 — on data
+/// and weights that bfloat16 holds exactly (eighths and sixteenths), so the
+/// products are exact and the sums equal the interpreter's float32 ones
+/// within rounding; a strided convolution stays float32. LLVM, 1 and 2
+/// threads. Skipped, with the reason, on a CPU (or OS) without AMX-BF16.
+pub(super) fn bf16_convolutions_match_the_interpreter() {
+    if kiln_runtime::cpu::has_feature("amx-bf16") != Some(true) {
+        eprintln!("bf16 convolutions: skipped, this CPU (or OS) gives no AMX-BF16 tiles");
+        return;
+    }
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 7, 7), float32],
+          %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(16, 64, 1, 1), float32], %w3: Tensor[(16, 20, 3, 3), float32]) {
+  %0 = divide(round(multiply(%x, 8f)), 8f);
+  %1 = nn.relu(nn.conv2d(%0, divide(round(multiply(%w1, 16f)), 16f), padding=[1, 1, 1, 1]));
+  %2 = divide(round(multiply(%y, 8f)), 8f);
+  %3 = nn.conv2d(%2, divide(round(multiply(%w2, 16f)), 16f));
+  %4 = nn.conv2d(%0, %w3, strides=[2, 2], padding=[1, 1, 1, 1]);
+  (%1, %3, %4)
+}
+"#;
+    let config = [("relay.Bf16Conv2d.enable", true)];
+    check_compiled_on(text, &["w1", "w2", "w3"], false, &config, false, &|kernels: &[PrimFunc], _| {
+        let printed: Vec<String> = kernels.iter().map(kiln::tir::print_prim_func).collect();
+        let bf16 = printed.iter().filter(|t| t.contains("kiln.amx_dot_bf16")).count();
+        assert_eq!(bf16, 2, "bfloat16 tile products in the two stride-1 convolutions");
+        assert!(printed.iter().any(|t| t.contains("\"anchor\": \"nn.conv2d\"")), "the strided one stays float32");
     });
 }

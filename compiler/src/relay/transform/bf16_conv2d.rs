@@ -1,0 +1,86 @@
+//! Bf16Conv2d: the opt-in bf16 precision (`relay.Bf16Conv2d.enable`, set by
+//! `Build::precision(Precision::Bf16)` and `--precision bf16`) computes
+//! convolutions as bfloat16 products summed in float32.
+//!
+//! A `nn.conv2d` with a constant float32 weight that AMX tiles can compute
+//! (see `schedule/amx.rs`: stride 1, whole blocks of 16 output channels,
+//! input channels in equal steps of 16–64 bytes) becomes
+//! `nn.contrib_conv2d_bf16`: the weight rounded to bfloat16 at build time
+//! (`[O, KH, KW, C2]`), the data rounded as the kernel reads them, the
+//! products summed in float32 (`tdpbf16ps`: 16 times the fp32 FMA's
+//! multiply-adds per cycle on Sapphire Rapids). Everything else — other
+//! convolutions, the epilogues, every other operator — stays float32.
+//! Run before AlterOpLayout (which would pack or Winograd-transform the
+//! weight), after IntegerConv2d (a quantized model's convolutions are exact
+//! integers there).
+
+use kiln_ir::attrs::{AttrValue, Attrs};
+use kiln_ir::relay::op::{bf16_bits, u8s8_amx_step, BF16_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
+use kiln_ir::{DataType, Tensor};
+
+struct Rewrite;
+
+/// The shortest reduction per output (C · KH · KW) rewritten: shorter ones
+/// are bound by their image and write-back, not their products.
+const MIN_REDUCTION: usize = 64;
+
+impl ExprMutator for Rewrite {
+    fn rewrite_call(&mut self, store: &mut Store, pre: ExprId, post: ExprId) -> ExprId {
+        if store.op_name(post) != Some("nn.conv2d") {
+            return post;
+        }
+        let (Some(pre_call), Some(call)) = (store.as_call(pre).cloned(), store.as_call(post).cloned()) else {
+            return post;
+        };
+        rewrite_conv2d(store, &pre_call, &call, post).unwrap_or(post)
+    }
+}
+
+/// Rewrites the convolutions of `func` that qualify (see the module docs).
+pub fn bf16_conv2d(store: &mut Store, func: ExprId) -> ExprId {
+    mutate(store, func, &mut Rewrite)
+}
+
+fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> Option<ExprId> {
+    let a = &call.attrs;
+    let plain = a.int("groups").ok()? == 1
+        && a.ints("dilation").ok()?.iter().all(|&d| d == 1)
+        && a.ints("strides").ok()?.iter().all(|&s| s == 1)
+        && a.str("data_layout").ok()? == "NCHW"
+        && a.str("kernel_layout").ok()? == "OIHW"
+        && matches!(a.str("out_dtype").ok()?, "" | "float32");
+    let ([_, _], [x, w]) = (&pre.args[..], &call.args[..]) else { return None };
+    let ExprKind::Constant(c) = store.kind(*w) else { return None };
+    let weight = store.constant_data(*c).clone();
+    let x_type = store.checked_type(pre.args[0])?.as_tensor()?.clone();
+    if !plain || weight.dtype() != DataType::F32 || x_type.dtype != DataType::F32 || weight.shape().len() != 4 {
+        return None;
+    }
+    let [o, ci, kh, kw] = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
+    let c2 = ci.div_ceil(BF16_INPUT_GROUP) * BF16_INPUT_GROUP;
+    let fits = o % U8S8_OUTPUT_BLOCK == 0 && u8s8_amx_step(2 * c2).is_some() && ci * kh * kw >= MIN_REDUCTION;
+    if ci != x_type.shape.get(1).copied()? || !fits {
+        return None;
+    }
+    // [O, KH, KW, C2], channels past C zero.
+    let values = weight.to_f64_vec();
+    let mut packed = vec![0.0; o * kh * kw * c2];
+    for oc in 0..o {
+        for ic in 0..ci {
+            for y in 0..kh {
+                for z in 0..kw {
+                    packed[((oc * kh + y) * kw + z) * c2 + ic] =
+                        bf16_bits(values[((oc * ci + ic) * kh + y) * kw + z] as f32) as f64;
+                }
+            }
+        }
+    }
+    let span = store.span(post).clone();
+    let packed = store.constant(Tensor::from_f64(DataType::U16, vec![o, kh, kw, c2], &packed));
+    let attrs = Attrs::from_pairs([
+        ("strides", AttrValue::Ints(a.ints("strides").ok()?.to_vec())),
+        ("padding", AttrValue::Ints(a.ints("padding").ok()?.to_vec())),
+    ]);
+    store.call_op_at("nn.contrib_conv2d_bf16", vec![*x, packed], attrs, span).ok()
+}
