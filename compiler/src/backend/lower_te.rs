@@ -195,7 +195,11 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let anchor_name = anchor.map_or("", |(_, n)| n);
     let padded_anchor = matches!(
         anchor_name,
-        "nn.conv2d" | "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" | "nn.contrib_winograd_input_transform"
+        "nn.conv2d"
+            | "nn.contrib_conv2d_u8s8"
+            | "nn.contrib_conv2d_bf16"
+            | "nn.contrib_dense_bf16"
+            | "nn.contrib_winograd_input_transform"
     );
     let materialize = |t: &Tensor| {
         (padded_anchor && t.name() == "pad")

@@ -199,7 +199,7 @@ impl Precision {
     }
 
     /// The pass configuration of this precision on `target`: bf16 sets
-    /// `relay.Bf16Conv2d.enable`, and is refused (with the reason) where the
+    /// `relay.Bf16Precision.enable`, and is refused (with the reason) where the
     /// target lacks AMX-BF16 — its bf16 products would run slower than float32.
     pub fn configure(self, target: &str, ctx: &mut crate::transform::PassContext) -> Result<(), String> {
         if self == Precision::Fp32 {
@@ -214,7 +214,8 @@ impl Precision {
                 description.target
             ));
         }
-        ctx.set_config("relay.Bf16Conv2d.enable", crate::transform::ConfigValue::Bool(true)).map_err(|e| e.to_string())
+        ctx.set_config("relay.Bf16Precision.enable", crate::transform::ConfigValue::Bool(true))
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -111,7 +111,7 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     for pad in materialized(s.func()) {
         s.compute_at(&pad, &oh_o)?;
     }
-    let shape = TileShape { a_tiles, b_tiles, step, dot, oc_i, ow_i };
+    let shape = TileShape { a_tiles, b_tiles, step, dot, rows: oc_i, cols: ow_i, a_is_weight: true };
     replace_with_tiles(&mut s, &ow_o, &tile, &shape).map_err(|m| err(&s, &m))?;
     // The write-back: output channels unrolled, a tile's pixels as vectors.
     if let [rows @ .., cols] = &tile.writeback_loops[..] {
@@ -138,6 +138,74 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     Ok(s.into_func())
 }
 
+/// `nn.contrib_dense_bf16` on AMX tiles: A tiles of 16 data rows × 32
+/// features of the bfloat16 image (`pad[Mp, K2/2]`), B tiles of 16 feature
+/// pairs × 16 columns of the paired weight, 32 × 32 register tiles (fewer
+/// on narrower rows or columns); column tiles in two parallel chunks, each
+/// computing the image once and sweeping its columns with every row tile
+/// (a weight panel is read once).
+pub(super) fn schedule_amx_dense(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: format!("AMX: {m}") };
+    let spatial = reduction_nest(s.func()).ok_or_else(|| err(&s, "no reduction nest"))?;
+    let [outer @ .., rows, cols] = &spatial[..] else { return Err(err(&s, "not a matrix product")) };
+    let (re, units) = (extent(&s, rows).unwrap_or(0), extent(&s, cols).unwrap_or(0));
+    let block = U8S8_OUTPUT_BLOCK as i64;
+    let weight = s.func().params.iter().find(|b| b.elem() == DataType::U16 && b.shape().len() == 3).cloned();
+    let weight = weight.ok_or_else(|| err(&s, "no paired bfloat16 weight"))?;
+    // The weight's columns: whole blocks of 16, past the output's where padded.
+    let ce = weight.shape()[1] as i64;
+    if ce % block != 0 || re == 0 || units > ce || (units < ce && ce % (2 * block) != 0) {
+        return Err(err(&s, "the weight's columns are not whole tiles"));
+    }
+    let step = u8s8_amx_step(4 * weight.shape()[0]).ok_or_else(|| err(&s, "features that fit no tile row"))? as i64;
+    let pixels = amx_pixel_tile(re as usize) as i64;
+    let a_tiles = pixels / block;
+    let b_tiles = if ce % (2 * block) == 0 { 2 } else { 1 };
+    let col_tiles = ce / (b_tiles * block);
+    let chunks = (2..=col_tiles).find(|c| col_tiles % c == 0).unwrap_or(1);
+
+    // (Splits past the output's columns are guarded: whole tiles compute
+    // the padded columns, the write-back stores the output's.)
+    let (chunk, cols_rest) = s.split(cols, (ce / chunks) as usize)?;
+    let (cols_o, cols_i) = s.split(&cols_rest, (b_tiles * block) as usize)?;
+    let (rows_o, rows_i) = s.split(rows, pixels as usize)?;
+    s.reorder(&[chunk.clone(), cols_o, rows_o.clone(), rows_i.clone(), cols_i.clone()])?;
+    // Whole tiles: the image has rows up to the last tile's end (`topi::bf16`).
+    let tile = s.decompose_reduction_whole_tiles(&rows_o)?;
+    for pad in materialized(s.func()) {
+        s.compute_at(&pad, &chunk)?;
+    }
+    let shape = TileShape {
+        a_tiles,
+        b_tiles,
+        step,
+        dot: Intrinsic::AmxDotBf16,
+        rows: rows_i,
+        cols: cols_i,
+        a_is_weight: false,
+    };
+    replace_with_tiles(&mut s, &rows_o, &tile, &shape).map_err(|m| err(&s, &m))?;
+    if let [rows @ .., cols] = &tile.writeback_loops[..] {
+        for r in rows {
+            s.unroll(r)?;
+        }
+        s.vectorize(cols)?;
+    }
+    if extent(&s, &rows_o).is_some_and(|n| n <= 4) {
+        s.unroll(&rows_o)?;
+    }
+    let config = tile_config(a_tiles, b_tiles, step);
+    s.rewrite_loop(&chunk, |l| {
+        let body = Stmt::seq(vec![config, l.body, statement(Intrinsic::AmxRelease, vec![])]);
+        Ok(Stmt::For(Box::new(For { body, ..l })))
+    })?;
+    let mut par = outer.to_vec();
+    par.push(chunk);
+    fuse_parallel(&mut s, &par)?;
+    Ok(s.into_func())
+}
+
 /// The register tile: A tiles of 16 output channels, B tiles of 16 pixels,
 /// `step` bytes (input channels) per reduction step.
 struct TileShape {
@@ -146,9 +214,25 @@ struct TileShape {
     step: i64,
     /// The tile product: `kiln.amx_dot_s8u8` or `kiln.amx_dot_bf16`.
     dot: Intrinsic,
-    /// The tile's output-channel and pixel loops (variables of the update).
-    oc_i: Var,
-    ow_i: Var,
+    /// The tile's loops (variables of the update): C rows (A tiles, 16 each)
+    /// and C columns (B tiles).
+    rows: Var,
+    cols: Var,
+    /// Which operand the A tiles load: the weight (convolutions: output
+    /// channels are C rows) or the image (dense: data rows are C rows).
+    a_is_weight: bool,
+}
+
+/// Where an operand's tile rows and 64-byte rows lie in its buffer.
+struct Operand<'a> {
+    buffer: &'a Buffer,
+    index: &'a [Expr],
+    /// The dimension a tile row steps along (its stride), and the loop variable stepping it.
+    row_dim: usize,
+    row_var: &'a Var,
+    /// The dimension a tile row's bytes run along, and the loop variable stepping it.
+    col_dim: usize,
+    col_var: &'a Var,
 }
 
 /// `kiln.amx_config`: C tiles 16 rows × 64 bytes; A tiles 16 rows × `step`
@@ -237,7 +321,7 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     let Stmt::Store { value, .. } = cur else { return Err("the reduction does not end in one update".into()) };
     // The tile's own loops (oc_i, ow_i) were the innermost; the rest reduce.
     let reduce_loops: Vec<(Var, i64)> =
-        loops.into_iter().filter(|(v, _)| *v != shape.oc_i && *v != shape.ow_i).collect();
+        loops.into_iter().filter(|(v, _)| *v != shape.rows && *v != shape.cols).collect();
     let [(rc, groups), window @ ..] = &reduce_loops[..] else { return Err("no reduction loops".into()) };
     let group = U8S8_INPUT_GROUP as i64;
     let steps_per_group = shape.step / group;
@@ -246,10 +330,7 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     }
     let mut loads = Vec::new();
     collect_loads(value, &mut loads);
-    let weight_loads: Vec<_> = loads
-        .iter()
-        .filter(|(b, _)| matches!(b.elem(), DataType::I8 | DataType::U16) && b.shape().len() == 4)
-        .collect();
+    let weight_loads: Vec<_> = loads.iter().filter(|(b, _)| matches!(b.elem(), DataType::I8 | DataType::U16)).collect();
     let image = loads.iter().find(|(b, _)| b.elem() == DataType::U32).ok_or("no image word in the update")?;
     // The weight load of the group's first byte: the one whose last index is
     // smallest (they differ by the byte, 0–3).
@@ -259,7 +340,7 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
         simplify(&(last - base), &Bounds::new()).as_int().unwrap_or(i64::MAX)
     };
     let weight = weight_loads.iter().min_by_key(first_byte).ok_or("no weight byte in the update")?;
-    if !weight.1.last().is_some_and(|i| i.uses_var(rc)) {
+    if !weight.1.iter().any(|i| i.uses_var(rc)) {
         return Err("the first reduction loop is not over the channel groups".into());
     }
     let kb = Var::new("kb", TirType::INDEX);
@@ -268,37 +349,78 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     };
     let tile_map = |i: i64, j: i64| {
         HashMap::from([
-            (shape.oc_i.id, Expr::int(i * U8S8_OUTPUT_BLOCK as i64)),
-            (shape.ow_i.id, Expr::int(j * U8S8_OUTPUT_BLOCK as i64)),
+            (shape.rows.id, Expr::int(i * U8S8_OUTPUT_BLOCK as i64)),
+            (shape.cols.id, Expr::int(j * U8S8_OUTPUT_BLOCK as i64)),
             (rc.id, Expr::var(&kb) * Expr::int(steps_per_group)),
         ])
     };
-    // A B tile's 16 pixels must be 16 consecutive words of the image, an A
-    // tile's 16 rows 16 consecutive output channels' weight rows (a stride-2
-    // convolution written with OHWI weights by hand stays as lowered).
+    // A convolution: A = weight rows (output channels × channel bytes), B =
+    // image rows (channel groups × pixel words). A dense: A = image rows
+    // (data rows × feature-pair words), B = weight rows (pairs × columns).
+    let last = |i: &[Expr]| i.len() - 1;
+    let (a, b) = if shape.a_is_weight {
+        (
+            Operand {
+                buffer: &weight.0,
+                index: &weight.1,
+                row_dim: 0,
+                row_var: &shape.rows,
+                col_dim: last(&weight.1),
+                col_var: rc,
+            },
+            Operand {
+                buffer: &image.0,
+                index: &image.1,
+                row_dim: 1,
+                row_var: rc,
+                col_dim: last(&image.1),
+                col_var: &shape.cols,
+            },
+        )
+    } else {
+        (
+            Operand {
+                buffer: &image.0,
+                index: &image.1,
+                row_dim: 0,
+                row_var: &shape.rows,
+                col_dim: last(&image.1),
+                col_var: rc,
+            },
+            Operand { buffer: &weight.0, index: &weight.1, row_dim: 0, row_var: rc, col_dim: 1, col_var: &shape.cols },
+        )
+    };
+    // Each tile row must be one run of bytes along `col_dim`, the rows one
+    // stride apart along `row_dim` (a stride-2 convolution written with OHWI
+    // weights by hand stays as lowered).
     let step_along = |e: &Expr, v: &Var| -> Option<i64> {
         let at = |k: i64| e.substitute(&|x| (x.id == v.id).then(|| Expr::int(k)));
         simplify(&(at(1) - at(0)), &Bounds::new()).as_int()
     };
-    let only_in = |idx: &[Expr], dim: usize, v: &Var| {
-        idx.iter().enumerate().all(|(d, i)| d == dim || !i.uses_var(v)) && step_along(&idx[dim], v) == Some(1)
+    let only_in = |idx: &[Expr], dim: usize, v: &Var| idx.iter().enumerate().all(|(d, i)| d == dim || !i.uses_var(v));
+    let fits = |o: &Operand| {
+        let tile_var_steps_one =
+            |dim: usize, v: &Var| only_in(o.index, dim, v) && step_along(&o.index[dim], v) == Some(1);
+        let (tile_dim, tile_var) = if o.row_var == rc { (o.col_dim, o.col_var) } else { (o.row_dim, o.row_var) };
+        let reduce_dim = if o.row_var == rc { o.row_dim } else { o.col_dim };
+        tile_var_steps_one(tile_dim, tile_var) && only_in(o.index, reduce_dim, rc)
     };
-    if !only_in(&image.1, image.1.len() - 1, &shape.ow_i) || !only_in(&weight.1, 0, &shape.oc_i) {
-        return Err("pixels or output channels not contiguous in the tiles' operands".into());
+    if !fits(&a) || !fits(&b) {
+        return Err("the tiles' rows are not contiguous in their operands".into());
     }
-    let a_stride = byte_stride(weight.0.shape(), 0, weight.0.elem());
-    let b_stride = byte_stride(image.0.shape(), 1, DataType::U32);
+    let a_stride = byte_stride(a.buffer.shape(), a.row_dim, a.buffer.elem());
+    let b_stride = byte_stride(b.buffer.shape(), b.row_dim, b.buffer.elem());
     let c_stride = byte_stride(cache.shape(), 0, cache.elem());
     if a_stride <= 0 || b_stride <= 0 || cache.shape().len() != 2 {
         return Err("unexpected buffer shapes".into());
     }
     let mut step = Vec::new();
     for i in 0..shape.a_tiles {
-        let addr = Expr::Load(weight.0.clone(), at(&weight.1, &tile_map(i, 0)));
+        let addr = Expr::Load(a.buffer.clone(), at(a.index, &tile_map(i, 0)));
         step.push(statement(Intrinsic::AmxLoad, vec![Expr::int(FIRST_A + i), addr, Expr::int(a_stride)]));
     }
     for j in 0..shape.b_tiles {
-        let addr = Expr::Load(image.0.clone(), at(&image.1, &tile_map(0, j)));
+        let addr = Expr::Load(b.buffer.clone(), at(b.index, &tile_map(0, j)));
         step.push(statement(Intrinsic::AmxLoad, vec![Expr::int(FIRST_B + j), addr, Expr::int(b_stride)]));
     }
     for i in 0..shape.a_tiles {
@@ -315,8 +437,8 @@ fn tile_products(reduce: &Stmt, shape: &TileShape, cache: &Buffer) -> Result<Vec
     let mut out = vec![nest];
     for i in 0..shape.a_tiles {
         for j in 0..shape.b_tiles {
-            let b = U8S8_OUTPUT_BLOCK as i64;
-            let addr = Expr::Load(cache.clone(), vec![Expr::int(i * b), Expr::int(j * b)]);
+            let block = U8S8_OUTPUT_BLOCK as i64;
+            let addr = Expr::Load(cache.clone(), vec![Expr::int(i * block), Expr::int(j * block)]);
             let c = Expr::int(i * shape.b_tiles + j);
             out.push(statement(Intrinsic::AmxStore, vec![c, addr, Expr::int(c_stride)]));
         }

@@ -645,6 +645,7 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
         "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" if !untiled && amx::is_amx_convolution(&f) => {
             amx::schedule_amx(f).map(|g| vectorize_local_copies(g, unit))
         }
+        "nn.contrib_dense_bf16" if !untiled => amx::schedule_amx_dense(f).map(|g| vectorize_local_copies(g, unit)),
         "nn.contrib_conv2d_u8s8" if !untiled => {
             int8::schedule_conv2d_u8s8(f, unit).map(|g| vectorize_local_copies(g, unit))
         }

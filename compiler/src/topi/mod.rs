@@ -20,6 +20,7 @@ use kiln_ir::OpError;
 use crate::te::Tensor;
 use crate::tir::{CmpOp, Expr};
 
+mod bf16;
 mod elemwise;
 mod image;
 mod nn;
@@ -95,6 +96,7 @@ pub fn computes() -> &'static OpMap<ComputeFn> {
         reduce::register(&mut m);
         nn::register(&mut m);
         quantized::register(&mut m);
+        bf16::register(&mut m);
         image::register(&mut m);
         transform::register(&mut m);
         winograd::register(&mut m);

@@ -3,23 +3,20 @@
 //! 32-bit words, the int32 sums over groups of four channels written out as
 //! four products — the shape of one `vpdpbusd` lane, which
 //! `tir::transform::dot_products` turns into the instruction where the
-//! target has it. Also the compute of `nn.contrib_conv2d_bf16`: the data as
-//! bfloat16 pairs in the same kind of image, float32 sums of two products
-//! per word (the shape of AMX-BF16's pairs).
+//! target has it.
 
 use std::sync::Arc;
 
-use kiln_ir::relay::op::{U8S8Layout, BF16_INPUT_GROUP, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
+use kiln_ir::relay::op::{U8S8Layout, U8S8_INPUT_GROUP, U8S8_OUTPUT_BLOCK};
 use kiln_ir::relay::OpMap;
 use kiln_ir::{DataType, OpError};
 
 use super::{expand_ints, in_range, one, select, ComputeCall, ComputeFn, TeValue};
 use crate::te::{compute, reduce_axis, sum, Tensor};
-use crate::tir::{BinOp, Expr, Intrinsic, TirType};
+use crate::tir::{BinOp, Expr, TirType};
 
 pub(super) fn register(m: &mut OpMap<ComputeFn>) {
     m.set("nn.contrib_conv2d_u8s8", Arc::new(conv2d_u8s8));
-    m.set("nn.contrib_conv2d_bf16", Arc::new(conv2d_bf16));
 }
 
 /// How a word image packs channels into 32-bit words: `parts` channels to
@@ -33,7 +30,7 @@ pub(super) struct WordPacking<'a> {
 
 impl WordPacking<'_> {
     /// The word of `value(j)` for the parts `j` (each `(inside, value)`).
-    fn word(&self, value: impl Fn(i64) -> (Expr, Expr)) -> Expr {
+    pub(super) fn word(&self, mut value: impl FnMut(i64) -> (Expr, Expr)) -> Expr {
         let width = 32 / self.parts;
         (0..self.parts)
             .map(|j| {
@@ -187,48 +184,5 @@ fn conv2d_u8s8(c: &ComputeCall) -> Result<TeValue, OpError> {
     });
     one(compute("conv2d_u8s8", &shape, |i| {
         Expr::cast(TirType::scalar(DataType::F32), acc.at(i) + comp.at(&[i[1].clone()]))
-    }))
-}
-
-/// `nn.contrib_conv2d_bf16` (stride 1, `OHWI` bfloat16 weight): the data
-/// rounded to bfloat16 in a word image of channel pairs (as AMX reads
-/// them), each word's two products summed in float32 per step.
-fn conv2d_bf16(c: &ComputeCall) -> Result<TeValue, OpError> {
-    let (shape, _) = c.out_tensor()?;
-    let (x, w) = (c.tensor(0)?, c.tensor(1)?);
-    let strides = expand_ints(c.attrs, "strides", 2)?;
-    let pads = expand_ints(c.attrs, "padding", 4)?;
-    let [_, kh, kw, c2] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
-    let parts = BF16_INPUT_GROUP as i64;
-    let u32 = TirType::scalar(DataType::U32);
-    let f32 = TirType::scalar(DataType::F32);
-    let rounded =
-        |inside, v| Expr::call(Intrinsic::Bf16Bits, vec![select(inside, v, Expr::constant(0.0, DataType::F32))], u32);
-    let packing = WordPacking { parts, bits: &rounded };
-    let groups = c2 / BF16_INPUT_GROUP;
-    let image = if strides.iter().all(|&s| s == 1) {
-        word_image(&x, groups, &amx_image_pads(&pads, shape[3], x.shape()[3], kw), &packing)
-    } else {
-        word_image(&x, groups, &pads, &packing)
-    };
-    let (rc, ry, rx) = (reduce_axis(groups, "rc"), reduce_axis(kh, "ry"), reduce_axis(kw, "rx"));
-    let (cv, yv, xv) = (Expr::var(&rc.0), Expr::var(&ry.0), Expr::var(&rx.0));
-    let value = |bits: Expr| Expr::call(Intrinsic::Bf16Value, vec![bits], f32);
-    one(compute("conv2d_bf16", &shape, |i| {
-        let h = i[2].clone() * Expr::int(strides[0]) + yv.clone();
-        let ww = i[3].clone() * Expr::int(strides[1]) + xv.clone();
-        let word = image.at(&[i[0].clone(), cv.clone(), h, ww]);
-        // The two products of one pair, written out (as AMX takes them).
-        let dot = (0..parts)
-            .map(|j| {
-                let half =
-                    Expr::bin(BinOp::FloorDiv, word.clone(), Expr::constant((1u64 << (16 * j)) as f64, DataType::U32));
-                let half = Expr::bin(BinOp::FloorMod, half, Expr::constant(65536.0, DataType::U32));
-                let k = w.at(&[i[1].clone(), yv.clone(), xv.clone(), cv.clone() * Expr::int(parts) + Expr::int(j)]);
-                value(half) * value(Expr::cast(u32, k))
-            })
-            .reduce(|a, b| a + b)
-            .expect("two products");
-        sum(dot, &[rc.clone(), ry.clone(), rx.clone()])
     }))
 }

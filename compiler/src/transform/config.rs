@@ -254,7 +254,7 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             vec![],
         );
         add(
-            "relay.Bf16Conv2d.enable",
+            "relay.Bf16Precision.enable",
             ConfigKind::Bool,
             "compute the convolutions that fit AMX tiles as bfloat16 products summed in float32 (the bf16 precision: `--precision bf16`; default false; needs amx-bf16)",
             vec![],

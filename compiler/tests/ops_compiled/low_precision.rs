@@ -144,34 +144,40 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 9, 11), float3
     });
 }
 
-/// The bf16 precision (`relay.Bf16Conv2d.enable`): convolutions that fit AMX
+/// The bf16 precision (`relay.Bf16Precision.enable`): convolutions that fit AMX
 /// tiles compute bfloat16 products summed in float32 — a padded 3 × 3 over
-/// 20 channels to 32 on 9 × 11, a 1 × 1 over 64 to 16 on 7 × 7 — on data
-/// and weights that bfloat16 holds exactly (eighths and sixteenths), so the
-/// products are exact and the sums equal the interpreter's float32 ones
-/// within rounding; a strided convolution stays float32. LLVM, 1 and 2
-/// threads. Skipped, with the reason, on a CPU (or OS) without AMX-BF16.
+/// 20 channels to 32 on 9 × 11, a 1 × 1 over 64 to 16 on 7 × 7 — and so do
+/// products with a constant weight — 2 × 33 rows (whole row tiles past each
+/// block) by 100 features (40-byte steps) to 40 columns (padded to 64), 50
+/// rows to 48 columns (one B tile) — on data and weights that bfloat16
+/// holds exactly (eighths and sixteenths), so the products are exact and
+/// the sums equal the interpreter's float32 ones within rounding; a strided
+/// convolution stays float32. LLVM, 1 and 2 threads. Skipped, with the reason, on a CPU (or OS) without AMX-BF16.
 pub(super) fn bf16_convolutions_match_the_interpreter() {
     if kiln_runtime::cpu::has_feature("amx-bf16") != Some(true) {
         eprintln!("bf16 convolutions: skipped, this CPU (or OS) gives no AMX-BF16 tiles");
         return;
     }
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 7, 7), float32],
-          %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(16, 64, 1, 1), float32], %w3: Tensor[(16, 20, 3, 3), float32]) {
+def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 33, 100), float32],
+          %u: Tensor[(50, 64), float32],
+          %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(16, 64, 1, 1), float32], %w3: Tensor[(16, 20, 3, 3), float32],
+          %w4: Tensor[(40, 100), float32], %w5: Tensor[(48, 64), float32]) {
   %0 = divide(round(multiply(%x, 8f)), 8f);
   %1 = nn.relu(nn.conv2d(%0, divide(round(multiply(%w1, 16f)), 16f), padding=[1, 1, 1, 1]));
   %2 = divide(round(multiply(%y, 8f)), 8f);
   %3 = nn.conv2d(%2, divide(round(multiply(%w2, 16f)), 16f));
   %4 = nn.conv2d(%0, %w3, strides=[2, 2], padding=[1, 1, 1, 1]);
-  (%1, %3, %4)
+  %5 = nn.dense(divide(round(multiply(%z, 8f)), 8f), divide(round(multiply(%w4, 16f)), 16f));
+  %6 = nn.relu(nn.dense(divide(round(multiply(%u, 8f)), 8f), divide(round(multiply(%w5, 16f)), 16f)));
+  (%1, %3, %4, %5, %6)
 }
 "#;
-    let config = [("relay.Bf16Conv2d.enable", true)];
-    check_compiled_on(text, &["w1", "w2", "w3"], false, &config, false, &|kernels: &[PrimFunc], _| {
+    let config = [("relay.Bf16Precision.enable", true)];
+    check_compiled_on(text, &["w1", "w2", "w3", "w4", "w5"], false, &config, false, &|kernels: &[PrimFunc], _| {
         let printed: Vec<String> = kernels.iter().map(kiln::tir::print_prim_func).collect();
         let bf16 = printed.iter().filter(|t| t.contains("kiln.amx_dot_bf16")).count();
-        assert_eq!(bf16, 2, "bfloat16 tile products in the two stride-1 convolutions");
+        assert_eq!(bf16, 4, "bfloat16 tile products in the stride-1 convolutions and the products");
         assert!(printed.iter().any(|t| t.contains("\"anchor\": \"nn.conv2d\"")), "the strided one stays float32");
     });
 }

@@ -11,7 +11,7 @@ use kiln_ir::relay::{infer_module, IRModule};
 use crate::transform::{FunctionPass, ModulePass, Pass, PassContext, PassError, PassInfo, Sequential};
 
 pub mod alter_op_layout;
-pub mod bf16_conv2d;
+pub mod bf16_precision;
 pub mod byte_activations;
 pub mod common_subexpr;
 pub mod convert_layout;
@@ -114,7 +114,7 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
-        pass_enabled_by("Bf16Conv2d", "relay.Bf16Conv2d.enable", bf16_conv2d::bf16_conv2d),
+        pass_enabled_by("Bf16Precision", "relay.Bf16Precision.enable", bf16_precision::bf16_precision),
         pass_enabled_by("ByteActivations", "relay.ByteActivations.enable", byte_activations::byte_activations),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))
@@ -174,7 +174,7 @@ pub fn default_pipeline() -> Result<Sequential, PassError> {
 pub fn gpu_pipeline() -> Result<Sequential, PassError> {
     let mut names = DEFAULT_PIPELINE.to_vec();
     // Bytes between kernels: measured on CPUs only; bf16 products: AMX tiles.
-    names.retain(|&n| n != "ByteActivations" && n != "Bf16Conv2d");
+    names.retain(|&n| n != "ByteActivations" && n != "Bf16Precision");
     let at = names.iter().position(|&n| n == "AlterOpLayout").unwrap_or(names.len());
     names.insert(at, "SplitConvReduction");
     Sequential::from_names("GpuPipeline", &names)
@@ -190,7 +190,7 @@ const DEFAULT_PIPELINE: [&str; 18] = [
     "SimplifyExpr",
     "InferType",
     "IntegerConv2d",
-    "Bf16Conv2d",
+    "Bf16Precision",
     "AlterOpLayout",
     "FoldConstant",
     "DeadCodeElimination",

@@ -1,6 +1,6 @@
-//! `nn.contrib_conv2d_bf16`: a convolution whose products are bfloat16 ×
-//! bfloat16 summed in float32 — the arithmetic of x86 AMX-BF16 (`tdpbf16ps`)
-//! and AVX-512 BF16 (`vdpbf16ps`), made by Bf16Conv2d in the opt-in bf16
+//! `nn.contrib_conv2d_bf16` and `nn.contrib_dense_bf16`: a convolution and a
+//! matrix product whose products are bfloat16 × bfloat16 summed in float32 — the arithmetic of x86 AMX-BF16 (`tdpbf16ps`)
+//! and AVX-512 BF16 (`vdpbf16ps`), made by Bf16Precision in the opt-in bf16
 //! precision.
 //!
 //! The data stay float32 NCHW; each value is rounded to bfloat16 (to
@@ -8,6 +8,11 @@
 //! bits in uint16, `[O, KH, KW, C2]` (`OHWI`; `C2`: the input channels
 //! rounded up to an even number, the extra one zero): an AMX weight tile's
 //! rows. Output float32 NCHW.
+//!
+//! The dense's data are float32 `[…, K]` (rounded likewise), its weight
+//! bfloat16 bits `[K2/2, N, 2]` (`K2`: K rounded up to even): the rows of
+//! an AMX tile of pairs, each holding two consecutive `k` of 16 columns.
+//! Output float32 `[…, N]`.
 
 use super::nn::{check_nchw, ints_n, window_out};
 use super::util::{shape_str, tensor_arg, tensor_val};
@@ -36,6 +41,70 @@ pub(super) fn register(defs: &mut Vec<OpDef>) {
         .attr(AttrSpec::ints("strides", &[1, 1]))
         .attr(AttrSpec::ints("padding", &[0, 0, 0, 0])),
     );
+    defs.push(
+        OpDef::new(
+            "nn.contrib_dense_bf16",
+            &["data", "weight"],
+            OpPattern::OutEWiseFusable,
+            rel_dense_bf16,
+            eval_dense_bf16,
+            "x · Wᵀ of float32 data rounded to bfloat16 with a bfloat16 weight (uint16 bits, [K2/2, N', 2]: pairs of k; \
+             N' columns, of which the first `units` are the output's — 0: all), products summed in float32; float32 [..., units] out.",
+        )
+        .attr(AttrSpec::int("units", 0)),
+    );
+}
+
+/// `[…, units]`; the weight must be `[K2/2, N', 2]` uint16 for data `[…, K]`,
+/// with `units ≤ N'` (0: N').
+fn rel_dense_bf16(args: &[Type], attrs: &Attrs) -> Result<Type, OpError> {
+    let (x, w) = (tensor_arg(args, 0, "data")?, tensor_arg(args, 1, "weight")?);
+    if x.dtype != DataType::F32 || w.dtype != DataType::U16 {
+        return Err(
+            format!("takes float32 data and a uint16 (bfloat16) weight, found {} and {}", x.dtype, w.dtype).into()
+        );
+    }
+    let Some(&k) = x.shape.last() else { return Err("the data must have at least one axis".into()) };
+    let &[pairs, n, two] = &w.shape[..] else {
+        return Err(format!("the weight must be [K2/2, N, 2], found shape {}", shape_str(&w.shape)).into());
+    };
+    if two != BF16_INPUT_GROUP || pairs != k.div_ceil(BF16_INPUT_GROUP) {
+        return Err(format!(
+            "the weight must be [{}, N, 2] for {k} input features, found shape {}",
+            k.div_ceil(BF16_INPUT_GROUP),
+            shape_str(&w.shape)
+        )
+        .into());
+    }
+    let units = match attrs.int("units")? {
+        0 => n,
+        u if u > 0 && u as usize <= n => u as usize,
+        u => return Err(format!("units must be in 1..={n} (the weight's columns) or 0, found {u}").into()),
+    };
+    let mut shape = x.shape.clone();
+    *shape.last_mut().expect("an axis") = units;
+    Ok(Type::tensor(shape, DataType::F32))
+}
+
+/// The reference semantics: bfloat16 values, exact products, f64 sums.
+fn eval_dense_bf16(args: &[Value], attrs: &Attrs) -> Result<Value, OpError> {
+    let (x, w) = (tensor_val(args, 0)?, tensor_val(args, 1)?);
+    let types = [x, w].map(|t| Type::tensor(t.shape().to_vec(), t.dtype()));
+    let ty = rel_dense_bf16(&types, attrs)?;
+    let t = ty.as_tensor().ok_or("not a tensor")?;
+    let k = *x.shape().last().ok_or("no axis")?;
+    let (n, units) = (w.shape()[1], *t.shape.last().ok_or("no axis")?);
+    let data: Vec<f64> = x.to_f64_vec().into_iter().map(|v| bf16_value(bf16_bits(v as f32)) as f64).collect();
+    let weight: Vec<f64> = w.to_f64_vec().into_iter().map(|v| bf16_value(v as u16) as f64).collect();
+    let rows = data.len() / k.max(1);
+    let mut res = vec![0.0; rows * units];
+    for m in 0..rows {
+        for j in 0..units {
+            let acc: f64 = (0..k).map(|i| data[m * k + i] * weight[((i / 2) * n + j) * 2 + i % 2]).sum();
+            res[m * units + j] = acc as f32 as f64;
+        }
+    }
+    Ok(Value::Tensor(Tensor::from_f64(DataType::F32, t.shape.clone(), &res)))
 }
 
 /// `x` rounded to bfloat16 (nearest, ties to even; NaN stays a quiet NaN):
@@ -134,6 +203,22 @@ mod tests {
         assert_eq!(bf16_value(bf16_bits(-2.5)), -2.5);
         assert_eq!(bf16_bits(f32::NAN), 0x7fc0);
         assert_eq!(bf16_bits(f32::INFINITY), 0x7f80);
+    }
+
+    /// x [2, 3] · Wᵀ with W's pairs packed [2, 16, 2] (k = 3 padded to 4).
+    #[test]
+    fn multiplies_by_the_paired_weight() {
+        let x = Tensor::from_f64(DataType::F32, vec![2, 3], &[1.0, 2.0, 3.0, -1.0, 0.5, 4.0]);
+        let mut w = vec![0.0; 2 * 16 * 2];
+        // Column 0: weights (1, 1, 1); column 5: (0, 0, 2).
+        for k in 0..3 {
+            w[((k / 2) * 16) * 2 + k % 2] = bf16_bits(1.0) as f64;
+        }
+        w[(16 + 5) * 2] = bf16_bits(2.0) as f64;
+        let w = Tensor::from_f64(DataType::U16, vec![2, 16, 2], &w);
+        let y = eval_dense_bf16(&[Value::Tensor(x), Value::Tensor(w)], &Attrs::default()).unwrap();
+        let y = y.tensor().unwrap().to_f64_vec();
+        assert_eq!((y[0], y[5], y[16], y[21]), (6.0, 6.0, 3.5, 8.0));
     }
 
     /// A 3 × 3 window of weight 1 over one channel at pad 1 sums the bf16
