@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """kiln next to ONNX Runtime on the reference models, measured in the same run.
 
-Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [MODELS_DIR [REAL_MODELS_DIR]]
+Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [--bf16] [MODELS_DIR [REAL_MODELS_DIR]]
   MODELS_DIR       the reference models (default ../shared/models); its `quantized/` (from
                    scripts/quantize_models.py) adds resnet18 and mobilenetv2 in QDQ and
                    QOperator form (`resnet18.qdq`, …), next to ORT's int8 kernels
@@ -14,6 +14,9 @@ Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [MODELS_DI
                    (default 2)
   --tuning DIR     also time kiln with the tuning log DIR/<model>.json (from `kiln tune`), in
                    the same rounds, and show its speed-up over the untuned build
+  --bf16           also time each float model in kiln's bf16 precision (`--precision bf16`,
+                   rows `<model>.bf16`) next to ONNX Runtime's float32 run of the same model;
+                   skipped, with the reason, where kiln refuses it (no AMX-BF16)
 Environment: KILN=path/to/kiln uses that binary instead of building `kiln` in release mode;
 MODELS=a,b runs only those models.
 Needs: pip install onnxruntime numpy.
@@ -39,6 +42,7 @@ ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("--target", default="llvm -mcpu=native")
 ARGS.add_argument("--rounds", type=int, default=2)
 ARGS.add_argument("--tuning")
+ARGS.add_argument("--bf16", action="store_true")
 ARGS.add_argument("models_dir", nargs="?", default=os.path.join(ROOT, "..", "shared", "models"))
 ARGS.add_argument("real_models_dir", nargs="?")
 OPTS = ARGS.parse_args()
@@ -56,6 +60,9 @@ CASES = [
     ("yolov8n", os.path.join(REAL, "yolov8n.onnx"), os.path.join(REAL, "yolov8n.input.images.npy"), 10),
     ("pplcnet", os.path.join(REAL, "pplcnet.onnx"), os.path.join(REAL, "pplcnet.input.x.npy"), 20),
 ]
+# The bf16 precision: kiln `--precision bf16` against ORT's float32 run of the same model.
+if OPTS.bf16:
+    CASES += [(f"{name}.bf16", model, inp, runs) for name, model, inp, runs in list(CASES)]
 # Quantized by scripts/quantize_models.py (int8; ORT runs its int8 kernels): skipped when absent.
 QUANTIZED = os.path.join(MODELS, "quantized")
 for base, runs in (("resnet18", 10), ("mobilenetv2", 20)):
@@ -82,13 +89,16 @@ def ort_times_us(model, x, threads, runs):
     return times[len(times) // 2], times[0]
 
 
-def kiln_times_us(model, input_name, inp, threads, runs, tuning=None):
+def kiln_times_us(model, input_name, inp, threads, runs, tuning=None, precision="fp32"):
     """kiln's (median, fastest) run in µs, as `kiln bench` prints them."""
     args = [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs),
-            "--target", OPTS.target]
+            "--target", OPTS.target, "--precision", precision]
     if tuning:
         args += ["--tuning", tuning]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(args, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}")
+    out = run.stdout
     m = re.search(r"median ([0-9.]+) us, min ([0-9.]+) us", out)
     return float(m.group(1)), float(m.group(2))
 
@@ -173,10 +183,18 @@ def main():
         input_name = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).get_inputs()[0].name
         log = os.path.join(OPTS.tuning, f"{name}.json") if OPTS.tuning else None
         log = log if log and os.path.exists(log) else None
+        precision = "bf16" if name.endswith(".bf16") else "fp32"
+        if precision == "bf16":
+            try:
+                kiln_times_us(model, input_name, inp, 1, 1, precision=precision)
+            except RuntimeError as e:
+                print(f"<!-- {name}: skipped, {e} -->", file=sys.stderr)
+                continue
         # A quantized model's work is its float original's (ONNX shape inference stops at
         # com.microsoft operators, which would leave most of a QOperator graph uncounted).
         original = os.path.join(MODELS, name.split(".")[0] + ".onnx")
-        gflop = model_gflop(original if "." in name and os.path.exists(original) else model, x)
+        quantized = "." in name and precision == "fp32"
+        gflop = model_gflop(original if quantized and os.path.exists(original) else model, x)
         fastest_ratios = []
         work = f"{gflop:.2f} GFLOP" if gflop >= 0.1 else f"{gflop * 1e3:.2f} MFLOP"
         row, tuned = [f"{name} ({work})"], []
@@ -185,12 +203,12 @@ def main():
             k_min, o_min = float("inf"), float("inf")
             for _ in range(max(1, OPTS.rounds)):
                 peak = max(peak, fma_peak(threads))
-                median, fastest = kiln_times_us(model, input_name, inp, threads, runs)
+                median, fastest = kiln_times_us(model, input_name, inp, threads, runs, precision=precision)
                 k, k_min = min(k, median), min(k_min, fastest)
                 median, fastest = ort_times_us(model, x, threads, runs)
                 o, o_min = min(o, median), min(o_min, fastest)
                 if log:
-                    t = min(t, kiln_times_us(model, input_name, inp, threads, runs, log)[0])
+                    t = min(t, kiln_times_us(model, input_name, inp, threads, runs, log, precision)[0])
             fastest_ratios.append(f"{k_min / o_min:.2f}×")
             rate = lambda us: f"{gflop / us * 1e6:.1f} GFLOP/s = {100 * gflop / us * 1e6 / peak:.0f}% of {peak:.0f}"
             row += [f"{k:.1f} µs ({k / o:.2f}× ORT; {rate(k)})", f"{o:.1f} µs ({rate(o)})"]

@@ -518,3 +518,33 @@ fn accuracy_compares_a_model_with_a_reference() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("output 0 is [1, 10] in") && err.contains("[1, 784] in the reference"), "{err}");
 }
+
+/// `--precision bf16`: refused, naming the missing features, on a target
+/// without AMX-BF16 (and an unknown precision is an error listing both);
+/// where this CPU has AMX-BF16, `kiln accuracy --precision bf16` without a
+/// reference measures the MLP (784 → 128 → 10, both products in bf16)
+/// against itself in fp32: a small error, the same top class. Skipped,
+/// with the reason, elsewhere.
+#[test]
+fn bf16_precision_is_refused_without_amx_and_measured_against_fp32() {
+    let dir = tempfile::tempdir().expect("dir");
+    let x = kiln::Tensor::from_f32(vec![1, 784], &(0..784).map(|i| (i as f32 * 0.013).cos()).collect::<Vec<_>>());
+    let input = format!("x={}", write(&dir, "x.npy", &kiln::npy::write_npy(&x)));
+    let run = ["run", MLP, "--weights", WEIGHTS, "--input", &input, "--precision", "bf16"];
+    let (code, _, err) = kiln(&[&run[..], &["--target", "llvm -mcpu=haswell"]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the bf16 precision needs an LLVM target with AMX-BF16"), "{err}");
+    let (code, _, err) = kiln(&["run", MLP, "--weights", WEIGHTS, "--input", &input, "--precision", "fp8"]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("unknown precision `fp8` (fp32 or bf16)"), "{err}");
+    if kiln_runtime::cpu::has_feature("amx-bf16") != Some(true) {
+        eprintln!("bf16 accuracy: skipped, this CPU (or OS) gives no AMX-BF16 tiles");
+        return;
+    }
+    let (code, stdout, err) = kiln(&["accuracy", MLP, "--weights", WEIGHTS, "--input", &input, "--precision", "bf16"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("top-1 agreement 1/1 (100.0%)"), "{stdout}");
+    let relative = stdout.split("max relative error ").nth(1).and_then(|r| r.split(' ').next());
+    let relative: f64 = relative.and_then(|r| r.parse().ok()).expect("a relative error");
+    assert!(relative > 0.0 && relative < 1e-2, "{stdout}");
+}

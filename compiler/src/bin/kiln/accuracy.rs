@@ -1,6 +1,8 @@
 //! `kiln accuracy`: a model's outputs against a reference model's on the
-//! same inputs — how far a quantized model is from its float original, so
-//! that users can decide whether its speed is worth the error. An input
+//! same inputs — how far a quantized model is from its float original, or
+//! a model in the bf16 precision (`--precision bf16`, no `--reference`)
+//! from itself in fp32, so that users can decide whether its speed is
+//! worth the error. An input
 //! file may hold several samples: `N × …` where the model takes `1 × …`
 //! (or a symbolic first dimension, which is then fixed to 1 unless
 //! `--input-shape` says otherwise) runs each of the N in turn: top-1
@@ -133,8 +135,13 @@ fn one_sample_shapes(c: &mut CompileArgs) {
 pub fn accuracy(a: AccuracyOptions) -> Result<(), String> {
     let mut c = CompileArgs::run(a.run);
     one_sample_shapes(&mut c);
+    // The reference: another model, or this one; in fp32 either way.
+    let (file, weights) = match a.reference {
+        Some(file) => (file, a.reference_weights),
+        None => (c.file.clone(), c.weights.clone()),
+    };
     let r =
-        CompileArgs { file: a.reference, weights: a.reference_weights, tuning: None, outputs: Vec::new(), ..c.clone() };
+        CompileArgs { file, weights, tuning: None, outputs: Vec::new(), precision: kiln::Precision::Fp32, ..c.clone() };
     let (_, got) = outputs(&c)?;
     let (_, want) = outputs(&r)?;
     let (first, reference) = (&got[0], &want[0]);

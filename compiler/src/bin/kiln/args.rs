@@ -222,9 +222,10 @@ pub struct AccuracyOptions {
     #[command(flatten)]
     pub run: RunOptions,
     /// The model whose outputs are the reference: the same inputs and outputs (a Relay text
-    /// file or an ONNX model), compiled for the same target
+    /// file or an ONNX model), compiled for the same target, always in fp32 (default: the
+    /// model itself — with `--precision bf16`, bf16 against fp32)
     #[arg(long, value_name = "FILE")]
-    pub reference: String,
+    pub reference: Option<String>,
     /// Bind the reference's @main parameters from a .safetensors or .npy file (repeatable)
     #[arg(long, value_name = "FILE")]
     pub reference_weights: Vec<String>,
