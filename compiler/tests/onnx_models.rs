@@ -218,7 +218,10 @@ fn quantized_model_matches_onnx_runtime_within_one_step(name: &str, format: &str
     kiln::relay::infer_module(&mut m)?;
     let input = kiln::npy::read_npy(&read(common::models_dir().join(format!("{name}.input.npy")))?)?;
     let want = kiln::npy::read_npy(&read(dir.join(format!("{name}.{format}.output.npy")))?)?;
-    let (_, plan) = optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3)))?;
+    // This machine's target: int8 kernels (VNNI dot products, AMX tiles) where it has them.
+    let mut ctx = PassContext::new().with_opt_level(3);
+    kiln::target::configure_context("llvm", &mut ctx);
+    let (_, plan) = optimize_and_plan(m, Arc::new(ctx))?;
     let jit = Jit::new(name, &plan.kernels)?;
     let got = host::run(&plan, &jit, &[input], 2)?;
     let reference_cpu = std::fs::read_to_string(dir.join(format!("{name}.{format}.output.cpu"))).unwrap_or_default();

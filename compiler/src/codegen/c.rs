@@ -26,6 +26,9 @@ static inline float kiln_fmaxf(float a, float b) { return (a > b || a != a) ? a 
 static inline float kiln_fminf(float a, float b) { return (a < b || a != a) ? a : b; }
 static inline double kiln_fmax(double a, double b) { return (a > b || a != a) ? a : b; }
 static inline double kiln_fmin(double a, double b) { return (a < b || a != a) ? a : b; }
+/* bfloat16: `x` rounded to nearest even (NaN a quiet NaN), its bits; bits back to float. */
+static inline uint32_t kiln_bf16_bits(float x) { union { float f; uint32_t u; } v = { x }; if ((v.u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u; return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; }
+static inline float kiln_bf16_value(uint32_t b) { union { uint32_t u; float f; } v = { (b & 0xffffu) << 16 }; return v.f; }
 ";
 
 /// The C math library suffix: `f` for float, none for double.
@@ -181,9 +184,8 @@ impl Emitter<'_> {
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::DotU8I8 => return Err(self.unsupported("an int8 dot product (vector code)")),
                     f if f.is_amx() => return Err(self.unsupported("an AMX tile statement (LLVM backend only)")),
-                    Intrinsic::Bf16Bits | Intrinsic::Bf16Value => {
-                        return Err(self.unsupported("a bfloat16 conversion (the bf16 precision: LLVM backend only)"))
-                    }
+                    Intrinsic::Bf16Bits => format!("kiln_bf16_bits({first})"),
+                    Intrinsic::Bf16Value => format!("kiln_bf16_value((uint32_t)({first}))"),
                     Intrinsic::CheckIndex => format!("kiln_check_index({first}, {second}, &kiln_status)"),
                     // Cast back: C promotes narrow operands to int.
                     Intrinsic::BitAnd => format!("(({})({first} & {second}))", c_type(self.kernel, t.elem)?),

@@ -1,8 +1,10 @@
-//! The CPU strategy of an int8 or bfloat16 convolution on AMX tiles
+//! The CPU strategies on AMX tiles: int8 and bfloat16 convolutions
 //! (`nn.contrib_conv2d_u8s8` with `OHWI` weights — IntegerConv2d picks that
 //! layout where the target has `amx-int8` — and `nn.contrib_conv2d_bf16`,
 //! the bf16 precision's, whose weight pairs are a tile row's 4-byte groups
-//! as int8's quadruples are: `tdpbf16ps` in place of `tdpbsud`).
+//! as int8's quadruples are: `tdpbf16ps` in place of `tdpbsud`), and the bf16
+//! precision's matrix products (`nn.contrib_dense_bf16`, see
+//! [`schedule_amx_dense`]).
 //!
 //! One `tdpbsud` multiplies a tile of 16 output channels × K weight bytes
 //! (A: a weight row per channel, K input channels of one window position)
@@ -12,9 +14,11 @@
 //! output. 4096 products per instruction where `vpdpbusd` does 64.
 //!
 //! The loop nest is the general convolution's: output rows in bands (the
-//! byte image computed per band, bands in parallel), in a band
-//! `channels / 32 × pixels / 32` register tiles of 2 × 2 C tiles (fewer
-//! where the channels or the row are narrower), each the reduction over
+//! byte image computed per band, bands in parallel; a map of one band in
+//! two channel chunks instead), in a band `channels / 32` register tiles,
+//! each sweeping the band's rows (its weights stay in L2) in `pixels / 32`
+//! tiles of 2 × 2 C tiles (fewer where the channels or the row are
+//! narrower), each the reduction over
 //! window positions and steps of K channels — two weight tiles and two
 //! image tiles loaded per step for four products — then stored to a
 //! kernel-local tile that the usual write-back (the fused epilogue) reads.
@@ -36,7 +40,7 @@ use kiln_ir::DataType;
 
 /// Rows (and bytes per row) of every AMX tile register.
 const TILE_ROWS: usize = 16;
-/// The tile registers: C tiles 0–3, A (weight) tiles 4–5, B (image) tiles 6–7.
+/// The tile registers: C tiles 0–3, A tiles 4–5, B tiles 6–7.
 const FIRST_A: i64 = 4;
 const FIRST_B: i64 = 6;
 /// The most output rows per band (one byte image per band: a band of
@@ -52,6 +56,22 @@ fn amx_weight(f: &PrimFunc) -> Option<&Buffer> {
 /// Whether `f` is a convolution with `OHWI` weights (see [`amx_weight`]).
 pub(super) fn is_amx_convolution(f: &PrimFunc) -> bool {
     amx_weight(f).is_some()
+}
+
+/// Whether `f` is a kernel made for AMX tiles: an `OHWI` convolution or a
+/// bf16 product (`tir.DefaultSchedule` marks it `amx` where the target has
+/// AMX).
+pub(crate) fn for_tiles(f: &PrimFunc) -> bool {
+    match f.attrs.get("anchor").map(String::as_str) {
+        Some("nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16") => is_amx_convolution(f),
+        Some("nn.contrib_dense_bf16") => true,
+        _ => false,
+    }
+}
+
+/// Whether `f` is made for AMX tiles and the target has them.
+pub(super) fn tiles_allowed(f: &PrimFunc) -> bool {
+    for_tiles(f) && f.attrs.get("amx").is_some_and(|v| v == "true")
 }
 
 fn statement(f: Intrinsic, args: Vec<Expr>) -> Stmt {
@@ -71,6 +91,9 @@ fn byte_stride(shape: &[usize], dim: usize, elem: DataType) -> i64 {
     (shape[dim + 1..].iter().product::<usize>() * elem.size_bytes()) as i64
 }
 
+/// An `OHWI` convolution on AMX tiles (see the module docs); an error (the
+/// kernel then stays as lowered, computing the same values) where its
+/// operands do not lie as the tiles need them.
 pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
     let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: format!("AMX: {m}") };

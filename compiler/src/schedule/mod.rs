@@ -43,7 +43,7 @@
 //! A strategy that does not apply to a kernel's shape leaves it as lowered;
 //! every primitive preserves the kernel's meaning.
 
-mod amx;
+pub(crate) mod amx;
 mod conv2d;
 pub mod gpu;
 mod int8;
@@ -642,11 +642,14 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
     let untiled = knobs.rows.is_some() || knobs.cols.is_some() || knobs.order.is_some();
     Some(match anchor.as_str() {
         "nn.conv2d" => conv2d::schedule_conv2d(f, unit, knobs).map(|g| vectorize_local_copies(g, unit)),
-        "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" if !untiled && amx::is_amx_convolution(&f) => {
+        "nn.contrib_conv2d_u8s8" | "nn.contrib_conv2d_bf16" if !untiled && amx::tiles_allowed(&f) => {
             amx::schedule_amx(f).map(|g| vectorize_local_copies(g, unit))
         }
-        "nn.contrib_dense_bf16" if !untiled => amx::schedule_amx_dense(f).map(|g| vectorize_local_copies(g, unit)),
-        "nn.contrib_conv2d_u8s8" if !untiled => {
+        "nn.contrib_dense_bf16" if !untiled && amx::tiles_allowed(&f) => {
+            amx::schedule_amx_dense(f).map(|g| vectorize_local_copies(g, unit))
+        }
+        // (An OHWI convolution without AMX: the generic reduction below.)
+        "nn.contrib_conv2d_u8s8" if !untiled && !amx::is_amx_convolution(&f) => {
             int8::schedule_conv2d_u8s8(f, unit).map(|g| vectorize_local_copies(g, unit))
         }
         // A weight read along its rows (dense, transpose_b) is not contiguous

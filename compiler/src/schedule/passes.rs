@@ -38,8 +38,12 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
     use kiln_ir::tir::transform as t;
     vec![
         infallible("tir.FuseSiblingLoops", 1, t::fuse_sibling_loops),
-        PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |f, _, ctx: &PassContext| {
+        PrimFuncPass::new(PassInfo::new("tir.DefaultSchedule", 0, &[]), |mut f, _, ctx: &PassContext| {
             let unit = crate::target::VectorUnit::of_context(ctx);
+            // The kernels made for AMX get tiles only where the target has them.
+            if ctx.config_bool("tir.amx") == Some(true) && super::amx::for_tiles(&f) {
+                f.attrs.insert("amx".into(), "true".into());
+            }
             // Tuning records (`kiln tune`'s log) by kernel key; the tuner also records what it sees.
             let mut f = match ctx.extension::<super::ScheduleTuning>() {
                 // The key (the kernel printed and hashed) only when records or the tuner need it.

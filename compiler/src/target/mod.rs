@@ -167,6 +167,9 @@ pub fn configure_context(target: &str, ctx: &mut PassContext) {
             let amx = llvm && has("amx-int8") && has("amx-tile");
             let _ = ctx.set_config("relay.IntegerConv2d.amx", ConfigValue::Bool(amx));
         }
+        if ctx.config("tir.amx").is_none() {
+            let _ = ctx.set_config("tir.amx", ConfigValue::Bool(llvm && has("amx-tile")));
+        }
     }
     if !is_cuda(target) && ctx.config("relay.SimplifyInference.layer_norm").is_none() {
         let _ = ctx.set_config("relay.SimplifyInference.layer_norm", ConfigValue::Bool(false));

@@ -254,6 +254,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             vec![],
         );
         add(
+            "tir.amx",
+            ConfigKind::Bool,
+            "schedule the int8 and bfloat16 kernels made for AMX (OHWI convolutions, the bf16 precision's products) on AMX tiles (default: true where an `llvm` target has amx-tile; elsewhere they compute the same values without tiles)",
+            vec![],
+        );
+        add(
             "relay.Bf16Precision.enable",
             ConfigKind::Bool,
             "compute the convolutions that fit AMX tiles as bfloat16 products summed in float32 (the bf16 precision: `--precision bf16`; default false; needs amx-bf16)",

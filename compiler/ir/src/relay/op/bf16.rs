@@ -216,7 +216,8 @@ mod tests {
         }
         w[(16 + 5) * 2] = bf16_bits(2.0) as f64;
         let w = Tensor::from_f64(DataType::U16, vec![2, 16, 2], &w);
-        let y = eval_dense_bf16(&[Value::Tensor(x), Value::Tensor(w)], &Attrs::default()).unwrap();
+        let attrs = Attrs::from_pairs([("units", crate::attrs::AttrValue::Int(0))]);
+        let y = eval_dense_bf16(&[Value::Tensor(x), Value::Tensor(w)], &attrs).unwrap();
         let y = y.tensor().unwrap().to_f64_vec();
         assert_eq!((y[0], y[5], y[16], y[21]), (6.0, 6.0, 3.5, 8.0));
     }
