@@ -171,20 +171,22 @@ pub struct Build {
     viz: bool,
     /// Schedule records from `kiln tune` ([`Build::tuning_log`]).
     tuning_log: Option<PathBuf>,
-    /// The arithmetic of the convolutions ([`Build::precision`]).
+    /// The arithmetic of the products ([`Build::precision`]).
     precision: Precision,
 }
 
-/// The arithmetic a build computes convolutions in ([`Build::precision`]).
+/// The arithmetic a build computes its convolutions and matrix products with
+/// constant weights in ([`Build::precision`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Precision {
     /// float32 everywhere (the default).
     #[default]
     Fp32,
-    /// Opt-in: the convolutions that fit AMX tiles as bfloat16 products
-    /// summed in float32 (weights rounded to bfloat16 at build time, the
-    /// data as the kernel reads them); everything else float32. Needs a
-    /// target with AMX-BF16 (`amx-bf16`, `amx-tile`: Sapphire Rapids and later).
+    /// Opt-in: the convolutions and matrix products with constant weights
+    /// that fit AMX tiles as bfloat16 products summed in float32 (weights
+    /// rounded to bfloat16 at build time, the data as the kernel reads
+    /// them); everything else float32. Needs an `llvm` target with AMX-BF16
+    /// (`amx-bf16`, `amx-tile`: Sapphire Rapids and later).
     Bf16,
 }
 
@@ -322,8 +324,8 @@ impl Build {
         }
     }
 
-    /// The arithmetic of the convolutions (default [`Precision::Fp32`]); part
-    /// of the build's cache key. [`Precision::Bf16`] on a target without
+    /// The arithmetic of the convolutions and constant-weight products
+    /// (default [`Precision::Fp32`]); part of the build's cache key. [`Precision::Bf16`] on a target without
     /// AMX-BF16 is an error when the build compiles.
     pub fn precision(&mut self, precision: Precision) -> &mut Self {
         self.precision = precision;

@@ -152,8 +152,8 @@ pub struct CompileOptions {
     /// for the target's CPU
     #[arg(long, value_name = "FILE")]
     pub tuning: Option<String>,
-    /// The arithmetic of the convolutions: `fp32`, or `bf16` (those that fit AMX tiles as
-    /// bfloat16 products summed in float32; needs a CPU with AMX-BF16)
+    /// The arithmetic of the convolutions and constant-weight products: `fp32`, or `bf16`
+    /// (those that fit AMX tiles as bfloat16 products summed in float32; needs AMX-BF16)
     #[arg(long, value_name = "fp32|bf16", default_value = "fp32", value_parser = kiln::Precision::parse)]
     pub precision: kiln::Precision,
 }

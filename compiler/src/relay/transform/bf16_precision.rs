@@ -24,6 +24,8 @@ use kiln_ir::relay::op::{bf16_bits, u8s8_amx_step, BF16_INPUT_GROUP, U8S8_OUTPUT
 use kiln_ir::relay::{mutate, Call, ExprId, ExprKind, ExprMutator, Store};
 use kiln_ir::{DataType, Tensor};
 
+use super::integer_conv2d::plain_conv2d;
+
 struct Rewrite;
 
 /// The shortest reduction per output (C · KH · KW) rewritten: shorter ones
@@ -50,23 +52,13 @@ pub fn bf16_precision(store: &mut Store, func: ExprId) -> ExprId {
 
 fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> Option<ExprId> {
     let a = &call.attrs;
-    let plain = a.int("groups").ok()? == 1
-        && a.ints("dilation").ok()?.iter().all(|&d| d == 1)
-        && a.ints("strides").ok()?.iter().all(|&s| s == 1)
-        && a.str("data_layout").ok()? == "NCHW"
-        && a.str("kernel_layout").ok()? == "OIHW"
-        && matches!(a.str("out_dtype").ok()?, "" | "float32");
-    let ([_, _], [x, w]) = (&pre.args[..], &call.args[..]) else { return None };
-    let ExprKind::Constant(c) = store.kind(*w) else { return None };
-    let weight = store.constant_data(*c).clone();
-    let x_type = store.checked_type(pre.args[0])?.as_tensor()?.clone();
-    if !plain || weight.dtype() != DataType::F32 || x_type.dtype != DataType::F32 || weight.shape().len() != 4 {
+    if !a.ints("strides").ok()?.iter().all(|&s| s == 1) {
         return None;
     }
-    let [o, ci, kh, kw] = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
+    let (x, weight, [o, ci, kh, kw]) = plain_conv2d(store, pre, call)?;
     let c2 = ci.div_ceil(BF16_INPUT_GROUP) * BF16_INPUT_GROUP;
     let fits = o % U8S8_OUTPUT_BLOCK == 0 && u8s8_amx_step(2 * c2).is_some() && ci * kh * kw >= MIN_REDUCTION;
-    if ci != x_type.shape.get(1).copied()? || !fits {
+    if !fits {
         return None;
     }
     // [O, KH, KW, C2], channels past C zero.
@@ -88,7 +80,7 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId) -> O
         ("strides", AttrValue::Ints(a.ints("strides").ok()?.to_vec())),
         ("padding", AttrValue::Ints(a.ints("padding").ok()?.to_vec())),
     ]);
-    store.call_op_at("nn.contrib_conv2d_bf16", vec![*x, packed], attrs, span).ok()
+    store.call_op_at("nn.contrib_conv2d_bf16", vec![x, packed], attrs, span).ok()
 }
 
 /// `x · W` with a constant weight (`nn.dense`: `W` is `[N, K]`; `nn.matmul`

@@ -63,7 +63,12 @@ fn byte_offset((lo, hi): (f64, f64)) -> Option<i64> {
     (lo.is_finite() && hi.is_finite() && hi - lo <= 255.0).then_some(-lo as i64)
 }
 
-fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx: bool) -> Option<ExprId> {
+/// The data and the constant weight of a plain float32 `nn.conv2d` (one
+/// group, no dilation, NCHW data, OIHW weight, float32 out) — what
+/// IntegerConv2d and Bf16Precision rewrite — with the weight's
+/// `[O, C, KH, KW]`; `pre` is the call before its arguments were rewritten
+/// (whose data has a checked type).
+pub(super) fn plain_conv2d(store: &Store, pre: &Call, call: &Call) -> Option<(ExprId, Tensor, [usize; 4])> {
     let a = &call.attrs;
     let plain = a.int("groups").ok()? == 1
         && a.ints("dilation").ok()?.iter().all(|&d| d == 1)
@@ -77,10 +82,14 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx:
     if !plain || weight.dtype() != DataType::F32 || x_type.dtype != DataType::F32 || weight.shape().len() != 4 {
         return None;
     }
-    let [o, ci, kh, kw] = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
-    if ci != x_type.shape.get(1).copied()? {
-        return None;
-    }
+    let dims = [weight.shape()[0], weight.shape()[1], weight.shape()[2], weight.shape()[3]];
+    (dims[1] == x_type.shape.get(1).copied()?).then_some((*x, weight, dims))
+}
+
+fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx: bool) -> Option<ExprId> {
+    let a = &call.attrs;
+    let (x, weight, [o, ci, kh, kw]) = plain_conv2d(store, pre, call)?;
+    let x_shape = store.checked_type(pre.args[0])?.as_tensor()?.shape.clone();
     let values = weight.to_f64_vec();
     if !values.iter().all(|&v| v.fract() == 0.0 && (-128.0..=127.0).contains(&v)) {
         return None;
@@ -90,7 +99,7 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx:
     let groups = ci.div_ceil(g);
     let layout = if amx && ci * kh * kw >= MIN_REDUCTION && amx_tiles(a, o, groups * g) {
         U8S8Layout::Rows
-    } else if pixels_as_lanes(a, &x_type.shape, kh, kw) {
+    } else if pixels_as_lanes(a, &x_shape, kh, kw) {
         U8S8Layout::PixelLanes
     } else {
         U8S8Layout::ChannelLanes
@@ -135,7 +144,7 @@ fn rewrite_conv2d(store: &mut Store, pre: &Call, call: &Call, post: ExprId, amx:
         ("data_offset", AttrValue::Int(offset)),
         ("weight_layout", AttrValue::Str(layout.name().into())),
     ]);
-    store.call_op_at("nn.contrib_conv2d_u8s8", vec![*x, packed, compensation], attrs, span).ok()
+    store.call_op_at("nn.contrib_conv2d_u8s8", vec![x, packed, compensation], attrs, span).ok()
 }
 
 /// Whether AMX tiles compute the convolution (weight `OHWI`; the caller
