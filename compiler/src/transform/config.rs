@@ -266,6 +266,12 @@ fn keys() -> &'static RwLock<BTreeMap<String, ConfigKey>> {
             vec![],
         );
         add(
+            "relay.Bf16Precision.min_macs",
+            ConfigKind::Int,
+            "the fewest multiply-adds a convolution or product computes in bf16 (default 1048576: smaller ones spend more rounding their data than the tiles save)",
+            vec![],
+        );
+        add(
             "relay.ByteActivations.enable",
             ConfigKind::Bool,
             "store a kernel output that is provably 256 integers or fewer (a quantized model's) as uint8 between kernels (default false: exact, not yet faster; CPU pipeline)",

@@ -146,10 +146,11 @@ def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 9, 11), float3
 
 /// The bf16 precision (`relay.Bf16Precision.enable`): convolutions that fit AMX
 /// tiles compute bfloat16 products summed in float32 — a padded 3 × 3 over
-/// 20 channels to 32 on 9 × 11, a 1 × 1 over 64 to 16 on 7 × 7 — and so do
-/// products with a constant weight — 2 × 33 rows (whole row tiles past each
-/// block) by 100 features (40-byte steps) to 40 columns (padded to 64), 50
-/// rows to 48 columns (one B tile) — on data and weights that bfloat16
+/// 20 channels to 32 on 18 × 22, a 1 × 1 over 64 to 32 on 28 × 28 — and so
+/// do products with a constant weight — 2 × 33 rows (whole row tiles past
+/// each block) by 400 features (40-byte steps) to 40 columns (padded to 64),
+/// 50 rows by 448 to 48 columns (one B tile); each over the default floor
+/// of 2²⁰ multiply-adds — on data and weights that bfloat16
 /// holds exactly (eighths and sixteenths), so the products are exact and
 /// the sums equal the interpreter's float32 ones within rounding; a strided
 /// convolution stays float32. LLVM, 1 and 2 threads. Skipped, with the reason, on a CPU (or OS) without AMX-BF16.
@@ -159,10 +160,10 @@ pub(super) fn bf16_convolutions_match_the_interpreter() {
         return;
     }
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 20, 9, 11), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 33, 100), float32],
-          %u: Tensor[(50, 64), float32],
-          %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(16, 64, 1, 1), float32], %w3: Tensor[(16, 20, 3, 3), float32],
-          %w4: Tensor[(40, 100), float32], %w5: Tensor[(48, 64), float32]) {
+def @main(%x: Tensor[(1, 20, 18, 22), float32], %y: Tensor[(1, 64, 28, 28), float32], %z: Tensor[(2, 33, 400), float32],
+          %u: Tensor[(50, 448), float32],
+          %w1: Tensor[(32, 20, 3, 3), float32], %w2: Tensor[(32, 64, 1, 1), float32], %w3: Tensor[(16, 20, 3, 3), float32],
+          %w4: Tensor[(40, 400), float32], %w5: Tensor[(48, 448), float32]) {
   %0 = divide(round(multiply(%x, 8f)), 8f);
   %1 = nn.relu(nn.conv2d(%0, divide(round(multiply(%w1, 16f)), 16f), padding=[1, 1, 1, 1]));
   %2 = divide(round(multiply(%y, 8f)), 8f);

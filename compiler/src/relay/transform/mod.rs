@@ -114,7 +114,19 @@ pub fn builtin_passes() -> Vec<Arc<dyn Pass>> {
             },
         )
         .arc(),
-        pass_enabled_by("Bf16Precision", "relay.Bf16Precision.enable", bf16_precision::bf16_precision),
+        FunctionPass::new(
+            PassInfo::new("Bf16Precision", 3, &["InferType"]),
+            |m: &mut IRModule, f, ctx: &PassContext| {
+                Ok(if ctx.config_bool("relay.Bf16Precision.enable") == Some(true) {
+                    let floor = ctx.config_int("relay.Bf16Precision.min_macs").filter(|&v| v >= 0);
+                    let floor = floor.map_or(bf16_precision::MIN_MACS, |v| v as u64);
+                    bf16_precision::bf16_precision(&mut m.store, f, floor)
+                } else {
+                    f
+                })
+            },
+        )
+        .arc(),
         pass_enabled_by("ByteActivations", "relay.ByteActivations.enable", byte_activations::byte_activations),
         function_pass("SplitConvReduction", 3, &["InferType"], |m, f| {
             Ok(split_reduction::split_conv_reduction(&mut m.store, f))
