@@ -119,7 +119,7 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
     let tile_channels = a_tiles * block;
     let band = band_rows(ohe);
     let tiles = oce / tile_channels;
-    let chunks = if ohe / band >= 2 { 1 } else { (2..=tiles).find(|c| tiles % c == 0).unwrap_or(1) };
+    let chunks = if ohe / band >= 2 { 1 } else { fewest_chunks(tiles) };
 
     let (oc_c, oc_rest) = s.split(oc, (oce / chunks) as usize)?;
     let (oh_o, oh_i) = s.split(oh, band as usize)?;
@@ -135,30 +135,9 @@ pub(super) fn schedule_amx(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
         s.compute_at(&pad, &oh_o)?;
     }
     let shape = TileShape { a_tiles, b_tiles, step, dot, rows: oc_i, cols: ow_i, a_is_weight: true };
-    replace_with_tiles(&mut s, &ow_o, &tile, &shape).map_err(|m| err(&s, &m))?;
-    // The write-back: output channels unrolled, a tile's pixels as vectors.
-    if let [rows @ .., cols] = &tile.writeback_loops[..] {
-        for r in rows {
-            s.unroll(r)?;
-        }
-        s.vectorize(cols)?;
-    }
-    // A few tiles per row unrolled: their write-back guards fold (LoopPartition
-    // then leaves whole tiles unguarded).
-    if extent(&s, &ow_o).is_some_and(|n| n <= 4) {
-        s.unroll(&ow_o)?;
-    }
-    // The tile configuration once per band (each task of a parallel loop may
-    // run on another thread: the configuration is per thread).
-    let config = tile_config(a_tiles, b_tiles, step);
-    s.rewrite_loop(&oh_o, |l| {
-        let body = Stmt::seq(vec![config, l.body, statement(Intrinsic::AmxRelease, vec![])]);
-        Ok(Stmt::For(Box::new(For { body, ..l })))
-    })?;
     let mut par = outer.to_vec();
-    par.extend([oc_c, oh_o]);
-    fuse_parallel(&mut s, &par)?;
-    Ok(s.into_func())
+    par.extend([oc_c, oh_o.clone()]);
+    finish_tiles(s, &ow_o, &tile, &shape, &oh_o, &par)
 }
 
 /// `nn.contrib_dense_bf16` on AMX tiles: A tiles of 16 data rows × 32
@@ -186,7 +165,7 @@ pub(super) fn schedule_amx_dense(f: PrimFunc) -> Result<PrimFunc, ScheduleError>
     let a_tiles = pixels / block;
     let b_tiles = if ce % (2 * block) == 0 { 2 } else { 1 };
     let col_tiles = ce / (b_tiles * block);
-    let chunks = (2..=col_tiles).find(|c| col_tiles % c == 0).unwrap_or(1);
+    let chunks = fewest_chunks(col_tiles);
 
     // (Splits past the output's columns are guarded: whole tiles compute
     // the padded columns, the write-back stores the output's.)
@@ -208,25 +187,50 @@ pub(super) fn schedule_amx_dense(f: PrimFunc) -> Result<PrimFunc, ScheduleError>
         cols: cols_i,
         a_is_weight: false,
     };
-    replace_with_tiles(&mut s, &rows_o, &tile, &shape).map_err(|m| err(&s, &m))?;
+    let mut par = outer.to_vec();
+    par.push(chunk.clone());
+    finish_tiles(s, &rows_o, &tile, &shape, &chunk, &par)
+}
+
+/// The common end of both strategies: the tile's initialization and update
+/// replaced by AMX statements (in loop `at`); the write-back's rows unrolled
+/// and its columns vectorized; a few tiles per row unrolled (their
+/// write-back guards fold, LoopPartition then leaves whole tiles
+/// unguarded); the tile configuration and release around each iteration of
+/// `task` (each task of a parallel loop may run on another thread: the
+/// configuration is per thread); the loops `par` fused in parallel.
+fn finish_tiles(
+    mut s: Schedule,
+    at: &Var,
+    tile: &ReductionTile,
+    shape: &TileShape,
+    task: &Var,
+    par: &[Var],
+) -> Result<PrimFunc, ScheduleError> {
+    replace_with_tiles(&mut s, at, tile, shape)
+        .map_err(|m| ScheduleError { kernel: s.func().name.clone(), message: format!("AMX: {m}") })?;
     if let [rows @ .., cols] = &tile.writeback_loops[..] {
         for r in rows {
             s.unroll(r)?;
         }
         s.vectorize(cols)?;
     }
-    if extent(&s, &rows_o).is_some_and(|n| n <= 4) {
-        s.unroll(&rows_o)?;
+    if extent(&s, at).is_some_and(|n| n <= 4) {
+        s.unroll(at)?;
     }
-    let config = tile_config(a_tiles, b_tiles, step);
-    s.rewrite_loop(&chunk, |l| {
+    let config = tile_config(shape);
+    s.rewrite_loop(task, |l| {
         let body = Stmt::seq(vec![config, l.body, statement(Intrinsic::AmxRelease, vec![])]);
         Ok(Stmt::For(Box::new(For { body, ..l })))
     })?;
-    let mut par = outer.to_vec();
-    par.push(chunk);
-    fuse_parallel(&mut s, &par)?;
+    fuse_parallel(&mut s, par)?;
     Ok(s.into_func())
+}
+
+/// The smallest divisor of `n` from 2 up (`n` itself for a prime; 1 for 1):
+/// the fewest chunks that split `n` tiles evenly between two threads or more.
+fn fewest_chunks(n: i64) -> i64 {
+    (2..=n).find(|c| n % c == 0).unwrap_or(1)
 }
 
 /// The register tile: A tiles of 16 output channels, B tiles of 16 pixels,
@@ -260,7 +264,7 @@ struct Operand<'a> {
 
 /// `kiln.amx_config`: C tiles 16 rows × 64 bytes; A tiles 16 rows × `step`
 /// bytes; B tiles `step / 4` rows × 64 bytes.
-fn tile_config(a_tiles: i64, b_tiles: i64, step: i64) -> Stmt {
+fn tile_config(&TileShape { a_tiles, b_tiles, step, .. }: &TileShape) -> Stmt {
     let rows = TILE_ROWS as i64;
     let mut args = Vec::new();
     for t in 0..8 {
