@@ -440,7 +440,8 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
 /// direct convolution;
 /// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
 /// over 32 tiles of both images. The products read their weights packed in
-/// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`). All
+/// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`), and
+/// prefetch that stream 2 KiB ahead. All
 /// equal the interpreter on LLVM and C.
 fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
@@ -469,6 +470,17 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
         rows.sort_unstable();
         let want: &[&str] = if lanes == 8 { &["6", "6", "6"] } else { &["4", "8", "8"] };
         assert_eq!(rows, want, "packed Winograd weights with {lanes} lanes");
+        // ...and asks for them ahead of its reduction (`kiln.prefetch`).
+        for k in kernels.iter().filter(|k| k.attrs.contains_key("batch_matmul_pack.rows")) {
+            let mut prefetches = 0;
+            k.body.visit(&mut |s| {
+                if let kiln::tir::Stmt::Evaluate(kiln::tir::Expr::Call(kiln::tir::Intrinsic::Prefetch, ..)) = s {
+                    prefetches += 1;
+                }
+            });
+            // One per reduction loop: a tail tile of rows has its own.
+            assert!(prefetches >= 1, "{} prefetches its packed weights", k.name);
+        }
     });
 }
 

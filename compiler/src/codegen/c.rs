@@ -29,6 +29,12 @@ static inline double kiln_fmin(double a, double b) { return (a < b || a != a) ? 
 /* bfloat16: `x` rounded to nearest even (NaN a quiet NaN), its bits; bits back to float. */
 static inline uint32_t kiln_bf16_bits(float x) { union { float f; uint32_t u; } v = { x }; if ((v.u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u; return (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16; }
 static inline float kiln_bf16_value(uint32_t b) { union { uint32_t u; float f; } v = { (b & 0xffffu) << 16 }; return v.f; }
+/* A prefetch hint where the compiler has one (GCC, Clang), nothing elsewhere. */
+#if defined(__GNUC__)
+#define KILN_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#define KILN_PREFETCH(p) ((void)(p))
+#endif
 ";
 
 /// The C math library suffix: `f` for float, none for double.
@@ -184,6 +190,7 @@ impl Emitter<'_> {
                     Intrinsic::Barrier => return Err(self.unsupported("a GPU barrier")),
                     Intrinsic::DotU8I8 => return Err(self.unsupported("an int8 dot product (vector code)")),
                     f if f.is_amx() => return Err(self.unsupported("an AMX tile statement (LLVM backend only)")),
+                    Intrinsic::Prefetch => return Err(self.unsupported("a prefetch used as a value")),
                     Intrinsic::Bf16Bits => format!("kiln_bf16_bits({first})"),
                     Intrinsic::Bf16Value => format!("kiln_bf16_value((uint32_t)({first}))"),
                     Intrinsic::CheckIndex => format!("kiln_check_index({first}, {second}, &kiln_status)"),
@@ -287,6 +294,16 @@ impl Emitter<'_> {
                 // A GPU-scheduled kernel run serially: its thread loops run one
                 // after another, so every barrier between them already holds.
                 self.line(depth, "/* barrier */");
+            }
+            Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, args, _)) => {
+                let [Expr::Load(buf, idx)] = &args[..] else {
+                    return Err(self.unsupported("kiln.prefetch without one element operand"));
+                };
+                let [i] = &idx[..] else {
+                    return Err(self.unsupported("a multi-dimensional prefetch (run flatten_buffers first)"));
+                };
+                let (b, i, last) = (self.buffer(buf), self.expr(i)?, buf.numel().saturating_sub(1));
+                self.line(depth, &format!("KILN_PREFETCH(&{b}[({i}) < {last} ? ({i}) : {last}]);"));
             }
             Stmt::Evaluate(e) => {
                 if !s.is_nop() {

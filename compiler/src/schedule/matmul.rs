@@ -3,6 +3,7 @@
 //! of rows × whole vectors of columns sized from the vector unit, the panel
 //! widths and row panels AlterOpLayout packs constant operands in.
 
+use super::prefetch::{prefetch_stream, PREFETCH_AHEAD_BYTES};
 use super::{collect_loads, divisor_at_most, extent, fuse_parallel, reduction_nest, tile_kinds};
 use super::{Knobs, ReductionTile, Schedule, ScheduleError};
 use crate::target::VectorUnit;
@@ -76,8 +77,20 @@ fn split_odd_vector_counts(s: &mut Schedule, columns: &Var, width: i64, unit: Ve
     Ok(())
 }
 
-/// matmul, dense, batch_matmul: see the module docs.
+/// matmul, dense, batch_matmul: see the module docs. A product over A
+/// packed in row panels (Winograd's weights, read once per call and used for
+/// few columns) prefetches that stream ahead of its reduction.
 pub(super) fn schedule_matmul(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
+    let streamed = f.attrs.contains_key("batch_matmul_pack.rows").then(|| f.params.first().cloned()).flatten();
+    let f = schedule_tiles(f, unit, knobs)?;
+    Ok(match streamed.filter(|a| a.shape().len() == 4) {
+        Some(a) => prefetch_stream(f, &a, PREFETCH_AHEAD_BYTES),
+        None => f,
+    })
+}
+
+/// The register tiles of [`schedule_matmul`].
+fn schedule_tiles(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
     let panel = f.attrs.get("dense_pack.panel").and_then(|b| b.parse::<i64>().ok());
     let packed_rows = f.attrs.get("batch_matmul_pack.rows").and_then(|b| b.parse::<i64>().ok());
     let mut s = Schedule::new(f);

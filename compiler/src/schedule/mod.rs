@@ -50,6 +50,7 @@ mod int8;
 pub mod knobs;
 mod matmul;
 pub mod passes;
+mod prefetch;
 pub mod primitives;
 mod winograd;
 

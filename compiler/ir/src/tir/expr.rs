@@ -358,6 +358,12 @@ intrinsics! {
         /// `kiln.amx_release()`: the tile registers back to their initial
         /// state (`tilerelease`), so the OS need not save them. No value.
         AmxRelease,
+        /// `kiln.prefetch(b[i])`: a hint to bring the cache line holding
+        /// element `b[i]` into the first-level cache (the load is not
+        /// performed: its address is the operand). An index past the buffer
+        /// is clamped to its last element; backends without a prefetch
+        /// instruction emit nothing. No value.
+        Prefetch,
     }
 }
 
@@ -422,6 +428,7 @@ impl Intrinsic {
             Intrinsic::Bf16Bits => "kiln.bf16_bits",
             Intrinsic::Bf16Value => "kiln.bf16_value",
             Intrinsic::AmxRelease => "kiln.amx_release",
+            Intrinsic::Prefetch => "kiln.prefetch",
         }
     }
 }

@@ -81,11 +81,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
         self.byte_pointer(g.as_pointer_value())
     }
 
-    fn byte_pointer(&self, p: PointerValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
+    pub(super) fn byte_pointer(&self, p: PointerValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
         self.e(self.b.build_pointer_cast(p, compat::pointer_to(self.ctx, self.ctx.i8_type()), "bytes"))
     }
 
-    fn call_void(&mut self, name: &str, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<(), CodegenError> {
+    pub(super) fn call_void(&mut self, name: &str, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<(), CodegenError> {
         let f = match self.module.get_function(name) {
             Some(f) => f,
             None => {

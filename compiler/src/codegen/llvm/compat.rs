@@ -78,3 +78,7 @@ pub(super) unsafe fn in_bounds_gep<'ctx>(
         unsafe { b.build_in_bounds_gep(pointee, ptr, index, name) }
     }
 }
+
+/// The name of `llvm.prefetch` over a generic address-space-0 pointer:
+/// typed (`i8*`) before LLVM 15, opaque after.
+pub(super) const PREFETCH: &str = if cfg!(feature = "llvm14") { "llvm.prefetch.p0i8" } else { "llvm.prefetch.p0" };

@@ -115,6 +115,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 Ok(())
             }
             Stmt::Evaluate(Expr::Call(f, args, _)) if f.is_amx() => self.amx(*f, args),
+            Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, args, _)) => self.prefetch(args),
             Stmt::Evaluate(e) => {
                 if !s.is_nop() {
                     self.expr(e)?;
@@ -261,5 +262,36 @@ impl FnGen<'_, '_> {
             let kind = LLVMGetMDKindIDInContext(ctx, kind.as_ptr().cast(), kind.len() as u32);
             LLVMSetMetadata(branch.as_value_ref(), kind, LLVMMetadataAsValue(ctx, id));
         }
+    }
+}
+
+impl FnGen<'_, '_> {
+    /// `kiln.prefetch(b[i])`: `llvm.prefetch` (read, keep in all cache
+    /// levels, data) of element `min(i, len - 1)`. Nothing on the GPU.
+    fn prefetch(&mut self, args: &[Expr]) -> Result<(), CodegenError> {
+        let [Expr::Load(buf, idx)] = args else {
+            return Err(self.unsupported("kiln.prefetch without one element operand"));
+        };
+        if self.gpu {
+            return Ok(());
+        }
+        let [i] = &idx[..] else {
+            return Err(self.unsupported("a multi-dimensional prefetch (run flatten_buffers first)"));
+        };
+        let i = self.expr(i)?.into_int_value();
+        let last = i.get_type().const_int(buf.numel().saturating_sub(1) as u64, false);
+        let inside = self.e(self.b.build_int_compare(IntPredicate::SLT, i, last, "inside"))?;
+        let i = self.e(self.b.build_select(inside, i, last, "clamped"))?.into_int_value();
+        let base = *self
+            .buffers
+            .get(&buf.id())
+            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
+        let elem = elem_type(self.ctx, buf.elem());
+        // SAFETY (of the generated code): the index is clamped into the buffer.
+        let addr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, base, &[i], "ahead"))? };
+        let addr = self.byte_pointer(addr)?;
+        let i32t = self.ctx.i32_type();
+        let [read, locality, data] = [0, 3, 1].map(|v| i32t.const_int(v, false).into());
+        self.call_void(compat::PREFETCH, &[addr.into(), read, locality, data])
     }
 }
