@@ -8,12 +8,17 @@
 mod common;
 #[path = "ops_compiled/low_precision.rs"]
 mod low_precision;
+#[path = "ops_compiled/winograd.rs"]
+mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, flat, inputs};
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
+};
+use winograd::{
+    sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter, winograd_convolutions_match_the_interpreter,
 };
 
 use kiln::backend::host;
@@ -44,6 +49,7 @@ fn main() {
             packed_dense_weights_match_the_interpreter,
             wide_dense_panels_take_six_row_tiles_and_match_the_interpreter,
             winograd_convolutions_match_the_interpreter,
+            sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter,
             row_reductions_on_vector_lanes_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
@@ -429,58 +435,6 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
         let want: Vec<Vec<usize>> = if lanes == 8 { vec![vec![6, 16], vec![2, 16]] } else { vec![] };
         assert_eq!(tiles, want, "register tiles with {lanes} lanes");
         assert_eq!(split_writebacks, want.len(), "whole and guarded write-backs with {lanes} lanes");
-    });
-}
-
-/// 3 × 3 stride-1 convolutions with constant weights and 64 (≥ 32) channels each
-/// way become Winograd convolutions on 8- and 16-lane targets (AlterOpLayout's
-/// cost rule; the tile count padded to 16 on both): F(4 × 4) on a 14 × 14 map (16 tiles), F(2 × 2) on a 7 × 7 one
-/// (16 tiles, cutting the last tile), with bias, ReLU and a residual add
-/// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
-/// direct convolution;
-/// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
-/// over 32 tiles of both images. The products read their weights packed in
-/// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`), and
-/// prefetch that stream 2 KiB ahead. All
-/// equal the interpreter on LLVM and C.
-fn winograd_convolutions_match_the_interpreter() {
-    let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
-          %w1: Tensor[(64, 64, 3, 3), float32], %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
-          %w3: Tensor[(64, 64, 3, 3), float32], %w4: Tensor[(32, 32, 3, 3), float32]) {
-  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
-  %1 = nn.relu(nn.bias_add(%0, %b1));
-  %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
-  %3 = nn.relu(add(%2, %y));
-  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]))
-}
-"#;
-    check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
-        let mut tiles: Vec<&str> =
-            kernels.iter().filter_map(|k| k.attrs.get("winograd.tile").map(String::as_str)).collect();
-        tiles.sort_unstable();
-        // An input and an output transform per Winograd convolution.
-        let want: &[&str] = if lanes >= 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
-        assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
-        // Every product reads its weights packed in panels of its tile rows:
-        // 6 on AVX2 (64 rows: ten panels and a zero-padded one), 8 (64
-        // channels) and 4 (32 channels, 32-column tiles) on AVX-512.
-        let mut rows: Vec<&str> =
-            kernels.iter().filter_map(|k| k.attrs.get("batch_matmul_pack.rows").map(String::as_str)).collect();
-        rows.sort_unstable();
-        let want: &[&str] = if lanes == 8 { &["6", "6", "6"] } else { &["4", "8", "8"] };
-        assert_eq!(rows, want, "packed Winograd weights with {lanes} lanes");
-        // ...and asks for them ahead of its reduction (`kiln.prefetch`).
-        for k in kernels.iter().filter(|k| k.attrs.contains_key("batch_matmul_pack.rows")) {
-            let mut prefetches = 0;
-            k.body.visit(&mut |s| {
-                if let kiln::tir::Stmt::Evaluate(kiln::tir::Expr::Call(kiln::tir::Intrinsic::Prefetch, ..)) = s {
-                    prefetches += 1;
-                }
-            });
-            // One per reduction loop: a tail tile of rows has its own.
-            assert!(prefetches >= 1, "{} prefetches its packed weights", k.name);
-        }
     });
 }
 

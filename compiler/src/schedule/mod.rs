@@ -556,6 +556,14 @@ fn reduces_a_row(f: &PrimFunc, lanes: i64) -> bool {
 /// The largest pooling window unrolled (a 3 × 3 or 4 × 4 window).
 const MAX_UNROLLED_WINDOW: i64 = 16;
 
+/// Whether `e` calls an intrinsic (a transcendental function, before
+/// LowerIntrinsics makes it a polynomial).
+fn calls_a_function(e: &crate::tir::Expr) -> bool {
+    let mut found = matches!(e, crate::tir::Expr::Call(..));
+    e.for_each_child(|c| found |= calls_a_function(c));
+    found
+}
+
 /// Split every innermost loop that stores one element per iteration by the
 /// vector width and vectorize the inner part (where the width divides it).
 fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
@@ -563,16 +571,29 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     let mut candidates = Vec::new();
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {
-            if l.kind == ForKind::Serial && matches!(l.body, Stmt::Store { .. }) {
-                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0)));
+            if let (ForKind::Serial, Stmt::Store { value, .. }) = (l.kind, &l.body) {
+                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), calls_a_function(value)));
             }
         }
     });
-    for (v, n) in candidates {
+    let lanes = unit.f32_lanes as i64;
+    for (v, n, heavy) in candidates {
         // Two registers' worth where it divides (LLVM interleaves them), one otherwise.
-        let lanes = 2 * unit.f32_lanes as i64;
-        if let Some(w) = [lanes, lanes / 2].into_iter().find(|&w| n % w == 0 && n >= w) {
+        if let Some(w) = [2 * lanes, lanes].into_iter().find(|&w| n % w == 0 && n >= w) {
             vectorize_by(&mut s, &v, n, w);
+        } else if heavy && n >= lanes {
+            // A row of a function's values (a SiLU's sigmoid), which whole
+            // vectors do not divide: vectors of half the width where they
+            // divide it, else whole ones, and a serial tail — not a scalar
+            // row of polynomial exponentials (YOLOv8n's Winograd outputs on
+            // 40 × 40 and 20 × 20 maps 2-3× faster). Cheap rows stay scalar:
+            // a vector of a concatenation loads every input for every lane.
+            let w = if n % (lanes / 2) == 0 && lanes >= 8 { lanes / 2 } else { lanes };
+            if n % w == 0 {
+                vectorize_by(&mut s, &v, n, w);
+            } else if let Ok((_, inner, _)) = s.split_with_tail(&v, w as usize) {
+                s.vectorize(&inner).ok();
+            }
         }
     }
     s.into_func()

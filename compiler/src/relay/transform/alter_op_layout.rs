@@ -277,12 +277,7 @@ pub fn winograd_tile(
     }
     let block = WINOGRAD_TILE_BLOCK.max(unit.f32_lanes);
     let tiles: &[usize] = if integral { &[2] } else { &[4, 2] };
-    let prefer2 = std::env::var("KILN_EXP_F2").ok().and_then(|v| v.parse::<usize>().ok());
-    let order: Vec<usize> = match prefer2 {
-        Some(lim) if !integral && 36 * k * c * 4 > lim => vec![2, 4],
-        _ => tiles.to_vec(),
-    };
-    order.iter().copied().find_map(|m| {
+    tiles.iter().copied().find_map(|m| {
         let alpha = m + 2;
         let tiles = WinogradTiles::new(n, oh, ow, m).ok()?.count.next_multiple_of(block);
         let cheaper = 10 * alpha * alpha * tiles <= 6 * 9 * n * oh * ow;
