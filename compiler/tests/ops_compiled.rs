@@ -368,7 +368,8 @@ def @main(%x: Tensor[(1, 20, 128), float32], %r: Tensor[(1, 20, 256), float32], 
 /// (`nn.contrib_dense_pack`, weight `[units / b, in, b]`): dense and matmul
 /// weights of either orientation, a single row (a classifier's GEMV: 80
 /// columns are five vectors of 8 or of 16), rows of a 3-D input, an
-/// epilogue, and a weight zero-padded to whole panels; 20 columns fit no
+/// epilogue, and a weight zero-padded to whole panels (also one narrower
+/// than a panel where the padding is under a seventh); 20 columns fit no
 /// panel of whole vectors and keep the transposed matmul. All equal the interpreter on LLVM and C, for 8- and
 /// 16-lane units.
 fn packed_dense_weights_match_the_interpreter() {
@@ -435,6 +436,19 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
         let want: Vec<Vec<usize>> = if lanes == 8 { vec![vec![6, 16], vec![2, 16]] } else { vec![] };
         assert_eq!(tiles, want, "register tiles with {lanes} lanes");
         assert_eq!(split_writebacks, want.len(), "whole and guarded write-backs with {lanes} lanes");
+    });
+    // LeNet's 400 → 120: on 16 lanes one panel of 128 columns (8 zero
+    // columns, under a seventh of 120), on 8 lanes three panels of 40.
+    let lenet = r#"#[version = "0.0.5"]
+def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32]) {
+  nn.relu(nn.dense(%v, %w))
+}
+"#;
+    check_compiled(lenet, &["w"], false, &|kernels, lanes| {
+        let panels: Vec<&str> =
+            kernels.iter().filter_map(|k| k.attrs.get("dense_pack.panel").map(String::as_str)).collect();
+        let want: &[&str] = if lanes == 8 { &["40"] } else { &["128"] };
+        assert_eq!(panels, want, "LeNet's panels with {lanes} lanes");
     });
 }
 
