@@ -51,6 +51,7 @@ fn main() {
             winograd_convolutions_match_the_interpreter,
             sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter,
             row_reductions_on_vector_lanes_match_the_interpreter,
+            large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
@@ -449,6 +450,35 @@ def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32]) {
             kernels.iter().filter_map(|k| k.attrs.get("dense_pack.panel").map(String::as_str)).collect();
         let want: &[&str] = if lanes == 8 { &["40"] } else { &["128"] };
         assert_eq!(panels, want, "LeNet's panels with {lanes} lanes");
+    });
+}
+
+/// Poolings over windows larger than the unrolling limit (YOLOv8n's 5 × 5
+/// SPPF, stride 1, padding 2, on 10 × 10 maps; a 5 × 5 average without the
+/// padding counted, 7 × 7 maps) keep each row's result in a kernel-local
+/// vector across the window. Equal to the interpreter on LLVM and C, for
+/// 8- and 16-lane units, 1 and 2 threads.
+fn large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 8, 10, 10), float32], %y: Tensor[(1, 4, 7, 7), float32]) {
+  %0 = nn.max_pool2d(%x, pool_size=[5, 5], padding=[2, 2, 2, 2]);
+  (nn.max_pool2d(%0, pool_size=[5, 5], padding=[2, 2, 2, 2]),
+   nn.avg_pool2d(%y, pool_size=[5, 5], padding=[2, 2, 2, 2], count_include_pad=False))
+}
+"#;
+    check_compiled(text, &[], false, &|kernels, lanes| {
+        let pools: Vec<&PrimFunc> = kernels.iter().filter(|k| k.name.contains("pool")).collect();
+        // (The two equal max poolings are one kernel, called twice.)
+        assert_eq!(pools.len(), 2, "the pooling kernels");
+        for k in pools {
+            let mut local = false;
+            k.body.visit(&mut |s| {
+                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+                    local |= buffer.scope() == kiln::tir::Scope::Local;
+                }
+            });
+            assert!(local, "{} accumulates in a kernel-local row with {lanes} lanes", k.name);
+        }
     });
 }
 

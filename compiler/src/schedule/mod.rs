@@ -353,7 +353,26 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
             if extent(&s, last) == Some(1) || (!pooling && reduces_a_row(s.func(), unit.f32_lanes as i64)) {
                 return Ok(s.into_func());
             }
-            let tile = s.decompose_reduction(at, false)?;
+            let steps0 = reduction_loops(s.func()).iter().map(|(_, e)| *e).product::<i64>();
+            let big_window = pooling && steps0 > MAX_UNROLLED_WINDOW;
+            let tile = s.decompose_reduction(at, big_window)?;
+            if big_window {
+                // A larger window (YOLOv8n's 5 × 5 SPPF poolings on 10 × 10
+                // maps, 180 µs each as scalar code): the row's maxima in a
+                // kernel-local vector, the window's innermost loop unrolled.
+                if let Some(rx) = tile.reduce_loops.last() {
+                    if extent(&s, rx).is_some_and(|n| n <= MAX_UNROLLED_WINDOW) {
+                        s.unroll(rx)?;
+                    }
+                }
+                for row in [tile.init_loops.last(), tile.update_loops.last(), tile.writeback_loops.last()]
+                    .into_iter()
+                    .flatten()
+                {
+                    s.vectorize(row)?;
+                }
+                return Ok(s.into_func());
+            }
             // Later reduction nests of the same kind (a softmax's sum after
             // its maximum, along a non-last axis), whose outer loops
             // FuseSiblingLoops merged with the first's: their reduction
