@@ -208,6 +208,9 @@ struct KernelFeatures {
     /// or 7 lanes, the rows of late-stage maps) is one masked load or store
     /// of the next whole vector (see `masked_access`).
     masked_partial: bool,
+    /// AVX-512 gathers: a vector load at arbitrary indices is one
+    /// `llvm.masked.gather` (else one load per lane).
+    gather: bool,
     /// AMX tiles (`amx-tile` and `amx-int8`): the `kiln.amx_*` statements.
     amx: bool,
     /// AMX-BF16: `kiln.amx_dot_bf16`.
@@ -320,6 +323,7 @@ fn build_module<'ctx>(
     let features = KernelFeatures {
         vnni: target.has_feature("avx512vnni"),
         masked_partial: target.has_feature("avx512f"),
+        gather: target.has_feature("avx512f"),
         amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
         amx_bf16: target.has_feature("amx-tile") && target.has_feature("amx-bf16"),
     };
