@@ -572,7 +572,7 @@ const MAX_UNROLLED_WINDOW: i64 = 16;
 
 /// Whether `e` calls an intrinsic (a transcendental function, before
 /// LowerIntrinsics makes it a polynomial).
-fn calls_a_function(e: &crate::tir::Expr) -> bool {
+pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
     let mut found = matches!(e, crate::tir::Expr::Call(..));
     e.for_each_child(|c| found |= calls_a_function(c));
     found

@@ -6,8 +6,8 @@
 
 use super::primitives::ReductionTile;
 use super::{
-    contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent, reduction_loops, reduction_nest,
-    tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
+    calls_a_function, contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent,
+    reduction_loops, reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
 };
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt, Var};
@@ -419,25 +419,15 @@ fn with_batch_loop(s: &Schedule, batch: Option<&Var>, first: &Var) -> Result<Vec
 /// Whether any statement of `f` stores a value that calls an intrinsic: an
 /// epilogue such as [`heavy_epilogue`] finds, before the tile is chosen.
 fn calls_in_epilogue(f: &PrimFunc) -> bool {
-    fn calls(e: &crate::tir::Expr) -> bool {
-        let mut found = matches!(e, crate::tir::Expr::Call(..));
-        e.for_each_child(|c| found |= calls(c));
-        found
-    }
-    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls(value)))
+    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
 }
 
 /// Whether the write-back of `tile` calls an intrinsic (the exponential of
 /// SiLU's sigmoid, GELU's tanh): more than adds, multiplies, clamps and a
 /// division by a constant (hardswish, which measured no better).
 fn heavy_epilogue(s: &Schedule, tile: &ReductionTile) -> bool {
-    fn heavy(e: &crate::tir::Expr) -> bool {
-        let mut found = matches!(e, crate::tir::Expr::Call(..));
-        e.for_each_child(|c| found |= heavy(c));
-        found
-    }
     let Some(Ok(wb)) = tile.writeback_loops.first().map(|v| s.loop_of(v)) else { return false };
-    contains(&wb.body, |st| matches!(st, Stmt::Store { value, .. } if heavy(value)))
+    contains(&wb.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
 }
 
 /// The write-back of a channel-vectorized tile (`columns × channel vectors ×
