@@ -6,6 +6,8 @@
 //! every operator (checked after them).
 
 mod common;
+#[path = "ops_compiled/depthwise.rs"]
+mod depthwise;
 #[path = "ops_compiled/low_precision.rs"]
 mod low_precision;
 #[path = "ops_compiled/winograd.rs"]
@@ -13,6 +15,7 @@ mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, flat, inputs};
+use depthwise::depthwise_convolutions_match_the_interpreter;
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
@@ -731,73 +734,4 @@ def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float3
             );
         }
     });
-}
-
-/// Depthwise convolutions take their own schedule (per-channel padded image,
-/// unrolled window, whole-vector tiles computed past a row's end, a
-/// phase-split image for stride 2): rows that are whole vectors and rows
-/// that are not, strides 1 and 2, 3×3 and 5×5 windows, a channel multiplier,
-/// and no padding (no image to read past the end: the general schedule)
-/// equal the interpreter on LLVM and C, for 8- and 16-lane vector units.
-/// Maps of 32 output rows or more run in bands of rows (each band's padded
-/// image per channel, band × channel in parallel): 32 × 32 at stride 1 and
-/// 64 × 20 at stride 2 (four bands of 8 output rows each).
-fn depthwise_convolutions_match_the_interpreter() {
-    let text = r#"#[version = "0.0.5"]
-def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32],
-          %x2: Tensor[(1, 8, 14, 13), float32], %w2: Tensor[(8, 1, 3, 3), float32],
-          %x3: Tensor[(1, 4, 16, 16), float32], %w3: Tensor[(4, 1, 3, 3), float32],
-          %x4: Tensor[(1, 4, 11, 20), float32], %w4: Tensor[(4, 1, 5, 5), float32],
-          %x5: Tensor[(1, 4, 9, 9), float32], %w5: Tensor[(4, 1, 3, 3), float32],
-          %x6: Tensor[(1, 4, 10, 10), float32], %w6: Tensor[(8, 1, 3, 3), float32],
-          %x7: Tensor[(1, 4, 32, 32), float32], %w7: Tensor[(4, 1, 3, 3), float32],
-          %x8: Tensor[(1, 4, 64, 20), float32], %w8: Tensor[(4, 1, 3, 3), float32]) {
-  %0 = nn.conv2d(%x1, %w1, padding=[1, 1, 1, 1], groups=8);
-  %1 = nn.conv2d(%x2, %w2, strides=[2, 2], padding=[1, 1, 1, 1], groups=8);
-  %2 = nn.conv2d(%x3, %w3, padding=[1, 1, 1, 1], groups=4);
-  %3 = nn.conv2d(%x4, %w4, strides=[2, 2], padding=[2, 2, 2, 2], groups=4);
-  %4 = nn.conv2d(%x5, %w5, groups=4);
-  %5 = nn.conv2d(%x6, %w6, padding=[1, 1, 1, 1], groups=4);
-  %6 = nn.conv2d(%x7, %w7, padding=[1, 1, 1, 1], groups=4);
-  %7 = nn.conv2d(%x8, %w8, strides=[2, 2], padding=[1, 1, 1, 1], groups=4);
-  (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5, %6, %7)
-}
-"#;
-    let mut m = parse_module(text).expect("parse");
-    infer_module(&mut m).expect("infer");
-    let args = inputs(&m).expect("inputs");
-    let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-    let mut want = Vec::new();
-    flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
-    for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
-        let mut ctx = PassContext::new().with_opt_level(3);
-        unit.configure(&mut ctx);
-        let (_, plan) = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile");
-        let depthwise: Vec<_> = plan.kernels.iter().filter(|k| k.attrs.contains_key("conv2d.groups")).collect();
-        assert_eq!(depthwise.len(), 8, "eight grouped convolutions");
-        // Only the unpadded convolution (7-wide rows, nothing to read past their end) falls back.
-        let fallbacks: Vec<_> = depthwise.iter().filter(|k| k.attrs.contains_key("depthwise")).collect();
-        assert_eq!(fallbacks.len(), 1, "{:?}", fallbacks.iter().map(|k| &k.attrs).collect::<Vec<_>>());
-        // The two 32-row maps in four bands of rows: 4 × 4 channels in parallel.
-        let parallel_extents = |k: &PrimFunc| {
-            let mut extents = Vec::new();
-            k.body.visit(&mut |s| match s {
-                kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
-                _ => {}
-            });
-            extents
-        };
-        let banded = depthwise
-            .iter()
-            .filter(|k| k.params[0].shape()[2] >= 32)
-            .filter(|k| parallel_extents(k) == [kiln::tir::Expr::int(16)])
-            .count();
-        assert_eq!(banded, 2, "{} lanes", unit.f32_lanes);
-        let jit = kiln::codegen::llvm::Jit::new("depthwise", &plan.kernels).expect("jit");
-        let c = common::c_library(&plan.kernels);
-        for threads in [1, 2] {
-            compare("depthwise", "llvm", &host::run(&plan, &jit, &args, threads).expect("run"), &want, false);
-            compare("depthwise", "C", &host::run(&plan, &c, &args, threads).expect("run"), &want, false);
-        }
-    }
 }
