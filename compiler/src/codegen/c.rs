@@ -296,14 +296,11 @@ impl Emitter<'_> {
                 self.line(depth, "/* barrier */");
             }
             Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, args, _)) => {
-                let [Expr::Load(buf, idx)] = &args[..] else {
-                    return Err(self.unsupported("kiln.prefetch without one element operand"));
+                let Some((buf, clamped)) = super::clamped_prefetch(args) else {
+                    return Err(self.unsupported("kiln.prefetch without one flat element operand"));
                 };
-                let [i] = &idx[..] else {
-                    return Err(self.unsupported("a multi-dimensional prefetch (run flatten_buffers first)"));
-                };
-                let (b, i, last) = (self.buffer(buf), self.expr(i)?, buf.numel().saturating_sub(1));
-                self.line(depth, &format!("KILN_PREFETCH(&{b}[({i}) < {last} ? ({i}) : {last}]);"));
+                let (b, i) = (self.buffer(buf), self.expr(&clamped)?);
+                self.line(depth, &format!("KILN_PREFETCH(&{b}[{i}]);"));
             }
             Stmt::Evaluate(e) => {
                 if !s.is_nop() {

@@ -19,6 +19,17 @@ pub mod llvm;
 /// The packed kernel entry point: `args` holds one pointer per kernel parameter.
 pub use kiln_runtime::PackedKernel;
 
+/// The operand of `kiln.prefetch(b[i])` after FlattenBuffer: the buffer and
+/// the element index clamped into it, `min(i, len - 1)` (a prefetch may run
+/// ahead past the buffer's end; its address must not). None for another shape.
+pub(crate) fn clamped_prefetch(args: &[crate::tir::Expr]) -> Option<(&crate::tir::Buffer, crate::tir::Expr)> {
+    use crate::tir::{BinOp, Expr};
+    let [Expr::Load(buf, idx)] = args else { return None };
+    let [i] = &idx[..] else { return None };
+    let last = Expr::int(buf.numel().saturating_sub(1) as i64);
+    Some((buf, Expr::bin(BinOp::Min, i.clone(), last)))
+}
+
 /// Write the file `path` by `write`, over the old file in place and cut to
 /// what was written: rewriting a file's cached pages is several times faster
 /// than filling a new file's (100 MB on a 2-core VM: 19 ms in place, 82 ms

@@ -61,11 +61,11 @@ fn prefetch_for(l: &For, buffer: &Buffer, ahead: i64) -> Option<Stmt> {
     let (coefficient, _) = linear(&idx[d], &l.var).filter(|(c, _)| *c > 0)?;
     let row: usize = buffer.shape().get(d + 1..)?.iter().product();
     let step_bytes = coefficient * (row * buffer.elem().size_bytes()) as i64;
-    let steps = (ahead + step_bytes - 1) / step_bytes;
     if step_bytes >= ahead {
         // A step already spans the distance: the stream is not one line a step.
         return None;
     }
+    let steps = (ahead + step_bytes - 1) / step_bytes;
     let at_first = |e: &Expr| e.substitute(&|v: &Var| inner.iter().find(|(w, _)| w == v).map(|(_, min)| min.clone()));
     let mut target: Vec<Expr> = idx.iter().map(at_first).collect();
     target[d] = target[d].clone() + Expr::int(steps);

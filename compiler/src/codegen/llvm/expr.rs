@@ -564,14 +564,19 @@ impl<'ctx> FnGen<'_, 'ctx> {
         })
     }
 
+    /// The pointer to `buf`'s first element.
+    pub(super) fn buffer_base(&self, buf: &Buffer) -> Result<PointerValue<'ctx>, CodegenError> {
+        self.buffers
+            .get(&buf.id())
+            .copied()
+            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))
+    }
+
     pub(super) fn address(&mut self, buf: &Buffer, idx: &[Expr]) -> Result<PointerValue<'ctx>, CodegenError> {
         if idx.len() != 1 {
             return Err(self.unsupported("a multi-dimensional access (run flatten_buffers first)"));
         }
-        let base = *self
-            .buffers
-            .get(&buf.id())
-            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
+        let base = self.buffer_base(buf)?;
         let i = self.expr(&idx[0])?.into_int_value();
         // SAFETY (of the generated code): indices come from loops over the buffer's static shape.
         let elem = elem_type(self.ctx, buf.elem());

@@ -269,26 +269,13 @@ impl FnGen<'_, '_> {
     /// `kiln.prefetch(b[i])`: `llvm.prefetch` (read, keep in all cache
     /// levels, data) of element `min(i, len - 1)`. Nothing on the GPU.
     fn prefetch(&mut self, args: &[Expr]) -> Result<(), CodegenError> {
-        let [Expr::Load(buf, idx)] = args else {
-            return Err(self.unsupported("kiln.prefetch without one element operand"));
+        let Some((buf, clamped)) = crate::codegen::clamped_prefetch(args) else {
+            return Err(self.unsupported("kiln.prefetch without one flat element operand"));
         };
         if self.gpu {
             return Ok(());
         }
-        let [i] = &idx[..] else {
-            return Err(self.unsupported("a multi-dimensional prefetch (run flatten_buffers first)"));
-        };
-        let i = self.expr(i)?.into_int_value();
-        let last = i.get_type().const_int(buf.numel().saturating_sub(1) as u64, false);
-        let inside = self.e(self.b.build_int_compare(IntPredicate::SLT, i, last, "inside"))?;
-        let i = self.e(self.b.build_select(inside, i, last, "clamped"))?.into_int_value();
-        let base = *self
-            .buffers
-            .get(&buf.id())
-            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
-        let elem = elem_type(self.ctx, buf.elem());
-        // SAFETY (of the generated code): the index is clamped into the buffer.
-        let addr = unsafe { self.e(compat::in_bounds_gep(&self.b, elem, base, &[i], "ahead"))? };
+        let addr = self.address(buf, &[clamped])?;
         let addr = self.byte_pointer(addr)?;
         let i32t = self.ctx.i32_type();
         let [read, locality, data] = [0, 3, 1].map(|v| i32t.const_int(v, false).into());

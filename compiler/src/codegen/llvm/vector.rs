@@ -211,10 +211,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         {
             return Ok(None);
         }
-        let base = *self
-            .buffers
-            .get(&buf.id())
-            .ok_or_else(|| self.unsupported(&format!("unknown buffer `{}`", buf.name())))?;
+        let base = self.buffer_base(buf)?;
         let index = self.vexpr_or_splat(idx, lanes)?.into_vector_value();
         let index = if buf.numel() < i32::MAX as usize {
             let i32s = self.ctx.i32_type().vec_type(lanes);
