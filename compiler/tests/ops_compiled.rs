@@ -315,30 +315,34 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float
     });
 }
 
-/// Packed 1 × 1 convolutions on small maps with more output channels than
-/// pixels (MobileNetV2's expansions) run their channel tiles in parallel
-/// and read the input in place; with fewer channels than pixels (32), or
-/// too few channel tiles to share (48), rows stay in parallel. A clipped
-/// expansion, a projection with a residual epilogue and a plain one equal
-/// the interpreter on LLVM and C, 1 and 2 threads, for 8- and 16-lane units.
+/// Packed 1 × 1 convolutions on small maps of few rows with more output
+/// channels than pixels (MobileNetV2's expansions) run their channel tiles
+/// in parallel and read the input in place; with fewer channels than pixels
+/// (32), too few channel tiles to share (48), or rows enough to share (256
+/// channels on a 9 × 9 map: `MIN_SHARED_ROWS`), rows stay in parallel. A
+/// clipped expansion, a projection with a residual epilogue and two plain
+/// ones equal the interpreter on LLVM and C, 1 and 2 threads, for 8- and
+/// 16-lane units.
 fn small_map_pointwise_convolutions_split_channels_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 32, 5, 7), float32], %w1: Tensor[(384, 32, 1, 1), float32], %b1: Tensor[(384), float32],
-          %w2: Tensor[(48, 384, 1, 1), float32], %w3: Tensor[(32, 384, 1, 1), float32]) {
+def @main(%x: Tensor[(1, 32, 5, 7), float32], %y: Tensor[(1, 48, 9, 9), float32], %w1: Tensor[(384, 32, 1, 1), float32],
+          %b1: Tensor[(384), float32], %w2: Tensor[(48, 384, 1, 1), float32], %w3: Tensor[(32, 384, 1, 1), float32],
+          %w4: Tensor[(256, 48, 1, 1), float32]) {
   %0 = clip(nn.bias_add(nn.conv2d(%x, %w1), %b1), a_min=0f, a_max=6f);
   %1 = nn.conv2d(%0, %w2);
   %2 = add(nn.conv2d(%0, %w3), %x);
-  (%1, %2)
+  %3 = nn.conv2d(%y, %w4);
+  (%1, %2, %3)
 }
 "#;
-    check_compiled(text, &["w1", "b1", "w2", "w3"], false, &|kernels, lanes| {
+    check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
         let mut split: Vec<(usize, bool)> = kernels
             .iter()
             .filter(|k| k.attrs.contains_key("conv2d.weight_block"))
             .map(|k| (k.params.last().map_or(0, |b| b.shape()[1]), first_parallel_loop(k).starts_with("ax1")))
             .collect();
         split.sort();
-        assert_eq!(split, [(32, false), (48, false), (384, true)], "{lanes} lanes");
+        assert_eq!(split, [(32, false), (48, false), (256, false), (384, true)], "{lanes} lanes");
     });
 }
 

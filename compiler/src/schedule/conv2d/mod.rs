@@ -149,7 +149,10 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     ConvOrder::ChannelsInPlace
                 } else if stationary {
                     ConvOrder::ChannelsPaddedOnce
-                } else if one_by_one && channel_tiles_first(pixels, oce, extent(&s, &oc_oo).unwrap_or(1)) {
+                } else if one_by_one
+                    && channel_tiles_first(pixels, oce, extent(&s, &oc_oo).unwrap_or(1))
+                    && extent(&s, oh).unwrap_or(1) < MIN_SHARED_ROWS
+                {
                     ConvOrder::ChannelsInPlace
                 } else {
                     ConvOrder::Rows
@@ -196,13 +199,10 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                             par = with_rows_if_few(&s, par, oh);
                         }
                     }
-                    // A 1 × 1 convolution on a small map with more output channels
-                    // than pixels (MobileNetV2's expansions on 14 × 14): channel
-                    // tiles in parallel too, each reading the input image (no
-                    // larger than its weights) in place. Split by rows, two
-                    // threads wrote interleaved rows of every output plane and
-                    // ran slower than one (96 → 576 channels: 614 µs on 1 thread,
-                    // 684 µs on 2).
+                    // A 1 × 1 convolution on a small map of few rows (see
+                    // `MIN_SHARED_ROWS`) with more output channels than pixels:
+                    // channel tiles in parallel too, each reading the input
+                    // image (no larger than its weights) in place.
                     ConvOrder::ChannelsInPlace => {
                         s.reorder(&[oc_oo.clone(), oh.clone(), ow_o.clone(), ow_i, oc_oi, oc_i])?;
                         pad_at = PaddedImage::Inlined;
@@ -502,8 +502,17 @@ const MIN_PADDED_ONCE_CHANNELS: i64 = 256;
 /// A 1 × 1 convolution on a map of at most this many pixels (14 × 14) splits
 /// its output channels over the threads where they outnumber the pixels...
 const SMALL_MAP_PIXELS: i64 = 196;
-/// ...when it has at least this many channel tiles to share out.
+/// ...when it has at least this many channel tiles to share out...
 const MIN_CHANNEL_TILES: i64 = 8;
+/// ...and, in rows of packed tiles, fewer rows than this: more rows are
+/// shared out instead, each row's input copied once (`Rows`). With channel
+/// tiles first, each thread read every input row in place, half of them
+/// written by the other core, and two threads ran the kernel at 1.4–1.5×
+/// the speed of one (Sapphire Rapids: PP-LCNet's five 256 → 256 on 14 × 14
+/// 0.83× the time at two threads by rows, 1.00× at one; ResNet-18's stride-2
+/// 128 → 256 downsampling 0.76× at two, 1.07× at one). A squeeze-excitation
+/// convolution on a 1 × 1 map has one row to share: channel tiles.
+const MIN_SHARED_ROWS: i64 = 8;
 /// A stride-1 1 × 1 projection (more input than output channels) over rows
 /// at least this wide reads its input rows in place: a tile's columns are
 /// consecutive floats of a row already, and the row repack
