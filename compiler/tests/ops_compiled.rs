@@ -286,11 +286,12 @@ def @main(%x: Tensor[(1, 32, 5, 8), float32], %r: Tensor[(1, 64, 5, 8), float32]
 }
 
 /// A packed convolution with a SiLU epilogue (`x · sigmoid(x)`, YOLOv8's
-/// activation) writes its tile back along the columns, transposed in
-/// registers, instead of along the channel lanes — on a 40-wide row, one
-/// vector of columns per tile on 8 lanes, not the 2 × 5 the rule takes
-/// without an epilogue (5-lane vectors); 16 lanes keep 2 × 10 (40 is no
-/// whole number of their vectors): equal to the interpreter.
+/// activation) on a 40-wide row takes one vector of columns per tile on 8
+/// lanes, not the 2 × 5 the rule takes without an epilogue, and writes it
+/// back along the columns, transposed in registers; 16 lanes keep 2 × 10
+/// (40 is no whole number of their vectors), whose 10 columns fill no
+/// vector: the sigmoid runs on the accumulators, whole vectors of channels
+/// (`epilogue_along_channels`). Equal to the interpreter.
 fn packed_convolutions_with_a_silu_epilogue_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float32],
@@ -302,7 +303,11 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2"], true, &|kernels, lanes| {
-        packed("conv2d.weight_block", 2, true)(kernels, lanes);
+        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
+        let found = kernels.iter().filter(|k| k.attrs.get("conv2d.weight_block").is_some_and(whole_vectors)).count();
+        assert_eq!(found, 2, "packed convolutions with {lanes} lanes");
+        let wide: Vec<PrimFunc> = kernels.iter().filter(|k| k.params[0].shape() == [1, 16, 5, 40]).cloned().collect();
+        assert_eq!(writes_back_along_columns(&wide), lanes == 8, "the 40-wide rows' write-back, {lanes} lanes");
         // The 40-wide rows' tile: columns × channel vectors × lanes.
         let tile = |k: &PrimFunc| {
             let text = kiln::tir::print_prim_func(k);

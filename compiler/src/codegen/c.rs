@@ -7,7 +7,7 @@ use kiln_ir::DataType;
 
 use super::CodegenError;
 use crate::arith::{simplify, Bounds};
-use crate::tir::transform::lane_of;
+use crate::tir::transform::{lane_at, lane_of};
 use crate::tir::{BinOp, Buffer, Expr, ForKind, Intrinsic, PrimFunc, Scope, Stmt, TirType, Var};
 
 /// Largest kernel-local buffer placed on the stack.
@@ -226,6 +226,27 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// `buffer[index] = value` for vectors of `lanes` as a loop over the lanes
+    /// (false, and nothing written, where a node has no form for a symbolic lane).
+    fn lane_loop(
+        &mut self,
+        buffer: &Buffer,
+        index: &Expr,
+        value: &Expr,
+        lanes: u16,
+        depth: usize,
+    ) -> Result<bool, CodegenError> {
+        let lane = Var::index("lane");
+        let at = Expr::var(&lane);
+        let (Some(i), Some(v)) = (lane_at(index, &at), lane_at(value, &at)) else { return Ok(false) };
+        let store = Stmt::Store { buffer: buffer.clone(), indices: vec![simplify(&i, &Bounds::new())], value: v };
+        let l = self.var(&lane);
+        self.line(depth, &format!("for (int64_t {l} = 0; {l} < {lanes}; ++{l}) {{"));
+        self.stmt(&store, depth + 1)?;
+        self.line(depth, "}");
+        Ok(true)
+    }
+
     fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<(), CodegenError> {
         match s {
             Stmt::For(l) => {
@@ -252,6 +273,15 @@ impl Emitter<'_> {
                 if lanes > 1 {
                     // Vector code from tir.VectorizeLoop: one scalar store per lane
                     // (each lane reads only its own element, so the order is free).
+                    // A large value (a sigmoid's exponential as a polynomial:
+                    // hundreds of nodes) in a loop over the lanes: written out
+                    // per lane, a tile's write-back of 16-lane SiLU vectors was
+                    // megabytes of C that GCC took minutes over.
+                    if expr_nodes(value) > MAX_UNROLLED_LANE_NODES
+                        && self.lane_loop(buffer, &indices[0], value, lanes, depth)?
+                    {
+                        return Ok(());
+                    }
                     for k in 0..lanes {
                         let (i, v) = (lane_of(&indices[0], k), lane_of(value, k));
                         let i = simplify(&i, &Bounds::new());
@@ -388,4 +418,15 @@ pub fn codegen_module_with_data(funcs: &[PrimFunc], data: &[(String, &[u8])]) ->
 /// The type a kernel parameter is declared with (for glue code).
 pub fn param_c_type(t: TirType) -> Option<&'static str> {
     c_type("", t.elem).ok()
+}
+
+/// The most nodes of a vector store's value written out lane by lane (see
+/// `lane_loop`): a bias, clamp and residual add stay unrolled.
+const MAX_UNROLLED_LANE_NODES: usize = 64;
+
+/// The nodes of an expression tree.
+fn expr_nodes(e: &Expr) -> usize {
+    let mut n = 1;
+    e.for_each_child(|c| n += expr_nodes(c));
+    n
 }

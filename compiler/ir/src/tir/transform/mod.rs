@@ -22,4 +22,4 @@ pub use lower_trig::lower_trig;
 pub use remove_noop::{remove_noop_stmt, remove_noops};
 pub use simplify::simplify_prim_func;
 pub use unroll::{unroll_loops, unroll_loops_with, UnrollConfig};
-pub use vectorize::{lane_of, vectorize_loops};
+pub use vectorize::{lane_at, lane_of, vectorize_loops};

@@ -256,3 +256,30 @@ pub fn lane_of(e: &Expr, k: u16) -> Expr {
         _ => e.map_children(|c| lane_of(c, k)),
     }
 }
+
+/// Lane `lane` (an index expression, e.g. a loop variable) of a vector
+/// expression, for a backend that loops over a vector's lanes instead of
+/// writing each one out: as [`lane_of`], with the lane symbolic. None where a
+/// node has no per-lane form for a symbolic lane (a dot product's bytes).
+pub fn lane_at(e: &Expr, lane: &Expr) -> Option<Expr> {
+    Some(match e {
+        Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * lane.clone(),
+        Expr::Broadcast(x, _) => (**x).clone(),
+        Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_at(a, lane)?),
+        Expr::Call(Intrinsic::DotU8I8, ..) => return None,
+        Expr::Call(f, args, t) => {
+            let args = args.iter().map(|a| lane_at(a, lane)).collect::<Option<Vec<_>>>()?;
+            Expr::Call(*f, args, TirType::scalar(t.elem))
+        }
+        _ => {
+            let mut whole = true;
+            let scalar = e.map_children(|c| {
+                lane_at(c, lane).unwrap_or_else(|| {
+                    whole = false;
+                    c.clone()
+                })
+            });
+            return whole.then_some(scalar);
+        }
+    })
+}
