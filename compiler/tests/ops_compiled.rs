@@ -291,21 +291,25 @@ def @main(%x: Tensor[(1, 32, 5, 8), float32], %r: Tensor[(1, 64, 5, 8), float32]
 /// back along the columns, transposed in registers; 16 lanes keep 2 × 10
 /// (40 is no whole number of their vectors), whose 10 columns fill no
 /// vector: the sigmoid runs on the accumulators, whole vectors of channels
-/// (`epilogue_along_channels`). Equal to the interpreter.
+/// (`epilogue_along_channels`). A stem-like 3 → 16 stride-2 convolution's
+/// 160-wide rows take 16-column tiles, transposed on AVX-512 in four rounds
+/// of interleaves (`codegen/llvm/transpose.rs`). Equal to the interpreter.
 fn packed_convolutions_with_a_silu_epilogue_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float32],
-          %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(32, 16, 3, 3), float32]) {
+def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float32], %z: Tensor[(1, 3, 6, 320), float32],
+          %w1: Tensor[(32, 16, 3, 3), float32], %b1: Tensor[(32), float32], %w2: Tensor[(32, 16, 3, 3), float32],
+          %w3: Tensor[(16, 3, 3, 3), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
   %1 = nn.bias_add(%0, %b1);
   %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
-  (multiply(%1, sigmoid(%1)), multiply(%2, sigmoid(%2)))
+  %3 = nn.conv2d(%z, %w3, strides=[2, 2], padding=[1, 1, 1, 1]);
+  (multiply(%1, sigmoid(%1)), multiply(%2, sigmoid(%2)), multiply(%3, sigmoid(%3)))
 }
 "#;
-    check_compiled(text, &["w1", "b1", "w2"], true, &|kernels, lanes| {
+    check_compiled(text, &["w1", "b1", "w2", "w3"], true, &|kernels, lanes| {
         let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
         let found = kernels.iter().filter(|k| k.attrs.get("conv2d.weight_block").is_some_and(whole_vectors)).count();
-        assert_eq!(found, 2, "packed convolutions with {lanes} lanes");
+        assert_eq!(found, 3, "packed convolutions with {lanes} lanes");
         let wide: Vec<PrimFunc> = kernels.iter().filter(|k| k.params[0].shape() == [1, 16, 5, 40]).cloned().collect();
         assert_eq!(writes_back_along_columns(&wide), lanes == 8, "the 40-wide rows' write-back, {lanes} lanes");
         // The 40-wide rows' tile: columns × channel vectors × lanes.
@@ -317,6 +321,11 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float
             kernels.iter().filter(|k| k.params[0].shape() == [1, 16, 5, 40]).filter_map(tile).collect();
         let want = if lanes == 8 { "8, 1, 8" } else { "10, 2, 16" };
         assert_eq!(tiles, [want], "the 40-wide rows' tile, {lanes} lanes");
+        let stem: Vec<PrimFunc> = kernels.iter().filter(|k| k.params[0].shape() == [1, 3, 6, 320]).cloned().collect();
+        if lanes == 16 {
+            assert_eq!(stem.iter().filter_map(tile).collect::<Vec<_>>(), ["16, 1, 16"], "the stem's tile");
+            assert!(writes_back_along_columns(&stem), "the stem's 16 columns are written back transposed");
+        }
     });
 }
 

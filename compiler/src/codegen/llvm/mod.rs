@@ -31,6 +31,7 @@ mod jit;
 mod nvptx;
 mod stmt;
 mod target;
+mod transpose;
 mod vector;
 
 pub use jit::Jit;
@@ -80,6 +81,8 @@ struct FnGen<'a, 'ctx> {
     /// The buffers the kernel stores to: a masked load of one could read
     /// back a store still in flight, which a masked load cannot forward.
     stored: std::collections::HashSet<u32>,
+    /// Transposed blocks of register tiles read so far (see `transpose.rs`).
+    transposes: HashMap<transpose::TransposeKey, Vec<inkwell::values::VectorValue<'ctx>>>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -195,6 +198,7 @@ fn start_kernel<'a, 'ctx>(
         status,
         features: KernelFeatures::default(),
         stored: std::collections::HashSet::new(),
+        transposes: HashMap::new(),
     })
 }
 
@@ -215,6 +219,10 @@ struct KernelFeatures {
     amx: bool,
     /// AMX-BF16: `kiln.amx_dot_bf16`.
     amx_bf16: bool,
+    /// The f32 lanes of the vectors a tile is transposed in (see
+    /// `transpose.rs`; 0: read lane by lane). AVX-512 only: its two-input
+    /// shuffles are one `vpermt2ps` each.
+    transpose_lanes: u32,
 }
 
 /// Emit `f` and its packed entry point into `module`.
@@ -326,6 +334,7 @@ fn build_module<'ctx>(
         gather: target.has_feature("avx512f"),
         amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
         amx_bf16: target.has_feature("amx-tile") && target.has_feature("amx-bf16"),
+        transpose_lanes: if target.has_feature("avx512f") { 16 } else { 0 },
     };
     for f in funcs {
         emit_kernel(ctx, &module, f, target, features)?;

@@ -13,6 +13,34 @@ use crate::tir::{Expr, ForKind, Intrinsic, Scope, Stmt, ThreadAxis, Var};
 impl<'ctx> FnGen<'_, 'ctx> {
     pub(super) fn stmt(&mut self, s: &Stmt) -> Result<(), CodegenError> {
         match s {
+            Stmt::Store { buffer, .. } => {
+                self.statement(s)?;
+                self.forget_transposes_of(buffer);
+                Ok(())
+            }
+            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
+            Stmt::Let { var, value, body } => {
+                let v = self.expr(value)?;
+                if self.non_negative(value) {
+                    self.non_negative_vars.insert(var.id);
+                }
+                self.vars.insert(var.id, v);
+                self.stmt(body)
+            }
+            // Control flow, allocations and intrinsics: a transposed tile
+            // computed before need not dominate what follows, or be current.
+            _ => {
+                self.forget_transposes();
+                self.statement(s)?;
+                self.forget_transposes();
+                Ok(())
+            }
+        }
+    }
+
+    /// Every statement but sequences and lets (see `stmt`).
+    fn statement(&mut self, s: &Stmt) -> Result<(), CodegenError> {
+        match s {
             Stmt::For(l) => self.for_loop(&l.var, &l.min, &l.extent, l.kind, &l.body),
             Stmt::Store { buffer, indices, value }
                 if indices.len() == 1 && (indices[0].ty().lanes > 1 || value.ty().lanes > 1) =>
@@ -89,15 +117,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.b.position_at_end(join);
                 Ok(())
             }
-            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
-            Stmt::Let { var, value, body } => {
-                let v = self.expr(value)?;
-                if self.non_negative(value) {
-                    self.non_negative_vars.insert(var.id);
-                }
-                self.vars.insert(var.id, v);
-                self.stmt(body)
-            }
+            Stmt::Seq(_) | Stmt::Let { .. } => unreachable!("handled by `stmt`"),
             Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
                 if !self.gpu {
                     // A GPU-scheduled kernel run serially on the CPU (how tests check GPU

@@ -380,13 +380,16 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         v
                     }
                 },
-                None => match self.strided_load(buf, &idx[0])? {
+                None => match self.transposed_read(buf, &idx[0])? {
                     Some(v) => v,
-                    None => match self.lane_loads(buf, &idx[0])? {
+                    None => match self.strided_load(buf, &idx[0])? {
                         Some(v) => v,
-                        None => match self.gather(buf, &idx[0], lanes)? {
+                        None => match self.lane_loads(buf, &idx[0])? {
                             Some(v) => v,
-                            None => self.scalarize(e)?,
+                            None => match self.gather(buf, &idx[0], lanes)? {
+                                Some(v) => v,
+                                None => self.scalarize(e)?,
+                            },
                         },
                     },
                 },
