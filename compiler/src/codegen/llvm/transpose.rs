@@ -6,10 +6,11 @@
 //! Read lane by lane, each such column took LLVM a chain of inserts and
 //! shuffles (~14 per 16-lane column: 224 per 16 × 16 tile of YOLOv8n's stem,
 //! as many cycles of port 5 as its multiply-adds). The tile's columns at one
-//! block offset are instead transposed together in `log2 N` rounds of
-//! two-input interleaves (one `vpermt2ps` each, `N` per round); each column
-//! is then a sub-vector of the result, kept until the tile or control flow
-//! changes (see `FnGen::forget_transposes`).
+//! block offset are instead transposed together in `log2 n` rounds of
+//! two-input interleaves (`n` per round; one `vpermt2ps` each on AVX-512, a
+//! few instructions on AVX2); each column is then a sub-vector of the
+//! result, kept until the tile or control flow changes (see
+//! `FnGen::forget_transposes`).
 
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, VectorValue};
