@@ -108,6 +108,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_conditional_branch(c, then_bb, else_bb))?;
                 self.b.position_at_end(then_bb);
                 self.stmt(then_case)?;
+                // What the then-branch transposed does not dominate the else-branch.
+                self.forget_transposes();
                 self.e(self.b.build_unconditional_branch(join))?;
                 self.b.position_at_end(else_bb);
                 if let Some(e) = else_case {
@@ -117,7 +119,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.b.position_at_end(join);
                 Ok(())
             }
-            Stmt::Seq(_) | Stmt::Let { .. } => unreachable!("handled by `stmt`"),
+            Stmt::Seq(_) | Stmt::Let { .. } => self.stmt(s),
             Stmt::Evaluate(Expr::Call(Intrinsic::Barrier, ..)) => {
                 if !self.gpu {
                     // A GPU-scheduled kernel run serially on the CPU (how tests check GPU
