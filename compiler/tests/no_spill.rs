@@ -276,4 +276,11 @@ fn column_tiles_are_transposed_in_rounds_of_interleaves() {
     let avx2 = assembly_of(relay, &[16, 3, 3, 3], "llvm -mcpu=haswell", &packed);
     let n = shuffles(&avx2);
     assert!(n <= 80, "{n} shuffles for two 8 × 8 tiles:\n{avx2}");
+    // Seven columns (MobileNetV2's 576 → 96 on 14 × 14: 7 pixels × 48
+    // channels a tile) pad to eight, the rounds as `vpermi2var`.
+    let relay = "%x: Tensor[(1, 576, 14, 14), float32], %w: Tensor[(96, 576, 1, 1), float32]) {
+           nn.conv2d(%x, %w, channels=96, kernel_size=[1, 1])";
+    let avx512 = assembly_of(relay, &[96, 576, 1, 1], "llvm -mcpu=skylake-avx512", &packed);
+    let n = shuffles(&avx512);
+    assert!(n <= 150, "{n} shuffles for a 7 × 48 tile:\n{avx512}");
 }

@@ -28,11 +28,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// `buf[Ramp(c, s, n)]` from a transpose of the `n` vectors of
     /// `features.transpose_lanes` lanes at `block + j·s` (`block`: `c`
     /// rounded down to whole vectors), where `buf` is a kernel-local f32 tile,
-    /// `c` and `s` constants, `s` whole vectors, and `n` a power of two no
-    /// larger than the lanes. (Other counts, padded to a power of two with
-    /// undefined, zero or repeated rows: LLVM's shuffle combiner folded the
-    /// rounds back into lane-by-lane code — MobileNetV2's 7-column tiles
-    /// 352 → 247 shuffles, the kernels 0.96–1.02×.)
+    /// `c` and `s` constants, `s` whole vectors, `n` no larger than the
+    /// lanes, and — on 8 lanes — a power of two. Other counts are padded to a
+    /// power of two with repeats of the first row (lanes never read), and
+    /// their rounds are AVX-512's `vpermi2var` intrinsic: as generic
+    /// shuffles LLVM's combiner folded padded rounds back into lane-by-lane
+    /// code (MobileNetV2's 7-column tiles 352 → 247 shuffles; 112 so).
     pub(super) fn transposed_read(
         &mut self,
         buf: &Buffer,
@@ -49,7 +50,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             || s < lanes
             || s % lanes != 0
             || !(2..=lanes).contains(&n)
-            || !(n as u64).is_power_of_two()
+            || (!(n as u64).is_power_of_two() && lanes != 16)
             || c < 0
         {
             return Ok(None);
@@ -67,10 +68,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 v
             }
         };
-        // Column k sits in vector k / (L / n), from lane (k % (L / n)) · n.
+        // Column k sits in vector k / (L / N), from lane (k % (L / N)) · N.
         let k = c % lanes;
-        let per_vector = lanes / n;
-        let from = (k % per_vector) * n;
+        let width = (n as u64).next_power_of_two() as i64;
+        let per_vector = lanes / width;
+        let from = (k % per_vector) * width;
         let i32t = self.ctx.i32_type();
         let mask: Vec<IntValue> = (0..n).map(|j| i32t.const_int((from + j) as u64, false)).collect();
         let v = columns[(k / per_vector) as usize];
@@ -78,10 +80,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(Some(picked.into()))
     }
 
-    /// The `n` vectors at `buf[block + j·s]`, transposed: in each round the
-    /// vectors that differ in one index bit (highest first) interleave their
-    /// low halves into the first and their high halves into the second.
-    /// After the last round vector `m` holds columns `m·L/n …`, `n` lanes each.
+    /// The `n` vectors at `buf[block + j·s]`, padded to a power of two `N`,
+    /// transposed: in each round the vectors that differ in one index bit
+    /// (highest first) interleave their low halves into the first and their
+    /// high halves into the second. After the last round vector `m` holds
+    /// columns `m·L/N …`, `N` lanes each (the first `n` of them read).
     fn transpose_block(
         &mut self,
         buf: &Buffer,
@@ -101,18 +104,34 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             rows.push(v.into_vector_value());
         }
+        let width = (n as u64).next_power_of_two() as i64;
+        rows.resize(width as usize, rows[0]);
         let i32t = self.ctx.i32_type();
         let interleave = |from: i64| -> Vec<IntValue<'ctx>> {
             (0..lanes).map(|l| i32t.const_int((from + l / 2 + (l % 2) * lanes) as u64, false)).collect()
         };
         let (low, high) = (interleave(0), interleave(lanes / 2));
-        let mut bit = n / 2;
+        let mut bit = width / 2;
+        let permute = lanes == 16 && !(n as u64).is_power_of_two();
         while bit >= 1 {
-            for a in (0..n).filter(|a| a & bit == 0) {
+            for a in (0..width).filter(|a| a & bit == 0) {
                 let (x, y) = (rows[a as usize], rows[(a | bit) as usize]);
-                let lo = self.e(self.b.build_shuffle_vector(x, y, VectorType::const_vector(&low), "interleave_low"))?;
-                let hi =
-                    self.e(self.b.build_shuffle_vector(x, y, VectorType::const_vector(&high), "interleave_high"))?;
+                let (lo, hi) = if permute {
+                    let lo = self.vector_intrinsic(
+                        "llvm.x86.avx512.vpermi2var.ps.512",
+                        &[x.into(), VectorType::const_vector(&low).into(), y.into()],
+                    )?;
+                    let hi = self.vector_intrinsic(
+                        "llvm.x86.avx512.vpermi2var.ps.512",
+                        &[x.into(), VectorType::const_vector(&high).into(), y.into()],
+                    )?;
+                    (lo.into_vector_value(), hi.into_vector_value())
+                } else {
+                    (
+                        self.e(self.b.build_shuffle_vector(x, y, VectorType::const_vector(&low), "interleave_low"))?,
+                        self.e(self.b.build_shuffle_vector(x, y, VectorType::const_vector(&high), "interleave_high"))?,
+                    )
+                };
                 rows[a as usize] = lo;
                 rows[(a | bit) as usize] = hi;
             }
