@@ -14,7 +14,7 @@ mod low_precision;
 mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
-use common::{compare, flat, inputs};
+use common::{compare, interpreted};
 use depthwise::depthwise_convolutions_match_the_interpreter;
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
@@ -25,7 +25,6 @@ use winograd::{
 };
 
 use kiln::backend::host;
-use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 
@@ -307,9 +306,7 @@ def @main(%x: Tensor[(1, 16, 10, 13), float32], %y: Tensor[(1, 16, 5, 40), float
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2", "w3"], true, &|kernels, lanes| {
-        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
-        let found = kernels.iter().filter(|k| k.attrs.get("conv2d.weight_block").is_some_and(whole_vectors)).count();
-        assert_eq!(found, 3, "packed convolutions with {lanes} lanes");
+        assert_eq!(packed_kernels(kernels, "conv2d.weight_block", lanes), 3, "packed convolutions with {lanes} lanes");
         let wide: Vec<PrimFunc> = kernels.iter().filter(|k| k.params[0].shape() == [1, 16, 5, 40]).cloned().collect();
         assert_eq!(writes_back_along_columns(&wide), lanes == 8, "the 40-wide rows' write-back, {lanes} lanes");
         // The 40-wide rows' tile: columns × channel vectors × lanes.
@@ -545,11 +542,6 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
     });
 }
 
-/// An `inspect` for [`check_compiled`]: `n` kernels packed (attribute `attr`
-/// holding a whole number of vectors), and whether a packed convolution's
-/// tile writes back along the columns (`along_columns`: the row-ordered
-/// convolutions of these small maps do, whatever their epilogue; a product's
-/// panels never do).
 /// The name of the first parallel loop of a kernel (its outermost one), or
 /// "" for none: `ax1…` for output channel blocks, `ax2…` for rows.
 fn first_parallel_loop(k: &PrimFunc) -> String {
@@ -564,11 +556,21 @@ fn first_parallel_loop(k: &PrimFunc) -> String {
     name.unwrap_or_default()
 }
 
+/// The kernels packed for `lanes`-lane vectors: attribute `attr` holding a
+/// whole number of them.
+fn packed_kernels(kernels: &[PrimFunc], attr: &str, lanes: usize) -> usize {
+    let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
+    kernels.iter().filter(|k| k.attrs.get(attr).is_some_and(whole_vectors)).count()
+}
+
+/// An `inspect` for [`check_compiled`]: `n` kernels packed (attribute `attr`
+/// holding a whole number of vectors), and whether a packed convolution's
+/// tile writes back along the columns (`along_columns`: the row-ordered
+/// convolutions of these small maps do, whatever their epilogue; a product's
+/// panels never do).
 fn packed(attr: &'static str, n: usize, along_columns: bool) -> impl Fn(&[PrimFunc], usize) {
     move |kernels, lanes| {
-        let whole_vectors = |v: &String| v.parse::<usize>().is_ok_and(|b| b % lanes == 0);
-        let found = kernels.iter().filter(|k| k.attrs.get(attr).is_some_and(whole_vectors)).count();
-        assert_eq!(found, n, "kernels packed ({attr}) with {lanes} lanes");
+        assert_eq!(packed_kernels(kernels, attr, lanes), n, "kernels packed ({attr}) with {lanes} lanes");
         let convolution = attr == "conv2d.weight_block";
         assert_eq!(writes_back_along_columns(kernels), along_columns && convolution);
     }
@@ -614,12 +616,7 @@ fn check_compiled_on(
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("packed.relay");
     std::fs::write(&file, text).expect("write");
-    let mut m = parse_module(text).expect("parse");
-    infer_module(&mut m).expect("infer");
-    let all = inputs(&m).expect("inputs");
-    let values: Vec<Value> = all.iter().cloned().map(Value::Tensor).collect();
-    let mut want = Vec::new();
-    flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    let (_, all, want) = interpreted(text);
     let mut b = kiln::Build::new("packed");
     b.relay_file(&file);
     let n_inputs = all.len() - weights.len();

@@ -136,6 +136,18 @@ pub fn inputs(m: &IRModule) -> Option<Vec<Tensor>> {
 }
 
 /// The tensors of a value, in order.
+/// A Relay program parsed with its types inferred, its seeded inputs
+/// ([`inputs`]) and the interpreter's outputs on them, flattened ([`flat`]).
+pub fn interpreted(text: &str) -> (IRModule, Vec<Tensor>, Vec<Tensor>) {
+    let mut m = parse_module(text).expect("parse");
+    infer_module(&mut m).expect("infer");
+    let args = inputs(&m).expect("inputs");
+    let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
+    let mut want = Vec::new();
+    flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    (m, args, want)
+}
+
 pub fn flat(v: &Value, out: &mut Vec<Tensor>) {
     match v {
         Value::Tensor(t) => out.push(t.clone()),

@@ -2,9 +2,8 @@
 //! images, equal to the interpreter.
 
 use super::common;
-use super::common::{compare, flat, inputs};
+use super::common::{compare, interpreted};
 use kiln::backend::host;
-use kiln::relay::{eval_function, infer_module, parse_module, Value};
 use kiln::tir::PrimFunc;
 use kiln::transform::PassContext;
 
@@ -39,12 +38,7 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
   (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5, %6, %7)
 }
 "#;
-    let mut m = parse_module(text).expect("parse");
-    infer_module(&mut m).expect("infer");
-    let args = inputs(&m).expect("inputs");
-    let values: Vec<Value> = args.iter().cloned().map(Value::Tensor).collect();
-    let mut want = Vec::new();
-    flat(&eval_function(&m, "main", &values).expect("interpreter"), &mut want);
+    let (m, args, want) = interpreted(text);
     for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
         let mut ctx = PassContext::new().with_opt_level(3);
         unit.configure(&mut ctx);

@@ -68,9 +68,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 v
             }
         };
-        // Column k sits in vector k / (L / N), from lane (k % (L / N)) · N.
+        // Column k sits in vector k / (L / N), from lane (k % (L / N)) · N,
+        // for the N rows (n padded) of the transposed block.
         let k = c % lanes;
-        let width = (n as u64).next_power_of_two() as i64;
+        let width = columns.len() as i64;
         let per_vector = lanes / width;
         let from = (k % per_vector) * width;
         let i32t = self.ctx.i32_type();

@@ -233,15 +233,30 @@ pub fn vectorize_loops(mut f: PrimFunc) -> PrimFunc {
 /// operations without a vector form): ramps become `base + k·stride`,
 /// broadcasts their scalar.
 pub fn lane_of(e: &Expr, k: u16) -> Expr {
-    match e {
-        Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * Expr::int(k as i64),
+    lane(e, &Expr::int(k as i64), Some(k)).expect("a constant lane has a scalar form")
+}
+
+/// Lane `lane` (an index expression, e.g. a loop variable) of a vector
+/// expression, for a backend that loops over a vector's lanes instead of
+/// writing each one out: as [`lane_of`], with the lane symbolic. None where a
+/// node has no per-lane form for a symbolic lane (a dot product's bytes).
+pub fn lane_at(e: &Expr, lane_index: &Expr) -> Option<Expr> {
+    lane(e, lane_index, None)
+}
+
+/// Lane `at` of `e`, where `k` is that lane as a constant if it is one (a
+/// dot product's bytes need it).
+fn lane(e: &Expr, at: &Expr, k: Option<u16>) -> Option<Expr> {
+    Some(match e {
+        Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * at.clone(),
         Expr::Broadcast(x, _) => (**x).clone(),
-        Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_of(a, k)),
+        Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane(a, at, k)?),
         // Lane k of a dot product: its accumulator plus the four bytes of
         // word k of `a` times bytes 4k … 4k + 3 of `b` (a scalar word or 4
         // bytes: the same for every lane).
         Expr::Call(Intrinsic::DotU8I8, args, _) if args.len() == 3 => {
             use crate::dtype::DataType::{I32, U32};
+            let k = k?;
             let i32 = |e: Expr| Expr::cast(TirType::scalar(I32), e);
             let word = if args[1].ty().lanes == 1 { args[1].clone() } else { lane_of(&args[1], k) };
             let shared = args[2].ty().lanes == 4;
@@ -252,29 +267,14 @@ pub fn lane_of(e: &Expr, k: u16) -> Expr {
                 acc + i32(byte) * i32(b)
             })
         }
-        Expr::Call(f, args, t) => Expr::Call(*f, args.iter().map(|a| lane_of(a, k)).collect(), TirType::scalar(t.elem)),
-        _ => e.map_children(|c| lane_of(c, k)),
-    }
-}
-
-/// Lane `lane` (an index expression, e.g. a loop variable) of a vector
-/// expression, for a backend that loops over a vector's lanes instead of
-/// writing each one out: as [`lane_of`], with the lane symbolic. None where a
-/// node has no per-lane form for a symbolic lane (a dot product's bytes).
-pub fn lane_at(e: &Expr, lane: &Expr) -> Option<Expr> {
-    Some(match e {
-        Expr::Ramp { base, stride, .. } => (**base).clone() + (**stride).clone() * lane.clone(),
-        Expr::Broadcast(x, _) => (**x).clone(),
-        Expr::Cast(t, a) => Expr::cast(TirType::scalar(t.elem), lane_at(a, lane)?),
-        Expr::Call(Intrinsic::DotU8I8, ..) => return None,
         Expr::Call(f, args, t) => {
-            let args = args.iter().map(|a| lane_at(a, lane)).collect::<Option<Vec<_>>>()?;
+            let args = args.iter().map(|a| lane(a, at, k)).collect::<Option<Vec<_>>>()?;
             Expr::Call(*f, args, TirType::scalar(t.elem))
         }
         _ => {
             let mut whole = true;
             let scalar = e.map_children(|c| {
-                lane_at(c, lane).unwrap_or_else(|| {
+                lane(c, at, k).unwrap_or_else(|| {
                     whole = false;
                     c.clone()
                 })
