@@ -713,13 +713,14 @@ def @main(%x: Tensor[(1, 96, 7, 7), float32], %y: Tensor[(1, 64, 13, 13), float3
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
-        // The 960 → 160 projection reads its input in place (few output
-        // channels: no padded copy) and on 16 lanes its 5 tiles of two channel
-        // vectors run in parallel with the 7 rows (35 tasks).
+        // On 16 lanes the 960 → 160 projection reads its input in place (few
+        // output channels: no padded copy) and its 5 tiles of two channel
+        // vectors run in parallel with the 7 rows (35 tasks); on 8 lanes it
+        // pads its input once (in-place reads outrun the L2 there).
         let is_projection = |k: &PrimFunc| k.params.last().is_some_and(|b| b.shape()[1] == 160);
         let projection = kernels.iter().find(|k| is_projection(k)).expect("160");
         let text = kiln::tir::print_prim_func(projection);
-        assert!(!text.contains("pad"), "the projection reads its input in place:\n{text}");
+        assert_eq!(text.contains("pad"), lanes == 8, "{lanes} lanes: the projection pads only on 8:\n{text}");
         let mut extents = Vec::new();
         projection.body.visit(&mut |s| match s {
             kiln::tir::Stmt::For(l) if l.kind == kiln::tir::ForKind::Parallel => extents.push(l.extent.clone()),
