@@ -78,7 +78,11 @@ fn work(s: &Stmt) -> u64 {
         Stmt::Seq(v) => v.iter().map(work).sum(),
         Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => work(body),
         Stmt::If { then_case, else_case, .. } => work(then_case).max(else_case.as_deref().map_or(0, work)),
-        Stmt::Store { value, .. } | Stmt::Evaluate(value) => (nodes(value) / NODES_PER_WORK_UNIT).max(1),
+        // A vector store is a store per lane: `tir.ParallelizeOuter` runs
+        // after vectorization, the strategies' `fuse_parallel` before it.
+        Stmt::Store { value, .. } | Stmt::Evaluate(value) => {
+            (nodes(value) / NODES_PER_WORK_UNIT).max(1) * u64::from(value.ty().lanes.max(1))
+        }
     }
 }
 
