@@ -63,7 +63,7 @@ use crate::target::VectorUnit;
 use crate::tir::{Buffer, ForKind, PrimFunc, Scope, Stmt, Var};
 pub use primitives::{ReductionTile, Schedule, ScheduleError};
 
-/// Below this much work (about a store's worth per unit) a kernel stays on one thread.
+/// Below this much work (about a store's worth per unit, a vector store's per lane) a kernel stays on one thread.
 pub const MIN_PARALLEL_WORK: u64 = 16 * 1024;
 
 /// Expression nodes per unit of work: a plain store (a copy, an add) is one
