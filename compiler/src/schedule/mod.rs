@@ -66,8 +66,8 @@ pub use primitives::{ReductionTile, Schedule, ScheduleError};
 /// Below this much work (about a store's worth per unit, a vector store's per lane) a kernel stays on one thread.
 pub const MIN_PARALLEL_WORK: u64 = 16 * 1024;
 
-/// Expression nodes per unit of work: a plain store (a copy, an add) is one
-/// unit; a softmax's polynomial `exp`, some 60 nodes, is several.
+/// Distinct expression nodes per unit of work: a plain store (a copy, an
+/// add) is one unit; a softmax's polynomial `exp`, some 60 nodes, is several.
 const NODES_PER_WORK_UNIT: u64 = 8;
 
 /// The work of `s`: its stores, each weighted by the size of its value,
@@ -81,16 +81,43 @@ fn work(s: &Stmt) -> u64 {
         // A vector store is a store per lane: `tir.ParallelizeOuter` runs
         // after vectorization, the strategies' `fuse_parallel` before it.
         Stmt::Store { value, .. } | Stmt::Evaluate(value) => {
-            (nodes(value) / NODES_PER_WORK_UNIT).max(1) * u64::from(value.ty().lanes.max(1))
+            (distinct_nodes(value) / NODES_PER_WORK_UNIT).max(1) * u64::from(value.ty().lanes.max(1))
         }
     }
 }
 
-/// The number of nodes of expression `e`.
-fn nodes(e: &crate::tir::Expr) -> u64 {
-    let mut n = 1;
-    e.for_each_child(|c| n += nodes(c));
-    n
+/// The number of distinct subexpressions of `e`: a lowered intrinsic repeats
+/// its operand in every select (a softmax's `exp` holds `x - max` a dozen
+/// times, ~1,000 nodes as a tree), which the backends compute once.
+fn distinct_nodes(e: &crate::tir::Expr) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    structural_hash(e, &mut seen);
+    seen.len() as u64
+}
+
+/// A hash of `e`'s structure, computed bottom-up (each node's own fields and
+/// its children's hashes), recording every subexpression's in `seen`.
+fn structural_hash(e: &crate::tir::Expr, seen: &mut std::collections::HashSet<u64>) -> u64 {
+    use crate::tir::Expr;
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::mem::discriminant(e).hash(&mut h);
+    match e {
+        Expr::Int(v, t) => (v, t).hash(&mut h),
+        Expr::Float(v, t) => (v.to_bits(), t).hash(&mut h),
+        Expr::Var(v) => v.hash(&mut h),
+        Expr::Bin(op, ..) => op.hash(&mut h),
+        Expr::Cmp(op, ..) => op.hash(&mut h),
+        Expr::Cast(t, _) => t.hash(&mut h),
+        Expr::Load(b, _) => b.0.id.hash(&mut h),
+        Expr::Call(intrinsic, _, t) => (intrinsic, t).hash(&mut h),
+        Expr::Ramp { lanes, .. } | Expr::Broadcast(_, lanes) => lanes.hash(&mut h),
+        Expr::And(..) | Expr::Or(..) | Expr::Not(_) | Expr::Select(..) | Expr::Reduce(_) => {}
+    }
+    e.for_each_child(|c| structural_hash(c, seen).hash(&mut h));
+    let hash = h.finish();
+    seen.insert(hash);
+    hash
 }
 
 /// Whether any statement of `s` (itself included) satisfies `pred`.
