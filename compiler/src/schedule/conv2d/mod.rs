@@ -146,16 +146,17 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 // per output channel as the products: MobileNetV2's 960 → 160
                 // and 576 → 160 on 7 × 7 0.85–0.90× in place on Sapphire
                 // Rapids, as `kiln tune` found; 960 → 320 and 320 → 1280 stay
-                // ahead padded once). On 8 lanes (and NEON's 4) each input
-                // pixel feeds half the multiply-adds or fewer, and the
-                // in-place reads (7 floats per 64-byte line, a line per input
-                // channel) outrun the L2's bandwidth: padded once, the tile
-                // reads one sequential stream (Zen 3: the same two 0.59–0.61×
-                // the time at 1 thread, 0.73–0.76× at 2; by rows 1.14–1.28×
-                // slower than padded once).
+                // ahead padded once). On 8 lanes each input pixel feeds half
+                // the multiply-adds, and the in-place reads (7 floats per
+                // 64-byte line, a line per input channel) outrun the L2's
+                // bandwidth: padded once, the tile reads one sequential stream
+                // (Zen 3: the same two 0.59–0.61× the time at 1 thread,
+                // 0.73–0.76× at 2; by rows 1.14–1.28× slower than padded
+                // once). NEON (4 lanes) keeps the in-place read: unmeasured,
+                // and its padded two-row tile spills (`no_spill`).
                 let stationary =
                     weight_bytes > WEIGHT_STATIONARY_BYTES && fits_stack && pixels <= WEIGHT_STATIONARY_PIXELS;
-                let rule_order = if stationary && one_by_one && oce < MIN_PADDED_ONCE_CHANNELS && lanes >= 16 {
+                let rule_order = if stationary && one_by_one && oce < MIN_PADDED_ONCE_CHANNELS && lanes != 8 {
                     ConvOrder::ChannelsInPlace
                 } else if stationary {
                     ConvOrder::ChannelsPaddedOnce
