@@ -223,7 +223,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let latch = self.b.get_insert_block().ok_or_else(|| self.unsupported("a loop body outside a block"))?;
         let next = self.e(self.b.build_int_add(i, self.i64c(1), "next"))?;
         let backedge = self.e(self.b.build_unconditional_branch(header))?;
-        if encloses_register_tile(body) {
+        if encloses_register_tile(body) || is_odd_width_local_copy(body) {
             self.disable_unrolling(backedge);
         }
         phi.add_incoming(&[(&next, latch)]);
@@ -253,6 +253,18 @@ fn encloses_register_tile(body: &Stmt) -> bool {
         }
     });
     found
+}
+
+/// Whether a loop's body is one copy of a vector of a width that is no power
+/// of two (a 7-float row) into a kernel-local buffer: a padded image's fill.
+/// Legalized as 4 + 2 + 1 moves, LLVM unrolled it into blocks of thousands of
+/// moves (MobileNetV2's 7 × 7 padded images on AVX2: ~3,300 lines of
+/// assembly each, a third of the model's, for a copy that streams anyway).
+fn is_odd_width_local_copy(body: &Stmt) -> bool {
+    matches!(body, Stmt::Store { buffer, indices, value }
+        if buffer.scope() == Scope::Local
+            && matches!(indices.last(), Some(Expr::Ramp { lanes, .. }) if *lanes > 1 && !lanes.is_power_of_two())
+            && matches!(value, Expr::Load(..)))
 }
 
 impl FnGen<'_, '_> {
