@@ -604,9 +604,7 @@ fn vectorized_copies_count_their_lanes_towards_running_in_parallel() {
         let ctx = std::sync::Arc::new(kiln::transform::PassContext::new().with_opt_level(3));
         let (_, plan) = kiln::build::optimize_and_plan(m, ctx).expect("plan");
         assert_eq!(plan.kernels.len(), 1, "one transpose kernel");
-        let mut parallel = false;
-        plan.kernels[0].body.visit(&mut |s| parallel |= matches!(s, Stmt::For(l) if l.kind == ForKind::Parallel));
-        parallel
+        plan.kernels[0].body.has_parallel_loop()
     };
     assert!(has_parallel_loop("1, 64, 256", 4, 64), "gpt_tiny's head split runs in parallel");
     assert!(!has_parallel_loop("1, 8, 16", 2, 8), "a 128-float transpose stays serial");
