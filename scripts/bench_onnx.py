@@ -10,8 +10,9 @@ Usage: scripts/bench_onnx.py [--target T] [--rounds N] [--tuning DIR] [--bf16] [
   --target T       kiln's target (default `llvm -mcpu=native`); `llvm -mcpu=znver3` measures
                    the AVX2 code path on an AMD machine, `llvm -mcpu=znver3 -mattr=-sse4a` on an
                    Intel one (Zen code may use AMD's SSE4A, which kiln refuses on Intel CPUs)
-  --rounds N       interleaved rounds of kiln and ORT; each figure is the best round's median
-                   (default 2)
+  --rounds N       pairs of batches: kiln and ORT alternate batch by batch, N times each
+                   (default 9); each latency is the median of its batches' medians, and kiln / ORT
+                   the median of the pairs' ratios
   --tuning DIR     also time kiln with the tuning log DIR/<model>.json (from `kiln tune`), in
                    the same rounds, and show its speed-up over the untuned build
   --bf16           also time each float model in kiln's bf16 precision (`--precision bf16`,
@@ -24,12 +25,17 @@ Prints the CPU (model name and its vector features) and a markdown table: median
 model, 1 and 2 threads, with kiln's ratio to ONNX Runtime measured in the same run, and each
 latency as GFLOP/s (the model's convolution and matrix-product work, counted from the ONNX graph
 as a direct computation would do it) next to the CPU's fp32 FMA peak measured in the same rounds
-(`kiln peak`). A second table gives kiln / ORT for the fastest run of all rounds, which a shared
-machine's slow phases move less than the medians.
+(`kiln peak`). A second table gives kiln / ORT for the fastest run of all batches.
+
+Why batches in pairs: on a shared machine slow phases last seconds and move either runtime's
+medians by 30 % or more. kiln runs as one `kiln bench --paced` process per model and thread
+count (compiled once), timing a batch whenever this script asks; ORT's batch runs next to it,
+a few milliseconds later (their orders alternating), so each pair meets the same phase.
 """
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -40,7 +46,7 @@ import onnxruntime as ort
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("--target", default="llvm -mcpu=native")
-ARGS.add_argument("--rounds", type=int, default=2)
+ARGS.add_argument("--rounds", type=int, default=9)
 ARGS.add_argument("--tuning")
 ARGS.add_argument("--bf16", action="store_true")
 ARGS.add_argument("models_dir", nargs="?", default=os.path.join(ROOT, "..", "shared", "models"))
@@ -50,14 +56,14 @@ MODELS = OPTS.models_dir
 REAL = OPTS.real_models_dir or os.path.join(MODELS, "real")
 KILN = os.environ.get("KILN") or os.path.join(ROOT, "target", "release", "kiln")
 
-# (name, model, input .npy, timed runs)
+# (name, model, input .npy, runs per batch: a batch takes ~5-150 ms)
 CASES = [
     ("mlp", os.path.join(MODELS, "mlp.onnx"), os.path.join(MODELS, "mlp.input.npy"), 200),
     ("lenet", os.path.join(MODELS, "lenet.onnx"), os.path.join(MODELS, "lenet.input.npy"), 200),
-    ("resnet18", os.path.join(MODELS, "resnet18.onnx"), os.path.join(MODELS, "resnet18.input.npy"), 10),
-    ("mobilenetv2", os.path.join(MODELS, "mobilenetv2.onnx"), os.path.join(MODELS, "mobilenetv2.input.npy"), 20),
+    ("resnet18", os.path.join(MODELS, "resnet18.onnx"), os.path.join(MODELS, "resnet18.input.npy"), 4),
+    ("mobilenetv2", os.path.join(MODELS, "mobilenetv2.onnx"), os.path.join(MODELS, "mobilenetv2.input.npy"), 10),
     ("gpt_tiny", os.path.join(MODELS, "gpt_tiny.onnx"), os.path.join(MODELS, "gpt_tiny.input.npy"), 20),
-    ("yolov8n", os.path.join(REAL, "yolov8n.onnx"), os.path.join(REAL, "yolov8n.input.images.npy"), 10),
+    ("yolov8n", os.path.join(REAL, "yolov8n.onnx"), os.path.join(REAL, "yolov8n.input.images.npy"), 4),
     ("pplcnet", os.path.join(REAL, "pplcnet.onnx"), os.path.join(REAL, "pplcnet.input.x.npy"), 20),
 ]
 # The bf16 precision: kiln `--precision bf16` against ORT's float32 run of the same model.
@@ -65,28 +71,85 @@ if OPTS.bf16:
     CASES += [(f"{name}.bf16", model, inp, runs) for name, model, inp, runs in list(CASES)]
 # Quantized by scripts/quantize_models.py (int8; ORT runs its int8 kernels): skipped when absent.
 QUANTIZED = os.path.join(MODELS, "quantized")
-for base, runs in (("resnet18", 10), ("mobilenetv2", 20)):
+for base, runs in (("resnet18", 4), ("mobilenetv2", 10)):
     for fmt in ("qdq", "qop"):
         CASES.append((f"{base}.{fmt}", os.path.join(QUANTIZED, f"{base}.{fmt}.onnx"),
                       os.path.join(MODELS, f"{base}.input.npy"), runs))
 
 
-def ort_times_us(model, x, threads, runs):
-    """ONNX Runtime's (median, fastest) run in µs."""
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
-    for _ in range(10):
-        sess.run(None, {name: x})
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        sess.run(None, {name: x})
-        times.append((time.perf_counter() - t) * 1e6)
-    times.sort()
+# Between two batches, so that one runtime's spinning threads have gone quiet before the other's
+# batch starts.
+PAUSE_S = 0.005
+
+
+def median_and_fastest(times):
+    times = sorted(times)
     return times[len(times) // 2], times[0]
+
+
+class OrtBatches:
+    """An ONNX Runtime session, warmed up; `batch()` times `runs` runs: (median, fastest) in µs."""
+
+    def __init__(self, model, x, threads, runs):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        self.feed = {self.sess.get_inputs()[0].name: x}
+        self.runs = runs
+        for _ in range(10):
+            self.sess.run(None, self.feed)
+
+    def batch(self):
+        times = []
+        for _ in range(self.runs):
+            t = time.perf_counter()
+            self.sess.run(None, self.feed)
+            times.append((time.perf_counter() - t) * 1e6)
+        return median_and_fastest(times)
+
+    def close(self):
+        self.sess = None
+
+
+class KilnBatches:
+    """A `kiln bench --paced` process (the model compiled once); `batch()` has it time `runs` runs:
+    (median, fastest) in µs, as kiln measures them."""
+
+    def __init__(self, model, input_name, inp, threads, runs, tuning=None, precision="fp32"):
+        args = [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs",
+                str(runs), "--target", OPTS.target, "--precision", precision, "--paced"]
+        if tuning:
+            args += ["--tuning", tuning]
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+
+    def batch(self):
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read().strip()
+            raise RuntimeError(err.splitlines()[-1] if err else f"kiln exited with {self.proc.wait()}")
+        median, fastest = line.split()
+        return float(median), float(fastest)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def paired_batches(sides, pairs):
+    """Each side's batch results over `pairs` rounds, the sides' order alternating round by round."""
+    results = [[] for _ in sides]
+    for i in range(pairs):
+        order = list(range(len(sides)))
+        if i % 2:
+            order.reverse()
+        for k in order:
+            time.sleep(PAUSE_S)
+            results[k].append(sides[k].batch())
+    return results
 
 
 def kiln_times_us(model, input_name, inp, threads, runs, tuning=None, precision="fp32"):
@@ -168,7 +231,8 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "kiln"], check=True, cwd=ROOT)
     only = set(os.environ.get("MODELS", "").split(",")) - {""}
     print(f"CPU: {cpu_description()}; {os.cpu_count()} cores; kiln target `{OPTS.target}`; "
-          f"ONNX Runtime {ort.__version__}; best of {OPTS.rounds} interleaved rounds\n")
+          f"ONNX Runtime {ort.__version__}; medians of {OPTS.rounds} batches each, kiln and ORT alternating "
+          f"batch by batch; kiln / ORT = the median of the batch pairs' ratios\n")
     tuned_header = " kiln tuned 1 thread | kiln tuned 2 threads |" if OPTS.tuning else ""
     print("| model | kiln 1 thread | ORT 1 thread | kiln 2 threads | ORT 2 threads |" + tuned_header)
     print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if OPTS.tuning else ""))
@@ -199,25 +263,36 @@ def main():
         work = f"{gflop:.2f} GFLOP" if gflop >= 0.1 else f"{gflop * 1e3:.2f} MFLOP"
         row, tuned = [f"{name} ({work})"], []
         for threads in (1, 2):
-            k, o, t, peak = float("inf"), float("inf"), float("inf"), 0.0
-            k_min, o_min = float("inf"), float("inf")
-            for _ in range(max(1, OPTS.rounds)):
-                peak = max(peak, fma_peak(threads))
-                median, fastest = kiln_times_us(model, input_name, inp, threads, runs, precision=precision)
-                k, k_min = min(k, median), min(k_min, fastest)
-                median, fastest = ort_times_us(model, x, threads, runs)
-                o, o_min = min(o, median), min(o_min, fastest)
-                if log:
-                    t = min(t, kiln_times_us(model, input_name, inp, threads, runs, log, precision)[0])
+            peak = fma_peak(threads)
+            sides = [KilnBatches(model, input_name, inp, threads, runs, precision=precision),
+                     OrtBatches(model, x, threads, runs)]
+            if log:
+                sides.append(KilnBatches(model, input_name, inp, threads, runs, log, precision))
+            try:
+                results = paired_batches(sides, max(1, OPTS.rounds))
+            finally:
+                for side in sides:
+                    side.close()
+            peak = max(peak, fma_peak(threads))
+            medians = [statistics.median(m for m, _ in r) for r in results]
+            fastest = [min(f for _, f in r) for r in results]
+            # Each pair's ratio: both batches met the same phase of the machine.
+            ratio = statistics.median(km / om for (km, _), (om, _) in zip(results[0], results[1]))
+            (k, o), (k_min, o_min) = medians[:2], fastest[:2]
             fastest_ratios.append(f"{k_min / o_min:.2f}×")
             rate = lambda us: f"{gflop / us * 1e6:.1f} GFLOP/s = {100 * gflop / us * 1e6 / peak:.0f}% of {peak:.0f}"
-            row += [f"{k:.1f} µs ({k / o:.2f}× ORT; {rate(k)})", f"{o:.1f} µs ({rate(o)})"]
+            row += [f"{k:.1f} µs ({ratio:.2f}× ORT; {rate(k)})", f"{o:.1f} µs ({rate(o)})"]
             if OPTS.tuning:
-                tuned.append(f"{t:.1f} µs ({k / t:.2f}× faster, {t / o:.2f}× ORT)" if log else "no log")
+                if log:
+                    t = medians[2]
+                    gain = statistics.median(km / tm for (km, _), (tm, _) in zip(results[0], results[2]))
+                    tuned.append(f"{t:.1f} µs ({gain:.2f}× faster, {t / o:.2f}× ORT)")
+                else:
+                    tuned.append("no log")
         print("| " + " | ".join(row + tuned) + " |")
         minima.append(f"| {name} | {' | '.join(fastest_ratios)} |")
     # Fastest runs: less moved by a shared machine's slow phases than medians.
-    print("\nkiln / ORT, fastest run of all rounds (steadier than medians on a noisy machine):\n")
+    print("\nkiln / ORT, fastest run of all batches:\n")
     print("| model | 1 thread | 2 threads |\n| --- | --- | --- |\n" + "\n".join(minima))
 
 

@@ -552,3 +552,33 @@ fn bf16_precision_is_refused_without_amx_and_measured_against_fp32() {
     let relative: f64 = relative.and_then(|r| r.parse().ok()).expect("a relative error");
     assert!(relative > 0.0 && relative < 1e-2, "{stdout}");
 }
+
+/// `kiln bench --paced`: one line of `median_us min_us` per line read, until
+/// the input ends (`scripts/bench_onnx.py` alternates it with ONNX Runtime);
+/// with `--profile` it is an error.
+#[test]
+fn paced_bench_times_a_batch_per_line_of_input() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().expect("dir");
+    let x = kiln::Tensor::from_f32(vec![1, 784], &[0.5; 784]);
+    let input = format!("x={}", write(&dir, "x.npy", &kiln::npy::write_npy(&x)));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", MLP, "--weights", WEIGHTS, "--input", &input, "--runs", "3", "--paced"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kiln");
+    child.stdin.take().expect("stdin").write_all(b"\n\n").expect("pace");
+    let out = child.wait_with_output().expect("wait");
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{err}");
+    let batches: Vec<Vec<f64>> =
+        stdout.lines().map(|l| l.split(' ').map(|v| v.parse::<f64>().expect("µs")).collect()).collect();
+    assert_eq!(batches.len(), 2, "{stdout}");
+    assert!(batches.iter().all(|b| b.len() == 2 && b[0] >= b[1] && b[1] > 0.0), "{stdout}");
+    let (code, _, err) = kiln(&["bench", MLP, "--paced", "--profile"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -242,6 +242,12 @@ pub struct BenchOptions {
     /// back to back, its launch cost amortized)
     #[arg(long)]
     pub profile: bool,
+    /// Paced by another program (a benchmark alternating kiln with another
+    /// runtime): after the warm-up, time a batch of `--runs` runs each time
+    /// a line arrives on standard input, and print `median_us min_us` of the
+    /// batch as one line; end at the end of the input
+    #[arg(long, conflicts_with = "profile")]
+    pub paced: bool,
 }
 
 /// `KEY=VALUE`, split at the first `=`.

@@ -128,6 +128,8 @@ struct CompileArgs {
     runs: usize,
     /// `kiln bench --profile`: time each kernel too.
     profile: bool,
+    /// `kiln bench --paced`: a batch of `runs` per line of standard input.
+    paced: bool,
     /// `--ptx FILE`: prebuilt PTX for a `cuda` run (this kiln may lack LLVM).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     ptx: Option<String>,
@@ -155,6 +157,7 @@ impl CompileArgs {
             threads: 1,
             runs: 100,
             profile: false,
+            paced: false,
             ptx: None,
             config: c.config,
             tuning: c.tuning,
@@ -178,7 +181,7 @@ impl CompileArgs {
     }
 
     fn bench(b: BenchOptions) -> Self {
-        CompileArgs { runs: b.runs as usize, profile: b.profile, ..CompileArgs::run(b.run) }
+        CompileArgs { runs: b.runs as usize, profile: b.profile, paced: b.paced, ..CompileArgs::run(b.run) }
     }
 }
 
@@ -621,6 +624,9 @@ fn execute(
     bench: bool,
 ) -> Result<Vec<kiln::Tensor>, String> {
     if kiln::build::is_cuda_target(&c.target) {
+        if c.paced {
+            return Err("`kiln bench --paced` times CPU targets (llvm, c)".into());
+        }
         return execute_cuda(c, plan, inputs, bench);
     }
     let description = kiln::target::TargetDescription::resolve(&c.target);
@@ -638,14 +644,21 @@ fn execute(
         for _ in 0..10 {
             ex.run().map_err(|e| e.to_string())?;
         }
-        let mut times: Vec<f64> = (0..c.runs)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                ex.run().map(|()| t.elapsed().as_secs_f64() * 1e6)
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        times.sort_by(f64::total_cmp);
+        let mut timed_runs = || -> Result<Vec<f64>, String> {
+            let mut times: Vec<f64> = (0..c.runs)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    ex.run().map(|()| t.elapsed().as_secs_f64() * 1e6)
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?;
+            times.sort_by(f64::total_cmp);
+            Ok(times)
+        };
+        if c.paced {
+            return paced_batches(&mut timed_runs).map(|()| ex.outputs());
+        }
+        let times = timed_runs()?;
         if c.profile {
             progress::detail(format!("each of {} kernel calls, {} runs", plan.calls.len(), c.runs.min(50)));
             // Per kernel: the median over the runs of each call's time, grouped by kernel.
@@ -677,6 +690,24 @@ fn execute(
         ));
     }
     Ok(ex.outputs())
+}
+
+/// `kiln bench --paced`: a batch of timed runs per line of standard input,
+/// its median and fastest run (µs) printed as one line, until the input
+/// ends. A benchmark that alternates kiln with another runtime batch by
+/// batch compares the two in the same moments of a shared machine, whose
+/// slow phases last longer than a batch (`scripts/bench_onnx.py`).
+fn paced_batches(timed_runs: &mut dyn FnMut() -> Result<Vec<f64>, String>) -> Result<(), String> {
+    use std::io::{BufRead, Write};
+    let mut stdout = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        line.map_err(|e| format!("reading the pace from standard input: {e}"))?;
+        let times = timed_runs()?;
+        writeln!(stdout, "{:.1} {:.1}", times[times.len() / 2], times[0])
+            .and_then(|()| stdout.flush())
+            .map_err(|e| format!("writing a batch's time: {e}"))?;
+    }
+    Ok(())
 }
 
 fn run_model(c: &CompileArgs, bench: bool) -> Result<(), String> {
