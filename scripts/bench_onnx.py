@@ -56,10 +56,12 @@ MODELS = OPTS.models_dir
 REAL = OPTS.real_models_dir or os.path.join(MODELS, "real")
 KILN = os.environ.get("KILN") or os.path.join(ROOT, "target", "release", "kiln")
 
-# (name, model, input .npy, runs per batch: a batch takes ~5-150 ms)
+# (name, model, input .npy, runs per batch): a batch of kiln's takes at least ~40 ms — after the
+# pause between batches this VM runs slowly for a few milliseconds (LeNet at two threads: 20-25 µs
+# a run in batches of 4 ms, 13-14 µs in batches of 40 ms, as in one long `kiln bench`).
 CASES = [
-    ("mlp", os.path.join(MODELS, "mlp.onnx"), os.path.join(MODELS, "mlp.input.npy"), 200),
-    ("lenet", os.path.join(MODELS, "lenet.onnx"), os.path.join(MODELS, "lenet.input.npy"), 200),
+    ("mlp", os.path.join(MODELS, "mlp.onnx"), os.path.join(MODELS, "mlp.input.npy"), 5000),
+    ("lenet", os.path.join(MODELS, "lenet.onnx"), os.path.join(MODELS, "lenet.input.npy"), 2000),
     ("resnet18", os.path.join(MODELS, "resnet18.onnx"), os.path.join(MODELS, "resnet18.input.npy"), 4),
     ("mobilenetv2", os.path.join(MODELS, "mobilenetv2.onnx"), os.path.join(MODELS, "mobilenetv2.input.npy"), 10),
     ("gpt_tiny", os.path.join(MODELS, "gpt_tiny.onnx"), os.path.join(MODELS, "gpt_tiny.input.npy"), 20),
