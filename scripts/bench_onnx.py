@@ -79,11 +79,13 @@ for base, runs in (("resnet18", 4), ("mobilenetv2", 10)):
                       os.path.join(MODELS, f"{base}.input.npy"), runs))
 
 
-# Between two batches, so that one runtime's spinning threads have gone quiet before the other's
-# batch starts: ONNX Runtime's idle workers spin for more than 5 ms after a run (on the AVX2 VM,
-# kiln's 2-thread MobileNetV2 batches right after ORT's took 1.5-2x as long with a 5 ms pause,
-# those after its own batches did not), less than 50 ms; kiln's for 200 µs.
-PAUSE_S = 0.05
+# After a batch, before the other runtime's: ONNX Runtime's idle intra-op workers spin 2^20 times
+# (`log2_spin` in its thread pool) before they block — on this VM beyond 50 ms at times: kiln's
+# 2-thread batches that started 5 ms after ORT's took 1.5-2x as long (MobileNetV2 9.6-14.6 ms
+# against 6.1-7.9), and LeNet's 20-22 µs against 13-14 at 50 ms; none at 200 ms. kiln's workers
+# spin for 200 µs.
+PAUSE_AFTER_ORT_S = 0.25
+PAUSE_AFTER_KILN_S = 0.005
 
 
 def median_and_fastest(times):
@@ -101,6 +103,7 @@ class OrtBatches:
         self.sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         self.feed = {self.sess.get_inputs()[0].name: x}
         self.runs = runs
+        self.pause_after = PAUSE_AFTER_ORT_S
         for _ in range(10):
             self.sess.run(None, self.feed)
 
@@ -127,6 +130,7 @@ class KilnBatches:
             args += ["--tuning", tuning]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
+        self.pause_after = PAUSE_AFTER_KILN_S
 
     def batch(self):
         self.proc.stdin.write("\n")
@@ -146,13 +150,15 @@ class KilnBatches:
 def paired_batches(sides, pairs):
     """Each side's batch results over `pairs` rounds, the sides' order alternating round by round."""
     results = [[] for _ in sides]
+    pause = PAUSE_AFTER_ORT_S
     for i in range(pairs):
         order = list(range(len(sides)))
         if i % 2:
             order.reverse()
         for k in order:
-            time.sleep(PAUSE_S)
+            time.sleep(pause)
             results[k].append(sides[k].batch())
+            pause = sides[k].pause_after
     return results
 
 
