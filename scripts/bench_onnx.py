@@ -30,7 +30,7 @@ as a direct computation would do it) next to the CPU's fp32 FMA peak measured in
 Why batches in pairs: on a shared machine slow phases last seconds and move either runtime's
 medians by 30 % or more. kiln runs as one `kiln bench --paced` process per model and thread
 count (compiled once), timing a batch whenever this script asks; ORT's batch runs next to it,
-a few milliseconds later (their orders alternating), so each pair meets the same phase.
+a moment later (their orders alternating), so each pair meets the same phase.
 """
 import argparse
 import os
@@ -38,6 +38,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -128,7 +129,9 @@ class KilnBatches:
                 str(runs), "--target", OPTS.target, "--precision", precision, "--paced"]
         if tuning:
             args += ["--tuning", tuning]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # Its messages go to a file: a pipe nobody reads would stall it once full.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
                                      text=True)
         self.pause_after = PAUSE_AFTER_KILN_S
 
@@ -137,7 +140,9 @@ class KilnBatches:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read().strip()
+            self.proc.wait()
+            self.stderr.seek(0)
+            err = self.stderr.read().strip()
             raise RuntimeError(err.splitlines()[-1] if err else f"kiln exited with {self.proc.wait()}")
         median, fastest = line.split()
         return float(median), float(fastest)
@@ -145,6 +150,7 @@ class KilnBatches:
     def close(self):
         self.proc.stdin.close()
         self.proc.wait()
+        self.stderr.close()
 
 
 def paired_batches(sides, pairs):
