@@ -136,9 +136,12 @@ class KilnBatches:
         self.pause_after = PAUSE_AFTER_KILN_S
 
     def batch(self):
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:  # kiln has exited: its messages say why
+            line = ""
         if not line:
             self.proc.wait()
             self.stderr.seek(0)
@@ -148,7 +151,10 @@ class KilnBatches:
         return float(median), float(fastest)
 
     def close(self):
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
         self.proc.wait()
         self.stderr.close()
 
