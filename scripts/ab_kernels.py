@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""Two kiln binaries' per-kernel times on one model, alternated, robust to a noisy machine.
+"""Two kiln binaries' per-kernel times on one model, batch by batch, robust to a noisy machine.
 
 Usage: scripts/ab_kernels.py BASE NEW MODEL NAME=INPUT.npy [--rounds N] [--threads T] [--runs R] [--target T]
   BASE, NEW  two `kiln` binaries (e.g. a copy of target/release/kiln from before a change, and after)
-  Runs `kiln bench MODEL --profile` with each binary in turn, N rounds (default 3), and prints per
-  kernel: the minimum time of each binary over the rounds and, for kernels whose time moved, the
-  ratio NEW / BASE after dividing each round's time by the sum of the kernels that did not move in
-  that round (a shared VM's slow phases move every kernel by 15-20 % between rounds; the unchanged
-  kernels measure the phase). A kernel "moved" when its minima differ by more than 7 %; name them
-  instead with --changed a,b,c, or let --changed auto find them: the kernels whose assembly
-  differs between the two binaries (`kiln build MODEL --emit asm` with each, labels ignored).
-Prints the model's median and fastest run per round too.
+  Runs one `kiln bench MODEL --profile --paced` process per binary (each compiles the model once)
+  and has them time a batch in turn, N pairs of batches (default 9; the order swaps pair by pair),
+  each batch R runs of the model and min(R, 50) more timed kernel by kernel (default R 20). Prints
+  per kernel: the median over the batches of each binary's time and, for kernels whose time moved,
+  NEW / BASE: per pair, the kernel's ratio divided by the ratio of the summed kernels that did not
+  move (this VM's phases last seconds and move every kernel by 15-50 %, a neighbour's thread on the
+  same core among them; the pair meets one phase, the unchanged kernels measure what is left), the
+  median over the pairs, and the range of the middle half. A kernel "moved" when its medians
+  differ by more than 7 %; name them instead with --changed a,b,c, or let --changed auto find them:
+  the kernels whose assembly differs between the two binaries (`kiln build MODEL --emit asm` with
+  each, labels ignored).
+Prints the model's median and fastest run per batch too.
 """
 import argparse
 import glob
@@ -19,36 +23,54 @@ import re
 import statistics
 import subprocess
 import tempfile
+import time
 
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("base")
 ARGS.add_argument("new")
 ARGS.add_argument("model")
 ARGS.add_argument("input", help="NAME=PATH.npy")
-ARGS.add_argument("--rounds", type=int, default=3)
+ARGS.add_argument("--rounds", type=int, default=9)
 ARGS.add_argument("--threads", type=int, default=1)
-ARGS.add_argument("--runs", type=int, default=100)
+ARGS.add_argument("--runs", type=int, default=20)
 ARGS.add_argument("--changed", help="comma-separated kernel names known to differ, or `auto` (assembly diff)")
 ARGS.add_argument("--target", help='build for this target, e.g. "llvm -mcpu=znver3" (the AVX2 path on any x86 CPU)')
 OPTS = ARGS.parse_args()
 
-# The kernel's name ends the line (newer profiles put GFLOP/s and a class before it).
-KERNEL = re.compile(r"\s*([\d.]+) us\s+[\d.]+%\s+\d+×.*?(\S+)$")
-TOTAL = re.compile(r"median ([\d.]+) us, min ([\d.]+) us")
+class Paced:
+    """A `kiln bench --profile --paced` process; `batch()` returns ({kernel: µs}, (median, fastest))."""
 
+    def __init__(self, kiln):
+        args = [kiln, "bench", OPTS.model, "--input", OPTS.input, "--threads", str(OPTS.threads),
+                "--runs", str(OPTS.runs), "--profile", "--paced"] + (["--target", OPTS.target] if OPTS.target else [])
+        # Its messages go to a file: a pipe nobody reads would stall it once full.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     text=True)
 
-def profile(kiln):
-    """({kernel: µs}, (median, fastest)) of one `kiln bench --profile` run."""
-    args = [kiln, "bench", OPTS.model, "--input", OPTS.input, "--threads", str(OPTS.threads),
-            "--runs", str(OPTS.runs), "--profile"] + (["--target", OPTS.target] if OPTS.target else [])
-    p = subprocess.run(args, capture_output=True, text=True, check=True)
-    kernels, total = {}, (float("nan"), float("nan"))
-    for line in (p.stdout + p.stderr).splitlines():
-        if m := KERNEL.match(line):
-            kernels[m[2]] = float(m[1])
-        elif m := TOTAL.search(line):
-            total = (float(m[1]), float(m[2]))
-    return kernels, total
+    def batch(self):
+        try:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:  # kiln has exited: its messages say why
+            line = ""
+        if not line:
+            self.proc.wait()
+            self.stderr.seek(0)
+            lines = self.stderr.read().strip().splitlines()
+            err = next((l for l in lines if l.startswith("error")), lines[-1] if lines else "")
+            raise SystemExit(err or f"kiln exited with {self.proc.returncode}")
+        median, fastest, *kernels = line.split()
+        return {k: float(us) for k, us in (kv.split("=", 1) for kv in kernels)}, (float(median), float(fastest))
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self.proc.wait()
+        self.stderr.close()
 
 
 # One kernel's assembly, from its label to LLVM's end-of-function label.
@@ -83,37 +105,46 @@ def main():
     auto = changed_kernels() if OPTS.changed == "auto" else None
     if auto is not None:
         print(f"kernels whose assembly differs: {', '.join(sorted(auto)) or 'none'}")
-    rounds = {"base": [], "new": []}
-    for _ in range(OPTS.rounds):
-        for tag, kiln in (("base", OPTS.base), ("new", OPTS.new)):
-            rounds[tag].append(profile(kiln))
-    base = [k for k, _ in rounds["base"]]
-    new = [k for k, _ in rounds["new"]]
-    names = sorted(set(base[0]) & set(new[0]), key=lambda k: -min(r[k] for r in base))
-    lowest = {k: (min(r[k] for r in base), min(r[k] for r in new)) for k in names}
+    sides = [Paced(OPTS.base), Paced(OPTS.new)]
+    batches = [[], []]
+    try:
+        for i in range(OPTS.rounds):
+            for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                time.sleep(0.005)  # kiln's idle workers spin for 200 µs
+                batches[k].append(sides[k].batch())
+    finally:
+        for side in sides:
+            side.close()
+    base, new = ([k for k, _ in b] for b in batches)
+    names = sorted(set(base[0]) & set(new[0]), key=lambda k: -statistics.median(r[k] for r in base))
+    medians = {k: (statistics.median(r[k] for r in base), statistics.median(r[k] for r in new)) for k in names}
     if auto is not None:
         changed = auto & set(names)
     elif OPTS.changed:
         changed = set(OPTS.changed.split(",")) & set(names)
     else:
-        changed = {k for k, (b, n) in lowest.items() if abs(n / b - 1) > 0.07}
+        changed = {k for k, (b, n) in medians.items() if abs(n / b - 1) > 0.07}
+    unchanged = [k for k in names if k not in changed]
 
-    def normalized(r, k):
-        rest = sum(v for name, v in r.items() if name not in changed and name in lowest)
-        return r[k] / rest if rest else float("nan")
+    def pair_ratios(k):
+        """Per pair of batches, NEW / BASE for kernel `k` over the same for the unchanged kernels."""
+        ratios = []
+        for b, n in zip(base, new):
+            rest_b, rest_n = sum(b[u] for u in unchanged), sum(n[u] for u in unchanged)
+            if b[k] > 0 and rest_b > 0 and rest_n > 0:
+                ratios.append((n[k] / b[k]) / (rest_n / rest_b))
+        return sorted(ratios)
 
-    print(f"{'kernel':60s} {'base':>9s} {'new':>9s}  new/base (normalized)")
+    print(f"{'kernel':60s} {'base':>9s} {'new':>9s}  new/base (normalized; middle half of the pairs)")
     for k in names:
-        b, n = lowest[k]
+        b, n = medians[k]
         ratio = ""
-        if k in changed:
-            nb = statistics.median(normalized(r, k) for r in base)
-            nn = statistics.median(normalized(r, k) for r in new)
-            ratio = f"{nn / nb:.2f}"
+        if k in changed and (r := pair_ratios(k)):
+            ratio = f"{statistics.median(r):.2f} ({r[len(r) // 4]:.2f}-{r[(3 * len(r)) // 4]:.2f})"
         print(f"{k:60s} {b:9.1f} {n:9.1f}  {ratio}")
-    for tag in ("base", "new"):
-        runs = " ".join(f"{m:.0f}/{f:.0f}" for _, (m, f) in rounds[tag])
-        print(f"{tag}: median/fastest µs per round: {runs}")
+    for tag, side in (("base", batches[0]), ("new", batches[1])):
+        runs = " ".join(f"{m:.0f}/{f:.0f}" for _, (m, f) in side)
+        print(f"{tag}: median/fastest µs per batch: {runs}")
 
 
 if __name__ == "__main__":

@@ -145,8 +145,9 @@ class KilnBatches:
         if not line:
             self.proc.wait()
             self.stderr.seek(0)
-            err = self.stderr.read().strip()
-            raise RuntimeError(err.splitlines()[-1] if err else f"kiln exited with {self.proc.wait()}")
+            lines = self.stderr.read().strip().splitlines()
+            err = next((l for l in lines if l.startswith("error")), lines[-1] if lines else "")
+            raise RuntimeError(err or f"kiln exited with {self.proc.returncode}")
         median, fastest = line.split()
         return float(median), float(fastest)
 

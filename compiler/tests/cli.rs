@@ -555,7 +555,8 @@ fn bf16_precision_is_refused_without_amx_and_measured_against_fp32() {
 
 /// `kiln bench --paced`: one line of `median_us min_us` per line read, until
 /// the input ends (`scripts/bench_onnx.py` alternates it with ONNX Runtime);
-/// with `--profile` it is an error.
+/// with `--profile`, then `kernel=us` for each kernel of the model
+/// (`scripts/ab_kernels.py` alternates two kiln binaries).
 #[test]
 fn paced_bench_times_a_batch_per_line_of_input() {
     use std::io::Write;
@@ -563,22 +564,33 @@ fn paced_bench_times_a_batch_per_line_of_input() {
     let dir = tempfile::tempdir().expect("dir");
     let x = kiln::Tensor::from_f32(vec![1, 784], &[0.5; 784]);
     let input = format!("x={}", write(&dir, "x.npy", &kiln::npy::write_npy(&x)));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["bench", MLP, "--weights", WEIGHTS, "--input", &input, "--runs", "3", "--paced"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kiln");
-    child.stdin.take().expect("stdin").write_all(b"\n\n").expect("pace");
-    let out = child.wait_with_output().expect("wait");
-    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{err}");
-    let batches: Vec<Vec<f64>> =
-        stdout.lines().map(|l| l.split(' ').map(|v| v.parse::<f64>().expect("µs")).collect()).collect();
-    assert_eq!(batches.len(), 2, "{stdout}");
-    assert!(batches.iter().all(|b| b.len() == 2 && b[0] >= b[1] && b[1] > 0.0), "{stdout}");
-    let (code, _, err) = kiln(&["bench", MLP, "--paced", "--profile"]);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("cannot be used with"), "{err}");
+    for profile in [false, true] {
+        let mut args = vec!["bench", MLP, "--weights", WEIGHTS, "--input", &input, "--runs", "3", "--paced"];
+        if profile {
+            args.push("--profile");
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kiln");
+        child.stdin.take().expect("stdin").write_all(b"\n\n").expect("pace");
+        let out = child.wait_with_output().expect("wait");
+        let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{err}");
+        let lines: Vec<Vec<&str>> = stdout.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(lines.len(), 2, "{stdout}");
+        for fields in &lines {
+            let [median, min, kernels @ ..] = &fields[..] else { panic!("{stdout}") };
+            let (median, min) = (median.parse::<f64>().expect("µs"), min.parse::<f64>().expect("µs"));
+            assert!(median >= min && min > 0.0, "{stdout}");
+            assert_eq!(kernels.is_empty(), !profile, "{stdout}");
+            for k in kernels {
+                let (name, us) = k.split_once('=').expect("kernel=us");
+                assert!(name.starts_with("fused_") && us.parse::<f64>().is_ok_and(|us| us >= 0.0), "{stdout}");
+            }
+        }
+    }
 }

@@ -243,10 +243,11 @@ pub struct BenchOptions {
     #[arg(long)]
     pub profile: bool,
     /// Paced by another program (a benchmark alternating kiln with another
-    /// runtime): after the warm-up, time a batch of `--runs` runs each time
-    /// a line arrives on standard input, and print `median_us min_us` of the
-    /// batch as one line; end at the end of the input
-    #[arg(long, conflicts_with = "profile")]
+    /// runtime or another kiln): after the warm-up, time a batch of `--runs`
+    /// runs each time a line arrives on standard input, and print
+    /// `median_us min_us` of the batch as one line (with `--profile`, then
+    /// `kernel=us` per kernel); end at the end of the input
+    #[arg(long)]
     pub paced: bool,
 }
 

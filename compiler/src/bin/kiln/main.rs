@@ -5,6 +5,7 @@
 
 mod accuracy;
 mod args;
+mod bench;
 mod peak;
 mod progress;
 mod tune;
@@ -550,72 +551,6 @@ fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Re
         .collect())
 }
 
-/// `--profile`'s table: per kernel, the sum over its calls of each call's
-/// median time (`per_call[i]`: the samples of plan call `i`), slowest first.
-fn print_kernel_profile(plan: &kiln::backend::aot::ExecutorPlan, per_call: &mut [Vec<f64>]) {
-    use kiln::backend::profile::{kernel_class, kernel_flops};
-    // (kernel index, summed median µs, calls, class)
-    let mut by_kernel: Vec<(usize, f64, usize, &'static str)> = Vec::new();
-    let mut call_us = Vec::with_capacity(plan.calls.len());
-    for (call, samples) in plan.calls.iter().zip(per_call.iter_mut()) {
-        samples.sort_by(f64::total_cmp);
-        let median = samples[samples.len() / 2];
-        call_us.push(median);
-        match by_kernel.iter_mut().find(|e| e.0 == call.kernel) {
-            Some(e) => {
-                e.1 += median;
-                e.2 += 1;
-            }
-            None => by_kernel.push((call.kernel, median, 1, kernel_class(plan, call).name())),
-        }
-    }
-    by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let total: f64 = by_kernel.iter().map(|k| k.1).sum();
-    let flops = kernel_flops(plan);
-    for &(kernel, us, calls, class) in &by_kernel {
-        let rate = flops[kernel] as f64 * calls as f64 / us.max(1e-9) / 1e3;
-        out(&format!(
-            "{us:>10.1} us {:>5.1}%  {calls:>3}×  {rate:>6.1} GFLOP/s  {class:<12} {}\n",
-            100.0 * us / total,
-            plan.kernels[kernel].name
-        ));
-    }
-    print_class_shares(plan, &call_us, &flops);
-}
-
-/// `--profile`'s second table: per class of kernel, its share of the time
-/// next to its share of the floating-point work, and their ratio (above 1, a
-/// class takes more of the time than of the work).
-fn print_class_shares(plan: &kiln::backend::aot::ExecutorPlan, call_us: &[f64], flops: &[u64]) {
-    let shares = kiln::backend::profile::class_shares(plan, call_us, flops);
-    let (us, flops): (f64, u64) = shares.iter().fold((0.0, 0), |(t, f), s| (t + s.us, f + s.flops));
-    if us <= 0.0 || flops == 0 {
-        return;
-    }
-    out(&format!(
-        "\nby class ({:.3} GFLOP as executed: Winograd's are fewer than a direct convolution's)\n",
-        flops as f64 / 1e9
-    ));
-    out(&format!(
-        "{:>14} {:>12} {:>7} {:>11} {:>13} {:>9}\n",
-        "class", "time", "time %", "FLOP %", "time / FLOP", "GFLOP/s"
-    ));
-    for s in &shares {
-        let (time_share, work_share) = (s.us / us, s.flops as f64 / flops as f64);
-        let ratio = if work_share > 0.0 { format!("{:.2}", time_share / work_share) } else { "-".into() };
-        let rate = if s.us > 0.0 { s.flops as f64 / s.us / 1e3 } else { 0.0 };
-        out(&format!(
-            "{:>14} {:>9.1} us {:>6.1}% {:>10.1}% {:>13} {:>9.1}\n",
-            s.class.name(),
-            s.us,
-            100.0 * time_share,
-            100.0 * work_share,
-            ratio,
-            rate
-        ));
-    }
-}
-
 /// Run (and, for `bench`, time) a compiled model with the chosen backend.
 fn execute(
     c: &CompileArgs,
@@ -638,76 +573,9 @@ fn execute(
     progress::detail(format!("{} kernel calls on {} thread(s)", plan.calls.len(), c.threads));
     ex.run().map_err(|e| e.to_string())?;
     if bench {
-        // Set once: updating the line inside the timed loop would perturb what it times.
-        progress::stage("timing");
-        progress::detail(format!("10 warm-up and {} timed runs", c.runs));
-        for _ in 0..10 {
-            ex.run().map_err(|e| e.to_string())?;
-        }
-        let mut timed_runs = || -> Result<Vec<f64>, String> {
-            let mut times: Vec<f64> = (0..c.runs)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    ex.run().map(|()| t.elapsed().as_secs_f64() * 1e6)
-                })
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string())?;
-            times.sort_by(f64::total_cmp);
-            Ok(times)
-        };
-        if c.paced {
-            return paced_batches(&mut timed_runs).map(|()| ex.outputs());
-        }
-        let times = timed_runs()?;
-        if c.profile {
-            progress::detail(format!("each of {} kernel calls, {} runs", plan.calls.len(), c.runs.min(50)));
-            // Per kernel: the median over the runs of each call's time, grouped by kernel.
-            let mut per_call: Vec<Vec<f64>> = Vec::new();
-            for _ in 0..c.runs.min(50) {
-                for (i, t) in ex.run_timed().map_err(|e| e.to_string())?.into_iter().enumerate() {
-                    if per_call.len() <= i {
-                        per_call.push(Vec::new());
-                    }
-                    per_call[i].push(t);
-                }
-            }
-            print_kernel_profile(plan, &mut per_call);
-        }
-        // Where the figure was taken: the code's CPU and features, and this machine's.
-        let here = kiln::target::TargetDescription::resolve("llvm -mcpu=native");
-        out(&format!(
-            "{}: median {:.1} us, min {:.1} us over {} runs, {} thread(s), target `{}` (cpu {}: {}), on {} ({})\n",
-            c.file,
-            times[times.len() / 2],
-            times[0],
-            times.len(),
-            c.threads,
-            c.target,
-            description.cpu,
-            description.features.join(" "),
-            here.cpu,
-            here.features.join(" ")
-        ));
+        bench::time_model(c, plan, &mut ex, &description)?;
     }
     Ok(ex.outputs())
-}
-
-/// `kiln bench --paced`: a batch of timed runs per line of standard input,
-/// its median and fastest run (µs) printed as one line, until the input
-/// ends. A benchmark that alternates kiln with another runtime batch by
-/// batch compares the two in the same moments of a shared machine, whose
-/// slow phases last longer than a batch (`scripts/bench_onnx.py`).
-fn paced_batches(timed_runs: &mut dyn FnMut() -> Result<Vec<f64>, String>) -> Result<(), String> {
-    use std::io::{BufRead, Write};
-    let mut stdout = std::io::stdout().lock();
-    for line in std::io::stdin().lock().lines() {
-        line.map_err(|e| format!("reading the pace from standard input: {e}"))?;
-        let times = timed_runs()?;
-        writeln!(stdout, "{:.1} {:.1}", times[times.len() / 2], times[0])
-            .and_then(|()| stdout.flush())
-            .map_err(|e| format!("writing a batch's time: {e}"))?;
-    }
-    Ok(())
 }
 
 fn run_model(c: &CompileArgs, bench: bool) -> Result<(), String> {
