@@ -15,7 +15,9 @@ mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, interpreted};
-use depthwise::depthwise_convolutions_match_the_interpreter;
+use depthwise::{
+    depthwise_convolutions_match_the_interpreter, large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes,
+};
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
@@ -55,6 +57,7 @@ fn main() {
             row_reductions_on_vector_lanes_match_the_interpreter,
             large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
+            large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
             integer_convolutions_match_the_interpreter,

@@ -81,3 +81,62 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         }
     }
 }
+
+/// On 8 lanes a stride-1 depthwise convolution whose padded plane outgrows
+/// L1 (112 × 112: 52 KB) pads a few rows per tile of two output rows, channels
+/// in parallel, no bands; a 56 × 56 plane (13 KB), a stride-2 image and 16
+/// lanes keep the padded plane per channel (or band). All equal the
+/// interpreter on LLVM, 1 and 2 threads.
+pub(super) fn large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x1: Tensor[(1, 2, 112, 112), float32], %w1: Tensor[(2, 1, 3, 3), float32],
+          %x2: Tensor[(1, 2, 56, 56), float32], %w2: Tensor[(2, 1, 3, 3), float32],
+          %x3: Tensor[(1, 2, 112, 112), float32], %w3: Tensor[(2, 1, 3, 3), float32]) {
+  %0 = nn.conv2d(%x1, %w1, padding=[1, 1, 1, 1], groups=2);
+  %1 = nn.conv2d(%x2, %w2, padding=[1, 1, 1, 1], groups=2);
+  %2 = nn.conv2d(%x3, %w3, strides=[2, 2], padding=[1, 1, 1, 1], groups=2);
+  (clip(%0, a_min=0f, a_max=6f), %1, %2)
+}
+"#;
+    let (m, args, want) = interpreted(text);
+    for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
+        let mut ctx = PassContext::new().with_opt_level(3);
+        unit.configure(&mut ctx);
+        let (_, plan) = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile");
+        // Each depthwise kernel's padded image: its shape.
+        let padded = |input: &[usize], stride_two: bool| {
+            let phase_split = |k: &PrimFunc| {
+                let mut five = false;
+                k.body.visit(&mut |s| {
+                    if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+                        five |= buffer.name().starts_with("pad") && buffer.shape().len() == 5;
+                    }
+                });
+                five
+            };
+            let k = (plan.kernels.iter()).find(|k| {
+                k.params[0].shape() == input && k.attrs.contains_key("conv2d.groups") && phase_split(k) == stride_two
+            });
+            let mut shapes = Vec::new();
+            k.expect("the depthwise kernel").body.visit(&mut |s| {
+                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+                    if buffer.name().starts_with("pad") {
+                        shapes.push(buffer.shape().to_vec());
+                    }
+                }
+            });
+            shapes
+        };
+        let eight = unit.f32_lanes == 8;
+        let rows: Vec<usize> = if eight { vec![1, 1, 4, 114] } else { vec![1, 1, 30, 114] };
+        assert_eq!(padded(&[1, 2, 112, 112], false), [rows], "{} lanes", unit.f32_lanes);
+        // A band of rows (or the plane), not a few rows per tile.
+        let band = padded(&[1, 2, 56, 56], false);
+        assert!(band.len() == 1 && band[0][2] > 4, "{} lanes: {band:?}", unit.f32_lanes);
+        assert_eq!(padded(&[1, 2, 112, 112], true).len(), 1, "{} lanes", unit.f32_lanes);
+        let jit = kiln::codegen::llvm::Jit::new("depthwise_planes", &plan.kernels).expect("jit");
+        for threads in [1, 2] {
+            compare("depthwise_planes", "llvm", &host::run(&plan, &jit, &args, threads).expect("run"), &want, false);
+        }
+    }
+}

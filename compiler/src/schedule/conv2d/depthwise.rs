@@ -19,6 +19,10 @@ const WIDE_DEPTHWISE_VECTORS: i64 = 8;
 /// The fewest output rows of a depthwise convolution run in bands of rows.
 const MIN_BANDED_ROWS: i64 = 32;
 
+/// A padded plane larger than this (an L1 data cache, Zen 3's) is padded a
+/// few rows at a time on 8 lanes (see `schedule_depthwise`).
+const L1_PLANE_BYTES: i64 = 32 * 1024;
+
 /// Whether a convolution kernel reads one input channel per output channel
 /// (grouped, one input channel per group: depthwise, with any multiplier).
 pub(super) fn is_depthwise(f: &PrimFunc) -> bool {
@@ -73,14 +77,31 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // on Sapphire Rapids). Whole-vector rows keep four (two were faster on
     // 112 × 112 there; not taken into the rule).
     let budget = if !whole && unit.registers >= 32 { WIDE_DEPTHWISE_VECTORS } else { 4 };
-    let rows = knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (budget / tile_vectors).max(1)));
+    // On 8 lanes a stride-1 plane past L1 (MobileNetV2's 112 × 112) is
+    // padded a few rows at a time, two output rows per tile: the padded
+    // plane computed once per channel (52 KB) left L1 before its last rows
+    // were read (Zen 3, `kiln tune`'s find, paired batches: 0.77× the time at
+    // one thread, 0.84× at two). 56 × 56 planes (13 KB) gain nothing at one
+    // thread; stride-2 images (phase-split) lost; AVX-512 is unmeasured.
+    let stride_one = !pads.is_empty() && pads.iter().all(|p| p.shape().len() == 4);
+    let rows_of_plane = knobs.order.is_none()
+        && knobs.rows.is_none()
+        && whole
+        && lanes == 8
+        && stride_one
+        && (ohe + 2) * (owe + 2) * 4 > L1_PLANE_BYTES;
+    let rows = if rows_of_plane {
+        divisor_at_most(ohe, 2)
+    } else {
+        knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (budget / tile_vectors).max(1)))
+    };
     if rows < 1 || ohe % rows != 0 || rows * tile_vectors > MAX_DEPTHWISE_TILE || knobs.cols.is_some() {
         return Err(err(&s, &format!("a depthwise tile of {rows} rows does not fit {ohe} rows")));
     }
     let (oh_o, oh_i) = s.split(oh, rows as usize)?;
     let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
     let row_tiles = extent(&s, &oh_o).unwrap_or(1);
-    let by_rule = knobs.order.is_none();
+    let by_rule = knobs.order.is_none() && !rows_of_plane;
     let bands = if by_rule && ohe >= MIN_BANDED_ROWS { [4, 2].into_iter().find(|b| row_tiles % b == 0) } else { None };
     let (band, oh_o) = match bands {
         Some(b) => {
@@ -93,6 +114,7 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // The padded image per channel (the rule) or per block of output rows
     // (`order=rows`: a few input rows, in L1 where a whole plane is not).
     let pad_at = match knobs.order {
+        None if rows_of_plane => oh_o.clone(),
         None | Some(ConvOrder::ChannelsPaddedOnce) => oc.clone(),
         Some(ConvOrder::Rows) => oh_o.clone(),
         Some(ConvOrder::ChannelsInPlace) => return Err(err(&s, "a depthwise convolution reads a padded image")),
