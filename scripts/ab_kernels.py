@@ -25,6 +25,8 @@ import subprocess
 import tempfile
 import time
 
+from kiln_paced import PacedKiln
+
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("base")
 ARGS.add_argument("new")
@@ -37,40 +39,10 @@ ARGS.add_argument("--changed", help="comma-separated kernel names known to diffe
 ARGS.add_argument("--target", help='build for this target, e.g. "llvm -mcpu=znver3" (the AVX2 path on any x86 CPU)')
 OPTS = ARGS.parse_args()
 
-class Paced:
-    """A `kiln bench --profile --paced` process; `batch()` returns ({kernel: µs}, (median, fastest))."""
-
-    def __init__(self, kiln):
-        args = [kiln, "bench", OPTS.model, "--input", OPTS.input, "--threads", str(OPTS.threads),
-                "--runs", str(OPTS.runs), "--profile", "--paced"] + (["--target", OPTS.target] if OPTS.target else [])
-        # Its messages go to a file: a pipe nobody reads would stall it once full.
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     text=True)
-
-    def batch(self):
-        try:
-            self.proc.stdin.write("\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except BrokenPipeError:  # kiln has exited: its messages say why
-            line = ""
-        if not line:
-            self.proc.wait()
-            self.stderr.seek(0)
-            lines = self.stderr.read().strip().splitlines()
-            err = next((l for l in lines if l.startswith("error")), lines[-1] if lines else "")
-            raise SystemExit(err or f"kiln exited with {self.proc.returncode}")
-        median, fastest, *kernels = line.split()
-        return {k: float(us) for k, us in (kv.split("=", 1) for kv in kernels)}, (float(median), float(fastest))
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        self.proc.wait()
-        self.stderr.close()
+def paced(kiln):
+    """A `kiln bench MODEL --profile --paced` process of `kiln`."""
+    return PacedKiln([kiln, "bench", OPTS.model, "--input", OPTS.input, "--threads", str(OPTS.threads),
+                      "--runs", str(OPTS.runs), "--profile"] + (["--target", OPTS.target] if OPTS.target else []))
 
 
 # One kernel's assembly, from its label to LLVM's end-of-function label.
@@ -105,13 +77,16 @@ def main():
     auto = changed_kernels() if OPTS.changed == "auto" else None
     if auto is not None:
         print(f"kernels whose assembly differs: {', '.join(sorted(auto)) or 'none'}")
-    sides = [Paced(OPTS.base), Paced(OPTS.new)]
+    sides = [paced(OPTS.base), paced(OPTS.new)]
     batches = [[], []]
     try:
         for i in range(OPTS.rounds):
             for k in ((0, 1) if i % 2 == 0 else (1, 0)):
                 time.sleep(0.005)  # kiln's idle workers spin for 200 µs
-                batches[k].append(sides[k].batch())
+                median, fastest, kernels = sides[k].batch()
+                batches[k].append((kernels, (median, fastest)))
+    except RuntimeError as e:
+        raise SystemExit(str(e))
     finally:
         for side in sides:
             side.close()

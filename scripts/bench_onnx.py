@@ -38,11 +38,12 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 import onnxruntime as ort
+
+from kiln_paced import PacedKiln
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -120,44 +121,18 @@ class OrtBatches:
         self.sess = None
 
 
-class KilnBatches:
+class KilnBatches(PacedKiln):
     """A `kiln bench --paced` process (the model compiled once); `batch()` has it time `runs` runs:
     (median, fastest) in µs, as kiln measures them."""
 
     def __init__(self, model, input_name, inp, threads, runs, tuning=None, precision="fp32"):
         args = [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs",
-                str(runs), "--target", OPTS.target, "--precision", precision, "--paced"]
-        if tuning:
-            args += ["--tuning", tuning]
-        # Its messages go to a file: a pipe nobody reads would stall it once full.
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     text=True)
+                str(runs), "--target", OPTS.target, "--precision", precision]
+        super().__init__(args + (["--tuning", tuning] if tuning else []))
         self.pause_after = PAUSE_AFTER_KILN_S
 
     def batch(self):
-        try:
-            self.proc.stdin.write("\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except BrokenPipeError:  # kiln has exited: its messages say why
-            line = ""
-        if not line:
-            self.proc.wait()
-            self.stderr.seek(0)
-            lines = self.stderr.read().strip().splitlines()
-            err = next((l for l in lines if l.startswith("error")), lines[-1] if lines else "")
-            raise RuntimeError(err or f"kiln exited with {self.proc.returncode}")
-        median, fastest = line.split()
-        return float(median), float(fastest)
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        self.proc.wait()
-        self.stderr.close()
+        return super().batch()[:2]
 
 
 def paired_batches(sides, pairs):
