@@ -40,9 +40,7 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
 "#;
     let (m, args, want) = interpreted(text);
     for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
-        let mut ctx = PassContext::new().with_opt_level(3);
-        unit.configure(&mut ctx);
-        let (_, plan) = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile");
+        let plan = plan_for(&m, unit);
         let depthwise: Vec<_> = plan.kernels.iter().filter(|k| k.attrs.contains_key("conv2d.groups")).collect();
         assert_eq!(depthwise.len(), 8, "eight grouped convolutions");
         // Only the unpadded convolution (7-wide rows, nothing to read past their end) falls back.
@@ -100,32 +98,14 @@ def @main(%x1: Tensor[(1, 2, 112, 112), float32], %w1: Tensor[(2, 1, 3, 3), floa
 "#;
     let (m, args, want) = interpreted(text);
     for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
-        let mut ctx = PassContext::new().with_opt_level(3);
-        unit.configure(&mut ctx);
-        let (_, plan) = kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile");
-        // Each depthwise kernel's padded image: its shape.
+        let plan = plan_for(&m, unit);
+        // The padded images of the depthwise kernel over `input` (phase-split, 5-d, at stride 2).
         let padded = |input: &[usize], stride_two: bool| {
-            let phase_split = |k: &PrimFunc| {
-                let mut five = false;
-                k.body.visit(&mut |s| {
-                    if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
-                        five |= buffer.name().starts_with("pad") && buffer.shape().len() == 5;
-                    }
-                });
-                five
-            };
-            let k = (plan.kernels.iter()).find(|k| {
-                k.params[0].shape() == input && k.attrs.contains_key("conv2d.groups") && phase_split(k) == stride_two
-            });
-            let mut shapes = Vec::new();
-            k.expect("the depthwise kernel").body.visit(&mut |s| {
-                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
-                    if buffer.name().starts_with("pad") {
-                        shapes.push(buffer.shape().to_vec());
-                    }
-                }
-            });
-            shapes
+            (plan.kernels.iter())
+                .filter(|k| k.params[0].shape() == input && k.attrs.contains_key("conv2d.groups"))
+                .map(padded_images)
+                .find(|shapes| shapes.iter().any(|s| s.len() == 5) == stride_two)
+                .expect("the depthwise kernel")
         };
         let eight = unit.f32_lanes == 8;
         let rows: Vec<usize> = if eight { vec![1, 1, 4, 114] } else { vec![1, 1, 30, 114] };
@@ -139,4 +119,24 @@ def @main(%x1: Tensor[(1, 2, 112, 112), float32], %w1: Tensor[(2, 1, 3, 3), floa
             compare("depthwise_planes", "llvm", &host::run(&plan, &jit, &args, threads).expect("run"), &want, false);
         }
     }
+}
+
+/// The shapes of a kernel's padded images (`pad…` allocations).
+fn padded_images(k: &PrimFunc) -> Vec<Vec<usize>> {
+    let mut shapes = Vec::new();
+    k.body.visit(&mut |s| {
+        if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+            if buffer.name().starts_with("pad") {
+                shapes.push(buffer.shape().to_vec());
+            }
+        }
+    });
+    shapes
+}
+
+/// `m` optimized and planned for `unit` at opt level 3.
+fn plan_for(m: &kiln::relay::IRModule, unit: kiln::target::VectorUnit) -> kiln::backend::aot::ExecutorPlan {
+    let mut ctx = PassContext::new().with_opt_level(3);
+    unit.configure(&mut ctx);
+    kiln::build::optimize_and_plan(m.clone(), std::sync::Arc::new(ctx)).expect("compile").1
 }
