@@ -105,7 +105,7 @@ fn kernel_times(plan: &ExecutorPlan, per_call: &mut [Vec<f64>]) -> (Vec<KernelTi
 
 /// `--profile`'s table: per kernel, the sum over its calls of each call's
 /// median time, slowest first; then the classes' shares.
-fn print_kernel_profile(plan: &ExecutorPlan, per_call: &mut [Vec<f64>]) {
+pub(super) fn print_kernel_profile(plan: &ExecutorPlan, per_call: &mut [Vec<f64>]) {
     use kiln::backend::profile::{kernel_class, kernel_flops};
     let (mut by_kernel, call_us) = kernel_times(plan, per_call);
     by_kernel.sort_by(|a, b| b.us.total_cmp(&a.us));

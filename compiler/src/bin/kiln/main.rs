@@ -389,7 +389,7 @@ fn run_on_gpu(
                 per_call[i].push(t);
             }
         }
-        print_kernel_profile(plan, &mut per_call);
+        bench::print_kernel_profile(plan, &mut per_call);
     }
     Ok(outputs)
 }
