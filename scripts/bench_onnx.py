@@ -150,20 +150,6 @@ def paired_batches(sides, pairs):
     return results
 
 
-def kiln_times_us(model, input_name, inp, threads, runs, tuning=None, precision="fp32"):
-    """kiln's (median, fastest) run in µs, as `kiln bench` prints them."""
-    args = [KILN, "bench", model, "--input", f"{input_name}={inp}", "--threads", str(threads), "--runs", str(runs),
-            "--target", OPTS.target, "--precision", precision]
-    if tuning:
-        args += ["--tuning", tuning]
-    run = subprocess.run(args, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise RuntimeError(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}")
-    out = run.stdout
-    m = re.search(r"median ([0-9.]+) us, min ([0-9.]+) us", out)
-    return float(m.group(1)), float(m.group(2))
-
-
 def model_gflop(model, x):
     """Floating-point operations of one run, in GFLOP: 2 per multiply-add of every Conv, Gemm and
     MatMul (as a direct computation does them; Winograd does fewer), with shapes inferred for the
@@ -247,11 +233,14 @@ def main():
         log = log if log and os.path.exists(log) else None
         precision = "bf16" if name.endswith(".bf16") else "fp32"
         if precision == "bf16":
+            probe = KilnBatches(model, input_name, inp, 1, 1, precision=precision)
             try:
-                kiln_times_us(model, input_name, inp, 1, 1, precision=precision)
+                probe.batch()
             except RuntimeError as e:
                 print(f"<!-- {name}: skipped, {e} -->", file=sys.stderr)
                 continue
+            finally:
+                probe.close()
         # A quantized model's work is its float original's (ONNX shape inference stops at
         # com.microsoft operators, which would leave most of a QOperator graph uncounted).
         original = os.path.join(MODELS, name.split(".")[0] + ".onnx")

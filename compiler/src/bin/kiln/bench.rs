@@ -63,7 +63,7 @@ fn timed_runs(ex: &mut Executor<'_>, runs: usize) -> Result<Vec<f64>, String> {
 }
 
 /// Per plan call, its microseconds in each of `runs` runs.
-fn timed_calls(ex: &mut Executor<'_>, runs: usize) -> Result<Vec<Vec<f64>>, String> {
+pub(super) fn timed_calls(ex: &mut Executor<'_>, runs: usize) -> Result<Vec<Vec<f64>>, String> {
     let mut per_call: Vec<Vec<f64>> = Vec::new();
     for _ in 0..runs {
         for (i, t) in ex.run_timed().map_err(|e| e.to_string())?.into_iter().enumerate() {

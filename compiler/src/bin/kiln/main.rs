@@ -536,13 +536,7 @@ fn execute_timed(c: &CompileArgs, plan: &kiln::backend::aot::ExecutorPlan) -> Re
     for _ in 0..3 {
         ex.run().map_err(|e| e.to_string())?;
     }
-    let mut per_call: Vec<Vec<f64>> = vec![Vec::new(); plan.calls.len()];
-    for _ in 0..20 {
-        for (i, t) in ex.run_timed().map_err(|e| e.to_string())?.into_iter().enumerate() {
-            per_call[i].push(t);
-        }
-    }
-    Ok(per_call
+    Ok(bench::timed_calls(&mut ex, 20)?
         .into_iter()
         .map(|mut v| {
             v.sort_by(f64::total_cmp);

@@ -81,8 +81,9 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // padded a few rows at a time, two output rows per tile: the padded
     // plane computed once per channel (52 KB) left L1 before its last rows
     // were read (Zen 3, `kiln tune`'s find, paired batches: 0.77× the time at
-    // one thread, 0.84× at two). 56 × 56 planes (13 KB) gain nothing at one
-    // thread; stride-2 images (phase-split) lost; AVX-512 is unmeasured.
+    // one thread, 0.87× at two). 56 × 56 planes (13 KB) gain nothing at one
+    // thread; stride-2 images (phase-split) lost; AVX-512 is unmeasured. The
+    // rule's point is the tuning knobs' `order=rows rows=2`.
     let stride_one = !pads.is_empty() && pads.iter().all(|p| p.shape().len() == 4);
     let rows_of_plane = knobs.order.is_none()
         && knobs.rows.is_none()
@@ -90,18 +91,18 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
         && lanes == 8
         && stride_one
         && (ohe + 2) * (owe + 2) * 4 > L1_PLANE_BYTES;
-    let rows = if rows_of_plane {
-        divisor_at_most(ohe, 2)
-    } else {
-        knobs.rows.unwrap_or_else(|| divisor_at_most(ohe, (budget / tile_vectors).max(1)))
-    };
+    let order = knobs.order.or(rows_of_plane.then_some(ConvOrder::Rows));
+    let rows = knobs.rows.unwrap_or_else(|| {
+        let most = if rows_of_plane { 2 } else { (budget / tile_vectors).max(1) };
+        divisor_at_most(ohe, most)
+    });
     if rows < 1 || ohe % rows != 0 || rows * tile_vectors > MAX_DEPTHWISE_TILE || knobs.cols.is_some() {
         return Err(err(&s, &format!("a depthwise tile of {rows} rows does not fit {ohe} rows")));
     }
     let (oh_o, oh_i) = s.split(oh, rows as usize)?;
     let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
     let row_tiles = extent(&s, &oh_o).unwrap_or(1);
-    let by_rule = knobs.order.is_none() && !rows_of_plane;
+    let by_rule = order.is_none();
     let bands = if by_rule && ohe >= MIN_BANDED_ROWS { [4, 2].into_iter().find(|b| row_tiles % b == 0) } else { None };
     let (band, oh_o) = match bands {
         Some(b) => {
@@ -113,8 +114,7 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     };
     // The padded image per channel (the rule) or per block of output rows
     // (`order=rows`: a few input rows, in L1 where a whole plane is not).
-    let pad_at = match knobs.order {
-        None if rows_of_plane => oh_o.clone(),
+    let pad_at = match order {
         None | Some(ConvOrder::ChannelsPaddedOnce) => oc.clone(),
         Some(ConvOrder::Rows) => oh_o.clone(),
         Some(ConvOrder::ChannelsInPlace) => return Err(err(&s, "a depthwise convolution reads a padded image")),
