@@ -200,6 +200,14 @@ impl Tensor {
         numel(&self.shape)
     }
 
+    /// The 64-bit digest of the data that hashing the tensor uses (foldhash,
+    /// fixed seed), computed once per shared buffer: a caller that made a
+    /// large tensor on a worker thread computes it there, so that interning
+    /// the tensor later (hash-consing reads it) costs the main thread nothing.
+    pub fn digest(&self) -> u64 {
+        self.data.digest()
+    }
+
     /// The data: the elements row-major, each as little-endian bytes of the dtype.
     pub fn bytes(&self) -> &[u8] {
         &self.data.bytes

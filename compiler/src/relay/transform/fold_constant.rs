@@ -155,7 +155,14 @@ fn evaluate_constant_calls(
         let results = crate::parallel::parallel_map(&jobs, threads, |(id, args)| {
             let ExprKind::Call(call) = store.kind(*id) else { return None };
             let Callee::Op(op) = call.callee else { return None };
-            (op_registry().get(op).eval)(args, &call.attrs).ok()
+            let value = (op_registry().get(op).eval)(args, &call.attrs).ok();
+            // Interning the result hashes its bytes: done here, in parallel,
+            // not on the main thread after (ResNet-18's weights-only rebuild
+            // hashed ~150 MB of folded weights there).
+            if let Some(Value::Tensor(t)) = &value {
+                t.digest();
+            }
+            value
         });
         for ((id, _), v) in jobs.into_iter().zip(results) {
             if let Some(v) = v.flatten() {
