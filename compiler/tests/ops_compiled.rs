@@ -24,7 +24,10 @@ use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
 };
-use packed_pixels::packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes;
+use packed_pixels::{
+    packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
+    packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
+};
 use winograd::{
     sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter, winograd_convolutions_match_the_interpreter,
 };
@@ -64,6 +67,7 @@ fn main() {
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
             packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
+            packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
             integer_convolutions_match_the_interpreter,
             amx_convolutions_match_the_interpreter,
             byte_activations_between_kernels_match_the_interpreter,

@@ -1,4 +1,5 @@
-//! Packed 1 × 1 convolutions over fused pixels: their register tiles.
+//! Packed convolutions whose register tiles overlap at the end of a run: 1 × 1
+//! ones over fused pixels, and rows of 112 columns.
 
 use super::check_compiled;
 use kiln::tir::PrimFunc;
@@ -38,6 +39,38 @@ def @main(%x: Tensor[(1, 128, 14, 14), float32], %r: Tensor[(1, 64, 14, 14), flo
             assert_eq!(tile(96), ("4, 3, 8".to_string(), false), "96 channels, 8 lanes");
         } else {
             assert!(!tile(64).1, "no overlapping tile on 16 lanes");
+        }
+    });
+}
+
+/// A packed 3 × 3, stride-2 convolution of 3 input channels to 32 (a
+/// MobileNetV2-style stem) on a 112-wide output row: its 2 channel vectors ×
+/// 4 columns grow to 2 × 6 on 8 lanes, 19 tiles a row, the last overlapping
+/// the one before (its first column clamped with a `min`); 16 lanes keep their
+/// tile. With a bias and a clip; all equal the interpreter on LLVM and C, 1
+/// and 2 threads.
+pub(super) fn packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 224, 224), float32], %w: Tensor[(32, 3, 3, 3), float32], %b: Tensor[(32), float32]) {
+  clip(nn.bias_add(nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1]), %b), a_min=0f, a_max=6f)
+}
+"#;
+    check_compiled(text, &["w", "b"], false, &|kernels, lanes| {
+        let k: &PrimFunc =
+            kernels.iter().find(|k| k.attrs.contains_key("conv2d.weight_block")).expect("the packed convolution");
+        let text = kiln::tir::print_prim_func(k);
+        let tile = text
+            .lines()
+            .find(|l| l.contains("_local = T.alloc_buffer(["))
+            .and_then(|l| l.split(" = T.alloc_buffer([").nth(1)?.split(']').next().map(str::to_string))
+            .expect("an accumulator tile");
+        // The last of 19 tiles starts at column 106 = 112 - 6.
+        let overlapping = text.contains("T.serial(19)") && text.contains("* 6), 106)");
+        if lanes == 8 {
+            assert_eq!(tile, "6, 2, 8", "8 lanes: {text}");
+            assert!(overlapping, "19 tiles, the last overlapping: {text}");
+        } else {
+            assert!(!overlapping, "no overlapping tile on 16 lanes: {text}");
         }
     });
 }

@@ -97,18 +97,25 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     && knobs.order != Some(ConvOrder::ChannelsPaddedOnce)
                     && unit_stride_1x1
                     && tile_cost_in_row(&pixels_tile, pixels, registers) < tile_cost_in_row(&rows_tile, owe, registers);
-                let (rule, width) = if fuse_pixels {
-                    (wider_pixel_tile(pixels_tile, pixels, registers), pixels)
-                } else {
-                    (rows_tile, owe)
-                };
+                let (rule, width) = if fuse_pixels { (pixels_tile, pixels) } else { (rows_tile, owe) };
+                let by_rule = knobs.rows.is_none() && knobs.cols.is_none();
+                let rule = if by_rule { wider_tile(rule, width, registers) } else { rule };
+                // A row tile that does not divide the row (`wider_tile`) ends
+                // in one that overlaps the tile before; a tuning record's
+                // columns divide the row.
+                let overlapping_row = !fuse_pixels && width % rule.columns != 0 && by_rule;
                 let tile = PackedConvTile {
                     channel_vectors: knobs.rows.unwrap_or(rule.channel_vectors),
                     columns: knobs.cols.unwrap_or(rule.columns),
                 };
                 let (v, c) = (tile.channel_vectors, tile.columns);
                 packed_columns = Some(c);
-                if v < 1 || c < 1 || blocks % v != 0 || (width % c != 0 && !fuse_pixels) || v * c + v + 1 > registers {
+                if v < 1
+                    || c < 1
+                    || blocks % v != 0
+                    || (width % c != 0 && !fuse_pixels && !overlapping_row)
+                    || v * c + v + 1 > registers
+                {
                     return Err(err(
                         &s,
                         &format!("a {v} × {c} tile does not fit {blocks} channel blocks × {owe} columns"),
@@ -125,7 +132,7 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     // in parallel) or channel tiles outermost, as the rule says
                     // for the rows; the input read in place either way.
                     let px = s.fuse(oh, ow)?;
-                    // A tile that does not divide the pixels (`wider_pixel_tile`)
+                    // A tile that does not divide the pixels (`wider_tile`)
                     // ends in one that overlaps the tile before.
                     let (px_o, px_i) = if pixels % tile.columns == 0 {
                         s.split(&px, tile.columns as usize)?
@@ -149,7 +156,11 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                     };
                     break 'strategy root;
                 }
-                let (ow_o, ow_i) = s.split(ow, tile.columns as usize)?;
+                let (ow_o, ow_i) = if overlapping_row {
+                    s.split_overlapping(ow, tile.columns as usize)?
+                } else {
+                    s.split(ow, tile.columns as usize)?
+                };
                 // Stationary weights on a small map; on 16 lanes a 1 × 1
                 // convolution with few output channels reads its input in
                 // place instead of padding it once (the copy costs as much
@@ -212,7 +223,6 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                         // Without a batch loop the padded image stays where it was lowered.
                         pad_at = n.map_or(PaddedImage::AsLowered, |b| PaddedImage::At(b.clone()));
                         par = vec![oc_oo];
-                        let by_rule = knobs.rows.is_none() && knobs.cols.is_none();
                         if by_rule && two_row_tile(tile, registers) && extent(&s, oh).is_some_and(|r| r >= 2) {
                             tail_root = tile_two_rows(&mut s, oh, [&ow_o, &ow_i, &oc_oi, &oc_i])?;
                         }
@@ -567,15 +577,19 @@ struct PackedConvTile {
     columns: i64,
 }
 
-/// On 16 registers, a tile of fused pixels of 2 channel vectors × 4 pixels (8
-/// accumulators, the most whose columns divide a 14 × 14 map's 196 pixels)
-/// grows to 2 × 6 (12), its last tile overlapping the one before, where that
-/// computes at most [`MAX_OVERLAP_WASTE`] more pixels: with 8 accumulators
-/// every FMA must issue exactly on time to cover the latency (a C model of
-/// the loop on one Zen 3 core: 2 × 4 62 GFLOP/s, 2 × 6 94). MobileNetV2's
-/// 384 → 64 on 14 × 14 0.92× the time at one thread, 0.98× at two; its
-/// 192 → 64 1.00× / 0.92× (paired `ab_kernels.py`, 9 pairs).
-fn wider_pixel_tile(tile: PackedConvTile, pixels: i64, registers: i64) -> PackedConvTile {
+/// On 16 registers, a tile of 2 channel vectors × 4 columns (8 accumulators,
+/// the most whose columns divide a 14 × 14 map's 196 fused pixels or a
+/// 112-wide row) grows to 2 × 6 (12), its last tile overlapping the one
+/// before, where that computes at most [`MAX_OVERLAP_WASTE`] more columns:
+/// with 8 accumulators every FMA must issue exactly on time to cover the
+/// latency (a C model of the loop on one Zen 3 core: 2 × 4 62 GFLOP/s, 2 × 6
+/// 94). Paired `ab_kernels.py`, 9 pairs, one / two threads: over fused
+/// pixels, MobileNetV2's 384 → 64 on 14 × 14 0.92× / 0.98× the time, its
+/// 192 → 64 1.00× / 0.92×; over 112-wide rows (19 tiles for 112 columns),
+/// the stems — ResNet-18's 7 × 7 0.91× / 1.03×, MobileNetV2's 3 × 3
+/// 0.95× / 1.02×, PP-LCNet's 0.90× / 0.93×. (56- and 28-wide rows would
+/// compute 7 % more: left at 2 × 4.)
+fn wider_tile(tile: PackedConvTile, pixels: i64, registers: i64) -> PackedConvTile {
     let wider = PackedConvTile { channel_vectors: 2, columns: 6 };
     let computed = (pixels + wider.columns - 1) / wider.columns * wider.columns;
     let narrow = tile == PackedConvTile { channel_vectors: 2, columns: 4 };
