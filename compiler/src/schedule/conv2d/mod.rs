@@ -589,18 +589,19 @@ struct PackedConvTile {
 /// the stems — ResNet-18's 7 × 7 0.91× / 1.03×, MobileNetV2's 3 × 3
 /// 0.95× / 1.02×, PP-LCNet's 0.90× / 0.93×. (56- and 28-wide rows would
 /// compute 7 % more: left at 2 × 4.)
-fn wider_tile(tile: PackedConvTile, pixels: i64, registers: i64) -> PackedConvTile {
+fn wider_tile(tile: PackedConvTile, columns: i64, registers: i64) -> PackedConvTile {
     let wider = PackedConvTile { channel_vectors: 2, columns: 6 };
-    let computed = (pixels + wider.columns - 1) / wider.columns * wider.columns;
+    let computed = (columns + wider.columns - 1) / wider.columns * wider.columns;
     let narrow = tile == PackedConvTile { channel_vectors: 2, columns: 4 };
-    if registers == 16 && narrow && pixels >= wider.columns && computed as f64 <= pixels as f64 * MAX_OVERLAP_WASTE {
+    if registers == 16 && narrow && columns >= wider.columns && computed as f64 <= columns as f64 * MAX_OVERLAP_WASTE {
         wider
     } else {
         tile
     }
 }
 
-/// The most pixels an overlapping last tile may compute, relative to the map's.
+/// The most columns (fused pixels or a row's) tiles with an overlapping last
+/// one may compute, relative to the run's.
 const MAX_OVERLAP_WASTE: f64 = 1.05;
 
 /// Loads per FMA of a packed tile over a `row` of columns, with penalties for
