@@ -230,6 +230,22 @@ fn partial_vector_rows_are_one_masked_access_on_avx512() {
     assert_eq!(avx2_masked, 0, "no masked accesses on AVX2");
 }
 
+/// On AVX-512 a strided row of a pooling that is not a power of two lanes
+/// (LeNet's 2 × 2 stride-2 max pooling: 14 outputs from 27 inputs) is one
+/// whole load, one masked load and a two-input permute — not two overlapping
+/// 14-lane loads legalized as 8 + 4 + 2 lanes and joined by inserts (LeNet's
+/// first pooling 0.73× the time on Zen 5).
+#[test]
+fn strided_partial_rows_are_whole_and_masked_loads_on_avx512() {
+    let relay = "%x: Tensor[(1, 6, 28, 28), float32], %w: Tensor[(1, 6, 28, 28), float32]) {
+           nn.max_pool2d(add(%x, %w), pool_size=[2, 2], strides=[2, 2])";
+    let avx512 = assembly(relay, &[1, 6, 28, 28], "llvm -mcpu=skylake-avx512");
+    let count = |op: &str| avx512.lines().filter(|l| l.contains(op)).count();
+    let masked_loads = avx512.lines().filter(|l| l.contains("vmovups") && l.contains("{z}")).count();
+    assert!(masked_loads > 0 && count("vpermt2ps") > 0, "masked loads and permutes:\n{avx512}");
+    assert_eq!(count("vinsertf128") + count("vinsertf64x4"), 0, "no pieces joined by inserts:\n{avx512}");
+}
+
 /// On AVX-512 a Winograd input transform reads each tile position of a
 /// vector of 16 tiles with a gather (`vgatherdps`, 32-bit indices) — not lane by
 /// lane, 16 scalar loads and as many `vinsertps` per position, which took

@@ -103,6 +103,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let ptr = self.address(buf, std::slice::from_ref(base))?;
         let i32t = self.ctx.i32_type();
         let n = *lanes as u32;
+        if let Some(v) = self.masked_strided_load(buf, ptr, ft, (n, s as u32))? {
+            return Ok(Some(v));
+        }
         if span <= 2 * n {
             // Two overlapping whole vectors — the first `n` elements of the
             // span and the last `n` — and one two-input shuffle: an odd-sized
@@ -140,6 +143,58 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let mask: Vec<IntValue> = (0..*lanes as u64).map(|k| i32t.const_int(k * s as u64, false)).collect();
         let picked =
             self.e(self.b.build_shuffle_vector(wide, vt.get_undef(), VectorType::const_vector(&mask), "strided"))?;
+        Ok(Some(picked.into()))
+    }
+
+    /// [`Self::strided_load`] of `n` lanes `s` apart from `ptr` as whole
+    /// vectors, the last one masked, where masked access is one instruction
+    /// (see [`Self::masked_access`]) and the span fits two vectors: a
+    /// 14-lane stride-2 row of a 2 × 2 max pooling is one 16-lane load, one
+    /// masked 11-lane load and one two-input permute, where the two
+    /// overlapping `<14 x float>` loads had been legalized into three pieces
+    /// each and joined by inserts. None where that does not apply.
+    fn masked_strided_load(
+        &mut self,
+        buf: &Buffer,
+        ptr: PointerValue<'ctx>,
+        ft: inkwell::types::FloatType<'ctx>,
+        (n, s): (u32, u32),
+    ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let span = (n - 1) * s + 1;
+        let whole = n.next_power_of_two();
+        let wt = ft.vec_type(whole);
+        let bits = 8 * buf.elem().size_bytes() as u32;
+        let maskable = self.features.masked_partial
+            && buf.scope() == crate::tir::Scope::Global
+            && !self.stored.contains(&buf.id())
+            && matches!(bits, 32 | 64)
+            && whole * bits <= 512;
+        // Whole vectors (`n` a power of two) already load as two overlapping ones.
+        if !maskable || span > 2 * whole || n.is_power_of_two() {
+            return Ok(None);
+        }
+        // The `part` lanes at element `offset`: a plain load when whole,
+        // masked otherwise (a masked-off lane is never read).
+        let part = |g: &mut Self, offset: u32, part: u32| -> Result<VectorValue<'ctx>, CodegenError> {
+            // SAFETY: the span's elements are in the buffer (the caller's index).
+            let p = unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], "part") };
+            let p = g.e(p)?;
+            if part == whole {
+                let p = g.e(g.b.build_pointer_cast(p, compat::pointer_to(g.ctx, wt), "whole"))?;
+                let v = g.e(compat::load(&g.b, wt, p, "whole"))?;
+                if let Some(i) = v.as_instruction_value() {
+                    i.set_alignment(bits / 8).map_err(|m| llvm_err(&g.kernel, m))?;
+                }
+                return Ok(v.into_vector_value());
+            }
+            let v = g.masked_load(buf, p, (wt, wt), Some(part))?.into_vector_value();
+            Ok(v)
+        };
+        let low = part(self, 0, span.min(whole))?;
+        let high = if span > whole { part(self, whole, span - whole)? } else { wt.get_undef() };
+        let i32t = self.ctx.i32_type();
+        let mask: Vec<IntValue> = (0..n).map(|k| i32t.const_int((k * s) as u64, false)).collect();
+        let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
         Ok(Some(picked.into()))
     }
 
@@ -249,12 +304,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// `llvm.masked.load` of the first lanes of the whole vector `wt` at
-    /// `ptr` (see [`Self::masked_access`]), narrowed back to `vt`.
+    /// `ptr` (see [`Self::masked_access`]), narrowed back to `vt`; `read`
+    /// lanes are read where given (the rest are undefined), else `vt`'s.
     fn masked_load(
         &mut self,
         buf: &Buffer,
         ptr: PointerValue<'ctx>,
         (vt, wt): (VectorType<'ctx>, VectorType<'ctx>),
+        read: Option<u32>,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let (lanes, whole) = (vt.get_size(), wt.get_size());
         let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
@@ -263,7 +320,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             .ok_or_else(|| self.unsupported("llvm.masked.load"))?;
         let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
         let args: [BasicMetadataValueEnum; 4] =
-            [wptr.into(), align.into(), self.lane_mask(lanes, whole).into(), wt.get_undef().into()];
+            [wptr.into(), align.into(), self.lane_mask(read.unwrap_or(lanes), whole).into(), wt.get_undef().into()];
         let call = self.e(self.b.build_call(decl, &args, "mload"))?;
         let wide = match call.try_as_basic_value() {
             inkwell::values::ValueKind::Basic(v) => v.into_vector_value(),
@@ -371,7 +428,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
                 Some((ptr, vt)) => match self.masked_access(buf, vt).filter(|_| !self.stored.contains(&buf.id())) {
-                    Some(wt) => self.masked_load(buf, ptr, (vt, wt))?,
+                    Some(wt) => self.masked_load(buf, ptr, (vt, wt), None)?,
                     None => {
                         let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
                         if let Some(i) = v.as_instruction_value() {
