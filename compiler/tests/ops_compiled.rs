@@ -468,18 +468,32 @@ def @main(%h: Tensor[(8, 24), float32], %w: Tensor[(40, 24), float32], %b: Tenso
         assert_eq!(tiles, want, "register tiles with {lanes} lanes");
         assert_eq!(split_writebacks, want.len(), "whole and guarded write-backs with {lanes} lanes");
     });
-    // LeNet's 400 → 120: on 16 lanes one panel of 128 columns (8 zero
-    // columns, under a seventh of 120), on 8 lanes three panels of 40.
+    // LeNet's 400 → 120: on 16 lanes 128 columns (8 zero columns, under a
+    // seventh of 120) in two panels of 64 — 200 KB of weights, past L1: a
+    // panel per thread at two threads — on 8 lanes three panels of 40. Each
+    // panel's sum of 4 or 5 vectors runs in two interleaved partial tiles,
+    // and a 10-class head (one vector) in eight (`split_accumulation`).
     let lenet = r#"#[version = "0.0.5"]
-def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32]) {
-  nn.relu(nn.dense(%v, %w))
+def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32], %w2: Tensor[(10, 120), float32]) {
+  nn.dense(nn.relu(nn.dense(%v, %w)), %w2)
 }
 "#;
-    check_compiled(lenet, &["w"], false, &|kernels, lanes| {
+    check_compiled(lenet, &["w", "w2"], false, &|kernels, lanes| {
         let panels: Vec<&str> =
             kernels.iter().filter_map(|k| k.attrs.get("dense_pack.panel").map(String::as_str)).collect();
-        let want: &[&str] = if lanes == 8 { &["40"] } else { &["128"] };
+        let want: &[&str] = if lanes == 8 { &["40"] } else { &["64"] };
         assert_eq!(panels, want, "LeNet's panels with {lanes} lanes");
+        let mut partial_tiles = Vec::new();
+        for k in kernels {
+            k.body.visit(&mut |s| match s {
+                kiln::tir::Stmt::Allocate { buffer, .. } if buffer.name().ends_with("_split") => {
+                    partial_tiles.push(buffer.shape()[0])
+                }
+                _ => {}
+            });
+        }
+        partial_tiles.sort();
+        assert_eq!(partial_tiles, [2, 8], "partial tiles of the one-row products with {lanes} lanes");
     });
 }
 

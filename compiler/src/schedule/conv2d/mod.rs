@@ -458,7 +458,7 @@ enum PaddedImage {
 /// beside two rows of input vectors and a broadcast and divide the `rows`,
 /// else one.
 fn general_tile_rows(rows: i64, accumulators: i64, vectors: i64, registers: i64) -> i64 {
-    if rows % 2 == 0 && 2 * accumulators + 2 * vectors + 1 <= registers {
+    if rows % 2 == 0 && 2 * accumulators + 2 * vectors < registers {
         2
     } else {
         1

@@ -112,7 +112,7 @@ fn guard_innermost(s: Stmt, cond: Expr) -> Stmt {
 }
 
 /// `s` with each loop it declares over a new variable named `<name>_<suffix>`.
-fn fresh_loop_vars(s: Stmt, suffix: &str) -> Stmt {
+pub(super) fn fresh_loop_vars(s: Stmt, suffix: &str) -> Stmt {
     s.map_post(&mut |s| match s {
         Stmt::For(l) => {
             let l = *l;

@@ -6,7 +6,7 @@
 
 use kiln_ir::arith::{simplify, Bounds};
 
-use super::{Result, Schedule};
+use super::{fresh_loop_vars, Result, Schedule};
 use crate::tir::{BinOp, Buffer, Combiner, Expr, ForKind, Scope, Stmt, Var};
 
 /// The combiner of an update `acc[i] = acc[i] ⊕ value` and the other operand.
@@ -127,5 +127,139 @@ impl Schedule {
             body.extend(tail);
             Ok(Stmt::Allocate { buffer: part.clone(), body: Box::new(Stmt::seq(body)) })
         })
+    }
+}
+
+/// The accumulator of every update in `body`, where `body` is loops around
+/// updates `acc[i] = acc[i] + value` of one kernel-local `acc`, `i`
+/// independent of `k` and `value` not reading `acc`; None otherwise.
+fn summed_accumulator(body: &Stmt, k: &Var) -> Option<Buffer> {
+    let mut acc: Option<Buffer> = None;
+    let mut ok = true;
+    body.visit(&mut |s| match s {
+        Stmt::For(_) | Stmt::Seq(_) => {}
+        Stmt::Store { buffer, indices, value } => {
+            let sum = matches!(split_update(buffer, indices, value), Some((Combiner::Sum, ref v)) if !reads(v, buffer));
+            let same = acc.as_ref().is_none_or(|a| a == buffer);
+            ok &= sum && same && buffer.scope() == Scope::Local && indices.iter().all(|i| !i.uses_var(k));
+            acc = Some(buffer.clone());
+        }
+        _ => ok = false,
+    });
+    acc.filter(|_| ok)
+}
+
+impl Schedule {
+    /// A sum `for k { loops { acc[i] = acc[i] + f(k) } }` over a register
+    /// tile as `factor` interleaved partial tiles, each accumulating every
+    /// `factor`-th step (their loops unrolled), added into `acc` after the
+    /// loop; the last `n % factor` steps accumulate into `acc` directly.
+    /// A product with one row of few column vectors (a classifier's 128 →
+    /// 10) then keeps `factor` FMA chains in flight instead of waiting on one
+    /// (TVM's `rfactor` with the factored axis unrolled). The sum's order
+    /// changes (reassociation). Errors unless the loop is serial, has at
+    /// least `2 × factor` steps and holds only such updates of one
+    /// kernel-local accumulator.
+    pub fn split_accumulation(&mut self, k: &Var, factor: usize) -> Result<()> {
+        let kernel = self.func.name.clone();
+        self.rewrite_loop(k, |l| {
+            let err =
+                |m: &str| super::ScheduleError { kernel: kernel.clone(), message: format!("split accumulation: {m}") };
+            let (Some(min), Some(n)) = (l.min.as_int(), l.extent.as_int()) else {
+                return Err(err("the loop range is not constant"));
+            };
+            if l.kind != ForKind::Serial || factor < 2 || n < 2 * factor as i64 {
+                return Err(err("not a serial loop of at least two steps per partial tile"));
+            }
+            let Some(acc) = summed_accumulator(&l.body, &l.var) else {
+                return Err(err("the loop body is not sums into one kernel-local accumulator"));
+            };
+            let mut shape = vec![factor];
+            shape.extend(acc.shape().iter().copied());
+            let part = Buffer::new(&format!("{}_split", acc.name()), acc.elem(), shape, Scope::Local);
+            // `body` with each access of `acc` made one to `part[which]`.
+            let onto_part = |body: Stmt, which: Expr| {
+                let retarget = |e: Expr| retarget_loads(&e, &acc, &part, &which);
+                body.map_post(&mut |s| match s {
+                    Stmt::Store { buffer, indices, value } if buffer == acc => {
+                        let mut at = vec![which.clone()];
+                        at.extend(indices.iter().map(|i| retarget(i.clone())));
+                        Stmt::Store { buffer: part.clone(), indices: at, value: retarget(value) }
+                    }
+                    s => s,
+                })
+            };
+            let lane = |name: &str| Var::index(&format!("{}_{name}", l.var.name));
+            let (k_o, kk, k_i, k_t) = (lane("so"), lane("s"), lane("si"), lane("st"));
+            let at = |step: Expr, suffix: &str| {
+                let body =
+                    l.body.clone().map_exprs(&mut |e| e.substitute(&|v| (v.id == l.var.id).then(|| step.clone())));
+                fresh_loop_vars(body, suffix)
+            };
+            // Zero every partial tile: the update's loops, each store a zero.
+            let zero = acc.elem();
+            let init = Stmt::for_loop(
+                k_i.clone(),
+                factor,
+                ForKind::Unrolled,
+                onto_part(fresh_loop_vars(l.body.clone(), "si"), Expr::var(&k_i)).map_post(&mut |s| match s {
+                    Stmt::Store { buffer, indices, .. } if buffer == part => {
+                        Stmt::Store { buffer, indices, value: Combiner::Sum.identity(zero) }
+                    }
+                    s => s,
+                }),
+            );
+            let whole = n / factor as i64;
+            let step = Expr::int(min) + Expr::var(&k_o) * Expr::int(factor as i64) + Expr::var(&kk);
+            let update = Stmt::for_loop(
+                k_o.clone(),
+                whole as usize,
+                ForKind::Serial,
+                Stmt::for_loop(
+                    kk.clone(),
+                    factor,
+                    ForKind::Unrolled,
+                    onto_part(at(simplify(&step, &Bounds::new()), "s"), Expr::var(&kk)),
+                ),
+            );
+            // acc[i] += part[0][i] + part[1][i] + …, over the update's loops.
+            let fold = fresh_loop_vars(l.body.clone(), "sf").map_post(&mut |s| match s {
+                Stmt::Store { buffer, indices, .. } if buffer == acc => {
+                    let partial = |w: usize| {
+                        let mut at = vec![Expr::int(w as i64)];
+                        at.extend(indices.iter().cloned());
+                        Expr::Load(part.clone(), at)
+                    };
+                    let total = (1..factor).fold(partial(0), |t, w| t + partial(w));
+                    let value = Expr::Load(acc.clone(), indices.clone()) + total;
+                    Stmt::Store { buffer, indices, value }
+                }
+                s => s,
+            });
+            let tail_start = min + whole * factor as i64;
+            let tail = (tail_start < min + n).then(|| {
+                Stmt::for_loop(
+                    k_t.clone(),
+                    (min + n - tail_start) as usize,
+                    ForKind::Serial,
+                    at(Expr::int(tail_start) + Expr::var(&k_t), "st"),
+                )
+            });
+            let mut body = vec![init, update, fold];
+            body.extend(tail);
+            Ok(Stmt::Allocate { buffer: part.clone(), body: Box::new(Stmt::seq(body)) })
+        })
+    }
+}
+
+/// `e` with each load of `acc` a load of `part[which, …]`.
+fn retarget_loads(e: &Expr, acc: &Buffer, part: &Buffer, which: &Expr) -> Expr {
+    match e {
+        Expr::Load(b, idx) if b == acc => {
+            let mut at = vec![which.clone()];
+            at.extend(idx.iter().map(|i| retarget_loads(i, acc, part, which)));
+            Expr::Load(part.clone(), at)
+        }
+        _ => e.map_children(|c| retarget_loads(c, acc, part, which)),
     }
 }
