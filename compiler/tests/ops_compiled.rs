@@ -12,6 +12,8 @@ mod depthwise;
 mod low_precision;
 #[path = "ops_compiled/packed_pixels.rs"]
 mod packed_pixels;
+#[path = "ops_compiled/strided.rs"]
+mod strided;
 #[path = "ops_compiled/winograd.rs"]
 mod winograd;
 
@@ -27,6 +29,9 @@ use low_precision::{
 use packed_pixels::{
     packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
     packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
+};
+use strided::{
+    strided_padded_copies_are_vectors_and_match_the_interpreter, strided_pooling_rows_match_the_interpreter,
 };
 use winograd::{
     sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter, winograd_convolutions_match_the_interpreter,
@@ -63,6 +68,7 @@ fn main() {
             row_reductions_on_vector_lanes_match_the_interpreter,
             large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
             strided_pooling_rows_match_the_interpreter,
+            strided_padded_copies_are_vectors_and_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
             large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
@@ -494,28 +500,6 @@ def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32], %w2: T
         }
         partial_tiles.sort();
         assert_eq!(partial_tiles, [2, 8], "partial tiles of the one-row products with {lanes} lanes");
-    });
-}
-
-/// Poolings whose output rows read every second, third or fourth input
-/// (strided loads: on AVX-512 whole and masked vectors picked by one permute
-/// where a row is not a power of two lanes): LeNet's 2 × 2 stride 2 over
-/// 28-wide rows (14 lanes), a 3 × 3 stride-2 padded one over 14 (7 lanes),
-/// 3 × 3 stride 3 over 30 (10 lanes) and a 4 × 4 average at stride 4 over 24
-/// (6 lanes). Equal to the interpreter on LLVM and C, for 8- and 16-lane
-/// units, 1 and 2 threads.
-fn strided_pooling_rows_match_the_interpreter() {
-    let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 6, 28, 28), float32], %y: Tensor[(1, 4, 14, 14), float32], %z: Tensor[(1, 3, 30, 30), float32],
-          %v: Tensor[(1, 2, 24, 24), float32]) {
-  (nn.max_pool2d(%x, pool_size=[2, 2], strides=[2, 2]),
-   nn.max_pool2d(%y, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]),
-   nn.max_pool2d(%z, pool_size=[3, 3], strides=[3, 3]),
-   nn.avg_pool2d(%v, pool_size=[4, 4], strides=[4, 4]))
-}
-"#;
-    check_compiled(text, &[], false, &|kernels, lanes| {
-        assert_eq!(kernels.iter().filter(|k| k.name.contains("pool")).count(), 4, "pooling kernels with {lanes} lanes");
     });
 }
 

@@ -304,6 +304,7 @@ fn prim_func_passes_run_over_lowered_kernels_and_instruments_see_them() {
             "tir.Simplify on fused_exp_add",
             "tir.UnrollLoop on fused_exp_add",
             "tir.LoopPartition on fused_exp_add",
+            "tir.VectorizeCopies on fused_exp_add",
             "tir.VectorizeLoop on fused_exp_add",
             "tir.DotProducts on fused_exp_add",
             "tir.ForwardStores on fused_exp_add",

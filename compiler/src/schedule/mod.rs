@@ -45,6 +45,7 @@
 
 pub(crate) mod amx;
 mod conv2d;
+mod copies;
 pub mod gpu;
 mod int8;
 pub mod knobs;
@@ -55,6 +56,8 @@ pub mod primitives;
 mod winograd;
 
 pub use conv2d::pointwise_over_pixels;
+use copies::vectorize_local_copies;
+pub(crate) use copies::vectorize_partitioned_copies;
 pub use knobs::{kernel_key, ConvOrder, Knobs, ScheduleTuning};
 use matmul::schedule_matmul;
 pub use matmul::{matmul_tile, packed_product_rows};
@@ -493,68 +496,13 @@ fn vectorize_rows(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
 /// Vectorize loop `v` of extent `n` in vectors of `lanes`: whole vectors
 /// where they divide it, else whole vectors and then the rest one element
 /// at a time.
-fn vectorize_in_vectors(s: &mut Schedule, v: &Var, n: i64, lanes: i64) {
+pub(super) fn vectorize_in_vectors(s: &mut Schedule, v: &Var, n: i64, lanes: i64) {
     if n % lanes == 0 {
         vectorize_by(s, v, n, lanes);
     } else if let Ok((_, inner, _)) = s.split_with_tail(v, lanes as usize) {
         let done = s.vectorize(&inner);
         debug_assert!(done.is_ok(), "{done:?}");
     }
-}
-
-/// The copies a tiled strategy makes into kernel-local buffers (a matrix
-/// product's panel of B, a pointwise convolution's transposed image),
-/// vectorized along their contiguous innermost loop. Left serial, LLVM
-/// unrolls a short innermost loop completely and then vectorizes the loop
-/// around it — with AVX-512 gathers and scatters, one element per lane:
-/// YOLOv8n's Winograd products spent half their time copying 64 × 32 panels
-/// that way (256 `vgatherqps` and 256 `vscatterqps` in one kernel).
-fn vectorize_local_copies(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
-    let lanes = unit.f32_lanes as i64;
-    // Stages nobody placed go back inline after the strategy (`inline_unplaced`): not copies.
-    let inlined_later = if f.attrs.contains_key("keep_materialized") { Vec::new() } else { materialized(&f) };
-    let mut copies = Vec::new();
-    f.body.visit(&mut |st| {
-        let Stmt::For(l) = st else { return };
-        // A copy may sit under a guard of the loops outside it (the region's
-        // bounds), which moves out of the loop first.
-        let (store, guarded) = match &l.body {
-            Stmt::If { cond, then_case, else_case: None } if !cond.uses_var(&l.var) => (&**then_case, true),
-            body => (body, false),
-        };
-        let Stmt::Store { buffer, indices, value } = store else { return };
-        let n = l.extent.as_int().unwrap_or(0);
-        if l.kind == ForKind::Serial
-            && n >= 2
-            && buffer.scope() == Scope::Local
-            && !inlined_later.contains(buffer)
-            && contiguous(indices, &l.var)
-            && reads_contiguously(value, &l.var)
-        {
-            copies.push((l.var.clone(), n, guarded));
-        }
-    });
-    let mut s = Schedule::new(f);
-    for (v, n, guarded) in copies {
-        if guarded {
-            let hoisted = s.rewrite_loop(&v, |mut l| match std::mem::replace(&mut l.body, Stmt::nop()) {
-                Stmt::If { cond, then_case, else_case: None } => {
-                    l.body = *then_case;
-                    Ok(Stmt::If { cond, then_case: Box::new(Stmt::For(Box::new(l))), else_case: None })
-                }
-                body => {
-                    l.body = body;
-                    Ok(Stmt::For(Box::new(l)))
-                }
-            });
-            if hoisted.is_err() {
-                continue;
-            }
-        }
-        // A copy shorter than a vector is one (partial) vector.
-        vectorize_in_vectors(&mut s, &v, n, lanes.min(n));
-    }
-    s.into_func()
 }
 
 /// Vectorize loop `v` of extent `n` in vectors of `width` (which divides it):
@@ -567,14 +515,14 @@ fn vectorize_by(s: &mut Schedule, v: &Var, n: i64, width: i64) {
 
 /// Whether `indices` step by one element along `v`: only the last one uses
 /// it, as `v` plus a term without it.
-fn contiguous(indices: &[crate::tir::Expr], v: &Var) -> bool {
+pub(super) fn contiguous(indices: &[crate::tir::Expr], v: &Var) -> bool {
     let Some((last, rest)) = indices.split_last() else { return false };
     let offset = kiln_ir::arith::simplify(&(last.clone() - crate::tir::Expr::var(v)), &kiln_ir::arith::Bounds::new());
     rest.iter().all(|i| !i.uses_var(v)) && !offset.uses_var(v)
 }
 
 /// Whether every load of `e` that varies along `v` reads contiguous elements.
-fn reads_contiguously(e: &crate::tir::Expr, v: &Var) -> bool {
+pub(super) fn reads_contiguously(e: &crate::tir::Expr, v: &Var) -> bool {
     let mut loads = Vec::new();
     collect_loads(e, &mut loads);
     loads.iter().all(|(_, idx)| idx.iter().all(|i| !i.uses_var(v)) || contiguous(idx, v))

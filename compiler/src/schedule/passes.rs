@@ -80,6 +80,10 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
         infallible("tir.LowerIntrinsics", 0, t::lower_intrinsics),
         infallible("tir.LowerTrig", 0, t::lower_trig),
         infallible("tir.LoopPartition", 1, t::partition_loops),
+        PrimFuncPass::new(PassInfo::new("tir.VectorizeCopies", 1, &[]), |f, _, ctx: &PassContext| {
+            Ok(super::vectorize_partitioned_copies(f, crate::target::VectorUnit::of_context(ctx)))
+        })
+        .arc(),
         PrimFuncPass::new(PassInfo::new("tir.UnrollLoop", 0, &[]), |f, _, ctx: &PassContext| {
             Ok(t::unroll_loops_with(f, unroll_config(ctx)))
         })
@@ -96,7 +100,8 @@ pub fn tir_passes() -> Vec<Arc<dyn Pass>> {
 
 /// The TIR pipeline run on lowered kernels: fuse stage loops, schedule, flatten buffers,
 /// lower intrinsics, simplify, unroll, partition loops at constant tests (after
-/// unrolling, which makes tests on small outer loops constant), vectorize,
+/// unrolling, which makes tests on small outer loops constant), vectorize the
+/// copies whose padding partitioning split off, vectorize,
 /// fuse byte products into dot products, forward write-backs into their epilogues, clean up, parallelize.
 pub fn tir_pipeline() -> Result<Sequential, PassError> {
     Sequential::from_names(
@@ -109,6 +114,7 @@ pub fn tir_pipeline() -> Result<Sequential, PassError> {
             "tir.Simplify",
             "tir.UnrollLoop",
             "tir.LoopPartition",
+            "tir.VectorizeCopies",
             "tir.VectorizeLoop",
             "tir.DotProducts",
             "tir.ForwardStores",
