@@ -107,6 +107,31 @@ fn mistakes_are_errors_that_say_what_to_fix() {
     }
 }
 
+/// `.weights(path)` of `.npy` files binds each to the parameter named like
+/// the file: the MLP's five tensors as five `.npy` files build the same
+/// library as its `.safetensors` file; a corrupt one is an error naming it.
+#[test]
+fn npy_weight_files_bind_the_parameter_named_like_the_file() {
+    let (d1, d2, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    build(d1.path()).compile().expect("build from safetensors");
+    let mut b = Build::new("mlp");
+    b.relay_file(MLP).target("llvm -mcpu=haswell").out_dir(d2.path()).cargo_metadata(false);
+    for (name, t) in kiln::build::read_weight_file(WEIGHTS).expect("weights") {
+        let path = files.path().join(format!("{name}.npy"));
+        std::fs::write(&path, kiln_ir::npy::write_npy(&t)).unwrap();
+        b.weights(&path);
+    }
+    b.compile().expect("build from .npy files");
+    let library = |d: &tempfile::TempDir| std::fs::read(d.path().join("kiln/libkiln_mlp.a")).expect("library");
+    assert!(library(&d1) == library(&d2), "the .npy build differs from the .safetensors one");
+    let junk = files.path().join("w1.npy");
+    std::fs::write(&junk, b"not npy").unwrap();
+    let mut bad = Build::new("mlp");
+    bad.relay_file(MLP).weights(&junk).out_dir(d2.path()).cargo_metadata(false);
+    let e = bad.compile().unwrap_err().to_string();
+    assert!(e.starts_with("kiln: model `mlp`: weights:") && e.contains("w1.npy"), "{e}");
+}
+
 /// A `cuda` build without a GPU: PTX embedded in the glue with the launch
 /// tables, the weights laid out for device memory, no static library; bad
 /// architectures are errors. (Running it needs a GPU: the example's `--cuda`.)

@@ -501,7 +501,14 @@ impl Build {
                         path: p.display().to_string(),
                         source: e,
                     })?;
-                    let tensors = weights::read_safetensors(&bytes).map_err(|m| Error::Weights {
+                    // A `.npy` file is one tensor, bound to the parameter named like the file.
+                    let tensors = if p.extension().is_some_and(|e| e == "npy") {
+                        let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+                        kiln_ir::npy::read_npy(&bytes).map(|t| vec![(name, t)]).map_err(|e| e.to_string())
+                    } else {
+                        weights::read_safetensors(&bytes)
+                    };
+                    let tensors = tensors.map_err(|m| Error::Weights {
                         model: self.name.clone(),
                         message: format!("{}: {m}", p.display()),
                     })?;
