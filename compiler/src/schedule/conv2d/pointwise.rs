@@ -183,14 +183,19 @@ pub(super) fn pointwise_pixels(s: &Schedule, oh: &Var, oce: i64, owe: i64, unit:
     };
     if lanes >= 16 {
         // A projection on a small map (at least twice the input channels as
-        // output ones, at most 32 × 32 pixels): 4 channel rows × 2 vectors,
-        // the last tile overlapping where 2 vectors do not divide the map
-        // (MobileNetV2's 144 and 192 → 32 on 28 × 28 took 8 × 1 by the rule
-        // below, 1.12–1.25× slower; `kiln tune` found 4 × 2; on 56 × 56 the
-        // rule's 8 × 2 stays ahead).
+        // output ones, at most 32 × 32 pixels): 8 channel rows × 2 vectors
+        // (4 × 2 where 8 do not divide the channels), the last tile
+        // overlapping where 2 vectors do not divide the map. MobileNetV2's
+        // 144 and 192 → 32 on 28 × 28 took 8 × 1 by the rule below, 1.12–1.25×
+        // slower than 4 × 2 on Sapphire Rapids (`kiln tune`'s find); on Zen 5
+        // 8 × 2 — 16 accumulators where 4 × 2's 8 only just cover the FMA
+        // latency, 10 loads per 16 multiply-adds instead of 6 per 8 — ran
+        // 0.85–0.87× the time of 4 × 2 in the model at one and two threads
+        // (`kiln tune` there). On 56 × 56 the rule's 8 × 2 stays ahead.
         let projection = channels >= 2 * oce && oce % 4 == 0;
         if projection && (2 * lanes..=SMALL_PROJECTION_PIXELS).contains(&pixels) {
-            return Some(PointwiseTile { rows: 4, pixels: 2 * lanes });
+            let rows = if oce % 8 == 0 { 8 } else { 4 };
+            return Some(PointwiseTile { rows, pixels: 2 * lanes });
         }
         if let Some(v) = (2..=3).rev().find(|v| pixels % (v * lanes) == 0) {
             return Some(tile(v));
