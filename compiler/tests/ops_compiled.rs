@@ -12,8 +12,8 @@ mod depthwise;
 mod low_precision;
 #[path = "ops_compiled/packed_pixels.rs"]
 mod packed_pixels;
-#[path = "ops_compiled/strided.rs"]
-mod strided;
+#[path = "ops_compiled/pooling.rs"]
+mod pooling;
 #[path = "ops_compiled/winograd.rs"]
 mod winograd;
 
@@ -30,7 +30,8 @@ use packed_pixels::{
     packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
     packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
 };
-use strided::{
+use pooling::{
+    large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
     strided_padded_copies_are_vectors_and_match_the_interpreter, strided_pooling_rows_match_the_interpreter,
 };
 use winograd::{
@@ -509,35 +510,6 @@ def @main(%v: Tensor[(1, 400), float32], %w: Tensor[(120, 400), float32], %w2: T
         }
         partial_tiles.sort();
         assert_eq!(partial_tiles, [2, 8], "partial tiles of the one-row products with {lanes} lanes");
-    });
-}
-
-/// Poolings over windows larger than the unrolling limit (YOLOv8n's 5 × 5
-/// SPPF, stride 1, padding 2, on 10 × 10 maps; a 5 × 5 average without the
-/// padding counted, 7 × 7 maps) keep each row's result in a kernel-local
-/// vector across the window. Equal to the interpreter on LLVM and C, for
-/// 8- and 16-lane units, 1 and 2 threads.
-fn large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter() {
-    let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 8, 10, 10), float32], %y: Tensor[(1, 4, 7, 7), float32]) {
-  %0 = nn.max_pool2d(%x, pool_size=[5, 5], padding=[2, 2, 2, 2]);
-  (nn.max_pool2d(%0, pool_size=[5, 5], padding=[2, 2, 2, 2]),
-   nn.avg_pool2d(%y, pool_size=[5, 5], padding=[2, 2, 2, 2], count_include_pad=False))
-}
-"#;
-    check_compiled(text, &[], false, &|kernels, lanes| {
-        let pools: Vec<&PrimFunc> = kernels.iter().filter(|k| k.name.contains("pool")).collect();
-        // (The two equal max poolings are one kernel, called twice.)
-        assert_eq!(pools.len(), 2, "the pooling kernels");
-        for k in pools {
-            let mut local = false;
-            k.body.visit(&mut |s| {
-                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
-                    local |= buffer.scope() == kiln::tir::Scope::Local;
-                }
-            });
-            assert!(local, "{} accumulates in a kernel-local row with {lanes} lanes", k.name);
-        }
     });
 }
 

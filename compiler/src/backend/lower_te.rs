@@ -38,6 +38,9 @@ pub fn kernel_name(store: &Store, func: ExprId) -> String {
     name
 }
 
+/// The largest padded image a max pooling materializes (see `lower_primitive`).
+const POOL_IMAGE_BYTES: usize = 512 * 1024;
+
 fn flatten_outputs(v: &TeValue, out: &mut Vec<Tensor>) {
     match v {
         TeValue::Tensor(t) => out.push(t.clone()),
@@ -201,8 +204,19 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
             | "nn.contrib_dense_bf16"
             | "nn.contrib_winograd_input_transform"
     );
+    // A max pooling's padded image where a channel's plane is small: the
+    // schedule computes it channel by channel (`schedule_reduction`); were
+    // that to fail, the whole image stays a kernel-local buffer, so it is
+    // bounded too.
+    let small_plane = |t: &Tensor| {
+        let plane = t.shape().iter().skip(2).product::<usize>() * 4;
+        t.shape().len() == 4
+            && plane <= crate::schedule::POOL_PLANE_BYTES
+            && plane * t.shape()[..2].iter().product::<usize>() <= POOL_IMAGE_BYTES
+    };
     let materialize = |t: &Tensor| {
         (padded_anchor && t.name() == "pad")
+            || (anchor_name == "nn.max_pool2d" && t.name() == "pad" && small_plane(t))
             || (anchor_name == "nn.contrib_winograd_input_transform"
                 && crate::topi::WINOGRAD_INPUT_STAGES.contains(&t.name()))
     };

@@ -392,6 +392,24 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
             // read and written back in the output once, not once per window
             // step (ResNet-18's 3 × 3 stride-2 pooling 298 -> 210-225 µs).
             let tile = s.decompose_reduction(at, pooling)?;
+            // A padded plane that fits L1 easily is computed once per channel:
+            // each window step then reads a whole row of the plane — no border
+            // tests, which loop partitioning had made into runs of 8, 9 and 10
+            // lanes written into the row's accumulator piece by piece
+            // (YOLOv8n's 5 × 5 SPPF poolings on 10 × 10 maps). Larger planes
+            // (ResNet-18's 113 × 113) are read in place, as lowered.
+            // (FuseSiblingLoops has already fused the plane's nest with the
+            // pooling's in the channel loop, around both: `localize` gives it
+            // one plane per channel.)
+            let channel = spatial.first().and_then(|first| enclosing_loop(&s.func().body, first));
+            // (LowerTE materializes only planes of at most `POOL_PLANE_BYTES`.)
+            for pad in materialized(s.func()).into_iter().filter(|_| pooling) {
+                let channel = channel.as_ref().ok_or_else(|| ScheduleError {
+                    kernel: s.func().name.clone(),
+                    message: "no channel loop around the pooling for its padded plane".into(),
+                })?;
+                s.localize(&pad, channel)?;
+            }
             if pooling {
                 // The window unrolled from its innermost loop while it stays
                 // within the limit: a 3 × 3 window whole (each step then a
@@ -550,6 +568,28 @@ fn reduces_a_row(f: &PrimFunc, lanes: i64) -> bool {
     });
     row
 }
+
+/// The innermost loop of `s` around loop `v` (not `v` itself).
+fn enclosing_loop(s: &Stmt, v: &Var) -> Option<Var> {
+    fn contains(s: &Stmt, v: &Var) -> bool {
+        let mut found = false;
+        s.visit(&mut |st| found |= matches!(st, Stmt::For(l) if l.var == *v));
+        found
+    }
+    let mut found = None;
+    s.visit(&mut |st| {
+        if let Stmt::For(l) = st {
+            if l.var != *v && contains(&l.body, v) {
+                found = Some(l.var.clone());
+            }
+        }
+    });
+    found
+}
+
+/// The largest padded plane per channel a max pooling computes before its
+/// rows (see `schedule_reduction`; LowerTE materializes no larger one).
+pub(crate) const POOL_PLANE_BYTES: usize = 16 * 1024;
 
 /// The largest pooling window unrolled (a 3 × 3 or 4 × 4 window).
 const MAX_UNROLLED_WINDOW: i64 = 16;

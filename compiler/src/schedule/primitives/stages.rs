@@ -101,6 +101,63 @@ impl Schedule {
         Ok(local)
     }
 
+    /// A kernel-local `buffer` allocated around loop `at` and used only inside
+    /// it, every access indexing one dimension with `at`'s variable (the ones
+    /// before it of extent 1): one copy per iteration of `at`, allocated in
+    /// its body with those dimensions of extent 1. FuseSiblingLoops fuses a
+    /// producer nest that shares the consumer's outer loops (a max pooling's
+    /// padded image, channel by channel) into the consumer's loop, where
+    /// `compute_at` no longer finds a nest of its own; this gives the same
+    /// placement.
+    pub fn localize(&mut self, buffer: &Buffer, at: &Var) -> Result<Buffer> {
+        let at_loop = self.loop_of(at)?.clone();
+        let all = access_indices(&self.func.body, buffer);
+        let inside = access_indices(&at_loop.body, buffer);
+        let dim = inside.first().and_then(|idx| idx.iter().position(|i| matches!(i, Expr::Var(v) if v == at)));
+        let per_iteration = |idx: &Vec<Expr>, d: usize| {
+            matches!(&idx[d], Expr::Var(v) if v == at)
+                && (0..d).all(|k| buffer.shape()[k] == 1)
+                && idx.iter().all(|i| !i.uses_var(at) || matches!(i, Expr::Var(v) if v == at))
+        };
+        let Some(d) = dim.filter(|&d| all.len() == inside.len() && inside.iter().all(|idx| per_iteration(idx, d)))
+        else {
+            return Err(self.err(format!(
+                "localize: `{}` is not used one slice per iteration of `{}`",
+                buffer.name(),
+                at.name
+            )));
+        };
+        let mut shape = buffer.shape().to_vec();
+        shape[..=d].fill(1);
+        let local = Buffer::new(&format!("{}_at", buffer.name()), buffer.elem(), shape, Scope::Local);
+        let (old, new) = (buffer.clone(), local.clone());
+        let at_index = |idx: &[Expr]| -> Vec<Expr> {
+            idx.iter().enumerate().map(|(k, i)| if k <= d { Expr::int(0) } else { i.clone() }).collect()
+        };
+        fn retarget(e: &Expr, old: &Buffer, new: &Buffer, at_index: &dyn Fn(&[Expr]) -> Vec<Expr>) -> Expr {
+            match e {
+                Expr::Load(b, idx) if b == old => Expr::Load(new.clone(), at_index(idx)),
+                _ => e.map_children(|c| retarget(c, old, new, at_index)),
+            }
+        }
+        let body = std::mem::replace(&mut self.func.body, Stmt::nop());
+        let body = body.map_exprs(&mut |e| retarget(&e, &old, &new, &at_index));
+        let at_var = at.clone();
+        self.func.body = body.map_post(&mut |s| match s {
+            Stmt::Allocate { buffer, body } if buffer == old => *body,
+            Stmt::Store { buffer, indices, value } if buffer == old => {
+                Stmt::Store { buffer: new.clone(), indices: at_index(&indices), value }
+            }
+            Stmt::For(mut l) if l.var == at_var => {
+                let body = std::mem::replace(&mut l.body, Stmt::nop());
+                l.body = Stmt::Allocate { buffer: new.clone(), body: Box::new(body) };
+                Stmt::For(l)
+            }
+            s => s,
+        });
+        Ok(local)
+    }
+
     /// Copy the region of `buffer` that the code below loop `at` reads into a
     /// kernel-local buffer at the start of `at`'s body, and read the copy
     /// (TVM's `cache_read`): a strided operand becomes one contiguous panel.
@@ -246,4 +303,35 @@ fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
         out.push(v.clone());
     }
     e.for_each_child(|c| collect_vars(c, out));
+}
+
+/// The indices of every load and store of `buffer` in `s`.
+fn access_indices(s: &Stmt, buffer: &Buffer) -> Vec<Vec<Expr>> {
+    fn in_expr(e: &Expr, buffer: &Buffer, out: &mut Vec<Vec<Expr>>) {
+        if let Expr::Load(b, idx) = e {
+            if b == buffer {
+                out.push(idx.clone());
+            }
+        }
+        e.for_each_child(|c| in_expr(c, buffer, out));
+    }
+    let mut out = Vec::new();
+    s.visit(&mut |st| match st {
+        Stmt::Store { buffer: b, indices, value } => {
+            if b == buffer {
+                out.push(indices.clone());
+            }
+            indices.iter().for_each(|i| in_expr(i, buffer, &mut out));
+            in_expr(value, buffer, &mut out);
+        }
+        Stmt::For(l) => {
+            in_expr(&l.min, buffer, &mut out);
+            in_expr(&l.extent, buffer, &mut out);
+        }
+        Stmt::If { cond, .. } => in_expr(cond, buffer, &mut out),
+        Stmt::Let { value, .. } => in_expr(value, buffer, &mut out),
+        Stmt::Evaluate(e) => in_expr(e, buffer, &mut out),
+        _ => {}
+    });
+    out
 }

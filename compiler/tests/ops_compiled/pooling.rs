@@ -1,8 +1,9 @@
-//! Kernels that read every second to fourth element of a row: strided
-//! poolings, and the padded image of a stride-2 1 × 1 convolution.
+//! Poolings, and kernels that read every second to fourth element of a
+//! row: strided poolings, and the padded image of a stride-2 1 × 1
+//! convolution.
 
 use super::check_compiled;
-use kiln::tir::{Expr, Scope, Stmt};
+use kiln::tir::{Expr, PrimFunc, Scope, Stmt};
 
 /// Poolings whose output rows read every second, third or fourth input
 /// (strided loads: on AVX-512 whole and masked vectors picked by one permute
@@ -59,4 +60,42 @@ fn reads_every_second(e: &Expr) -> bool {
     let mut found = matches!(e, Expr::Load(_, idx) if idx.iter().any(|i| matches!(i, Expr::Ramp { stride, .. } if stride.as_int() == Some(2))));
     e.for_each_child(|c| found |= reads_every_second(c));
     found
+}
+
+/// Poolings over windows larger than the unrolling limit (YOLOv8n's 5 × 5
+/// SPPF, stride 1, padding 2, on 10 × 10 maps; a 5 × 5 average without the
+/// padding counted, 7 × 7 maps) keep each row's result in a kernel-local
+/// vector across the window. A max pooling whose padded plane is small (14 ×
+/// 14) pads it channel by channel into a kernel-local plane (`localize`);
+/// one whose plane is not (a 3 × 3 stride-2 one on 130 × 130) reads its
+/// input in place. Equal to the interpreter on LLVM and C, for 8- and
+/// 16-lane units, 1 and 2 threads.
+pub(super) fn large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 8, 10, 10), float32], %y: Tensor[(1, 4, 7, 7), float32], %z: Tensor[(1, 2, 130, 130), float32]) {
+  %0 = nn.max_pool2d(%x, pool_size=[5, 5], padding=[2, 2, 2, 2]);
+  (nn.max_pool2d(%0, pool_size=[5, 5], padding=[2, 2, 2, 2]),
+   nn.avg_pool2d(%y, pool_size=[5, 5], padding=[2, 2, 2, 2], count_include_pad=False),
+   nn.max_pool2d(%z, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]))
+}
+"#;
+    check_compiled(text, &[], false, &|kernels, lanes| {
+        let pools: Vec<&PrimFunc> = kernels.iter().filter(|k| k.name.contains("pool")).collect();
+        // (The two equal max poolings are one kernel, called twice.)
+        assert_eq!(pools.len(), 3, "the pooling kernels");
+        let mut planes = Vec::new();
+        for k in pools {
+            let mut local = false;
+            k.body.visit(&mut |s| {
+                if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+                    local |= buffer.scope() == kiln::tir::Scope::Local;
+                    if buffer.name().starts_with("pad") {
+                        planes.push(buffer.shape().to_vec());
+                    }
+                }
+            });
+            assert!(local, "{} accumulates in a kernel-local row with {lanes} lanes", k.name);
+        }
+        assert_eq!(planes, [vec![1, 1, 14, 14]], "padded planes per channel with {lanes} lanes");
+    });
 }
