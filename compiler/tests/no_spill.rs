@@ -246,11 +246,13 @@ fn strided_partial_rows_are_whole_and_masked_loads_on_avx512() {
     assert_eq!(count("vinsertf128") + count("vinsertf64x4"), 0, "no pieces joined by inserts:\n{avx512}");
 }
 
-/// On AVX-512 a Winograd input transform reads each tile position of a
-/// vector of 16 tiles with a gather (`vgatherdps`, 32-bit indices) — not lane by
-/// lane, 16 scalar loads and as many `vinsertps` per position, which took
-/// ResNet-18's and YOLOv8n's transforms 13–43 % longer; AVX2 keeps the lane
-/// loads (not measured there).
+/// On an Intel AVX-512 CPU a Winograd input transform reads each tile
+/// position of a vector of 16 tiles with a gather (`vgatherdps`, 32-bit
+/// indices) — not lane by lane, 16 scalar loads and as many `vinsertps` per
+/// position, which took ResNet-18's and YOLOv8n's transforms 13–43 % longer
+/// on Sapphire Rapids; AVX2 keeps the lane loads (not measured there), and
+/// so do AVX-512 CPUs without fast gathers — a CPU LLVM does not name
+/// (Zen 5 under LLVM 14: lane loads 0.83–0.89× the time of gathers).
 #[test]
 fn winograd_input_transforms_gather_their_tiles_on_avx512() {
     let (_, relay, shape) = LAYERS[0];
@@ -264,6 +266,9 @@ fn winograd_input_transforms_gather_their_tiles_on_avx512() {
     assert!(count(&avx512, "vinsertps") < 36, "no lane-by-lane tiles:\n{avx512}");
     let avx2 = assembly_of(relay, shape, "llvm -mcpu=haswell", &transform);
     assert_eq!(count(&avx2, "vgather"), 0, "lane loads on AVX2:\n{avx2}");
+    let unnamed = "llvm -mcpu=x86-64-v4";
+    let amd = assembly_of(relay, shape, unnamed, &transform);
+    assert_eq!(count(&amd, "vgather"), 0, "lane loads on an AVX-512 CPU without fast gathers:\n{amd}");
 }
 
 /// A packed tile written back along 16 columns (YOLOv8n's stem: 3 → 16
