@@ -402,13 +402,13 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
             // pooling's in the channel loop, around both: `localize` gives it
             // one plane per channel.)
             let channel = spatial.first().and_then(|first| enclosing_loop(&s.func().body, first));
-            // (LowerTE materializes only planes of at most `POOL_PLANE_BYTES`.)
+            // (LowerTE materializes only planes of at most `POOL_PLANE_BYTES`;
+            // where one is not one slice per channel — a batch of images — it
+            // is inlined back, read in place.)
             for pad in materialized(s.func()).into_iter().filter(|_| pooling) {
-                let channel = channel.as_ref().ok_or_else(|| ScheduleError {
-                    kernel: s.func().name.clone(),
-                    message: "no channel loop around the pooling for its padded plane".into(),
-                })?;
-                s.localize(&pad, channel)?;
+                if channel.as_ref().is_none_or(|c| s.localize(&pad, c).is_err()) {
+                    s.compute_inline(&pad)?;
+                }
             }
             if pooling {
                 // The window unrolled from its innermost loop while it stays

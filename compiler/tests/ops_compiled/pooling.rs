@@ -67,22 +67,25 @@ fn reads_every_second(e: &Expr) -> bool {
 /// padding counted, 7 × 7 maps) keep each row's result in a kernel-local
 /// vector across the window. A max pooling whose padded plane is small (14 ×
 /// 14) pads it channel by channel into a kernel-local plane (`localize`);
-/// one whose plane is not (a 3 × 3 stride-2 one on 130 × 130) reads its
-/// input in place. Equal to the interpreter on LLVM and C, for 8- and
-/// 16-lane units, 1 and 2 threads.
+/// one whose plane is not (a 3 × 3 stride-2 one on 130 × 130), or whose
+/// planes are not one per channel (a batch of two images), reads its input
+/// in place. Equal to the interpreter on LLVM and C, for 8- and 16-lane
+/// units, 1 and 2 threads.
 pub(super) fn large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
-def @main(%x: Tensor[(1, 8, 10, 10), float32], %y: Tensor[(1, 4, 7, 7), float32], %z: Tensor[(1, 2, 130, 130), float32]) {
+def @main(%x: Tensor[(1, 8, 10, 10), float32], %y: Tensor[(1, 4, 7, 7), float32], %z: Tensor[(1, 2, 130, 130), float32],
+          %b: Tensor[(2, 3, 10, 10), float32]) {
   %0 = nn.max_pool2d(%x, pool_size=[5, 5], padding=[2, 2, 2, 2]);
   (nn.max_pool2d(%0, pool_size=[5, 5], padding=[2, 2, 2, 2]),
    nn.avg_pool2d(%y, pool_size=[5, 5], padding=[2, 2, 2, 2], count_include_pad=False),
-   nn.max_pool2d(%z, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]))
+   nn.max_pool2d(%z, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]),
+   nn.max_pool2d(%b, pool_size=[5, 5], padding=[2, 2, 2, 2]))
 }
 "#;
     check_compiled(text, &[], false, &|kernels, lanes| {
         let pools: Vec<&PrimFunc> = kernels.iter().filter(|k| k.name.contains("pool")).collect();
         // (The two equal max poolings are one kernel, called twice.)
-        assert_eq!(pools.len(), 3, "the pooling kernels");
+        assert_eq!(pools.len(), 4, "the pooling kernels");
         let mut planes = Vec::new();
         for k in pools {
             let mut local = false;

@@ -19,20 +19,28 @@ impl Schedule {
     /// Returns, per dimension, the loop variable indexing it (`None` for a unit
     /// dimension indexed by 0), and the stored value.
     fn producer_nest(&self, producer: &Buffer) -> Result<(Vec<Option<Var>>, Expr)> {
-        let mut found = None;
-        self.func.body.visit(&mut |s| {
-            if found.is_some() {
-                return;
-            }
-            if let Stmt::For(_) = s {
-                if let Some((b, _)) = innermost_store(s) {
-                    if b == producer {
-                        found = Some(s.clone());
+        /// The first loop nest whose innermost store is to `producer`, and the
+        /// variables of the loops around it.
+        fn find(s: &Stmt, producer: &Buffer, around: &mut Vec<Var>) -> Option<(Stmt, Vec<Var>)> {
+            match s {
+                Stmt::For(l) => {
+                    if innermost_store(s).is_some_and(|(b, _)| b == producer) {
+                        return Some((s.clone(), around.clone()));
                     }
+                    around.push(l.var.clone());
+                    let found = find(&l.body, producer, around);
+                    around.pop();
+                    found
                 }
+                Stmt::Seq(v) => v.iter().find_map(|s| find(s, producer, around)),
+                Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find(body, producer, around),
+                Stmt::If { then_case, else_case, .. } => find(then_case, producer, around)
+                    .or_else(|| else_case.as_ref().and_then(|e| find(e, producer, around))),
+                _ => None,
             }
-        });
-        let nest = found.ok_or_else(|| self.err(format!("no producer nest of `{}`", producer.name())))?;
+        }
+        let (nest, around) = find(&self.func.body, producer, &mut Vec::new())
+            .ok_or_else(|| self.err(format!("no producer nest of `{}`", producer.name())))?;
         let (headers, body) = peel_chain(nest, &|_| false);
         let Stmt::Store { indices, value, .. } = body else { unreachable!("innermost_store matched") };
         let axes: Vec<Var> = headers.iter().map(|h| h.0.clone()).collect();
@@ -40,8 +48,12 @@ impl Schedule {
             .iter()
             .zip(producer.shape())
             .map(|(i, &n)| match i {
-                // A unit dimension may be indexed by a loop fused around the nest.
-                Expr::Var(v) if axes.contains(v) || n == 1 => Some(Some(v.clone())),
+                // A unit dimension may be indexed by a loop fused around the
+                // nest, and so may any dimension whose every reader sits in
+                // the same fused loop (FuseSiblingLoops checked that each
+                // indexes it with the loop's own variable): a max pooling's
+                // padded plane, channel by channel.
+                Expr::Var(v) if axes.contains(v) || n == 1 || around.contains(v) => Some(Some(v.clone())),
                 Expr::Int(0, _) if n == 1 => Some(None),
                 _ => None,
             })
