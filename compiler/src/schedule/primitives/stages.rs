@@ -146,20 +146,11 @@ impl Schedule {
         let at_index = |idx: &[Expr]| -> Vec<Expr> {
             idx.iter().enumerate().map(|(k, i)| if k <= d { Expr::int(0) } else { i.clone() }).collect()
         };
-        fn retarget(e: &Expr, old: &Buffer, new: &Buffer, at_index: &dyn Fn(&[Expr]) -> Vec<Expr>) -> Expr {
-            match e {
-                Expr::Load(b, idx) if b == old => Expr::Load(new.clone(), at_index(idx)),
-                _ => e.map_children(|c| retarget(c, old, new, at_index)),
-            }
-        }
         let body = std::mem::replace(&mut self.func.body, Stmt::nop());
-        let body = body.map_exprs(&mut |e| retarget(&e, &old, &new, &at_index));
+        let body = retarget_buffer(body, &old, &new, &at_index);
         let at_var = at.clone();
         self.func.body = body.map_post(&mut |s| match s {
             Stmt::Allocate { buffer, body } if buffer == old => *body,
-            Stmt::Store { buffer, indices, value } if buffer == old => {
-                Stmt::Store { buffer: new.clone(), indices: at_index(&indices), value }
-            }
             Stmt::For(mut l) if l.var == at_var => {
                 let body = std::mem::replace(&mut l.body, Stmt::nop());
                 l.body = Stmt::Allocate { buffer: new.clone(), body: Box::new(body) };
@@ -319,31 +310,13 @@ fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
 
 /// The indices of every load and store of `buffer` in `s`.
 fn access_indices(s: &Stmt, buffer: &Buffer) -> Vec<Vec<Expr>> {
-    fn in_expr(e: &Expr, buffer: &Buffer, out: &mut Vec<Vec<Expr>>) {
-        if let Expr::Load(b, idx) = e {
-            if b == buffer {
-                out.push(idx.clone());
-            }
-        }
-        e.for_each_child(|c| in_expr(c, buffer, out));
-    }
-    let mut out = Vec::new();
-    s.visit(&mut |st| match st {
-        Stmt::Store { buffer: b, indices, value } => {
+    let mut out = collect_loads(s, buffer);
+    s.visit(&mut |st| {
+        if let Stmt::Store { buffer: b, indices, .. } = st {
             if b == buffer {
                 out.push(indices.clone());
             }
-            indices.iter().for_each(|i| in_expr(i, buffer, &mut out));
-            in_expr(value, buffer, &mut out);
         }
-        Stmt::For(l) => {
-            in_expr(&l.min, buffer, &mut out);
-            in_expr(&l.extent, buffer, &mut out);
-        }
-        Stmt::If { cond, .. } => in_expr(cond, buffer, &mut out),
-        Stmt::Let { value, .. } => in_expr(value, buffer, &mut out),
-        Stmt::Evaluate(e) => in_expr(e, buffer, &mut out),
-        _ => {}
     });
     out
 }
