@@ -209,7 +209,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     // that to fail, the whole image stays a kernel-local buffer, so it is
     // bounded too.
     let small_plane = |t: &Tensor| {
-        let plane = t.shape().iter().skip(2).product::<usize>() * 4;
+        let plane = t.shape().iter().skip(2).product::<usize>() * t.dtype().size_bytes();
         t.shape().len() == 4
             && plane <= crate::schedule::POOL_PLANE_BYTES
             && plane * t.shape()[..2].iter().product::<usize>() <= POOL_IMAGE_BYTES

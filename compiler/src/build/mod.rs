@@ -501,14 +501,7 @@ impl Build {
                         path: p.display().to_string(),
                         source: e,
                     })?;
-                    // A `.npy` file is one tensor, bound to the parameter named like the file.
-                    let tensors = if p.extension().is_some_and(|e| e == "npy") {
-                        let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-                        kiln_ir::npy::read_npy(&bytes).map(|t| vec![(name, t)]).map_err(|e| e.to_string())
-                    } else {
-                        weights::read_safetensors(&bytes)
-                    };
-                    let tensors = tensors.map_err(|m| Error::Weights {
+                    let tensors = tensors_of_weight_file(p, &bytes).map_err(|m| Error::Weights {
                         model: self.name.clone(),
                         message: format!("{}: {m}", p.display()),
                     })?;
@@ -929,19 +922,20 @@ pub fn lower_and_schedule(
 /// Every tensor of a `.npy` file (named by the file's stem) or `.safetensors` file.
 pub fn read_weight_file(path: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>, Error> {
     let p = path.as_ref();
-    if p.extension().is_some_and(|e| e == "npy") {
-        let model = String::from("(weights)");
-        let bytes = std::fs::read(p).map_err(|e| Error::Io {
-            model: model.clone(),
-            path: p.display().to_string(),
-            source: e,
-        })?;
-        let t = kiln_ir::npy::read_npy(&bytes)
-            .map_err(|m| Error::Weights { model, message: format!("{}: {m}", p.display()) })?;
-        let name = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-        return Ok(vec![(name, t)]);
+    let model = String::from("(weights)");
+    let bytes =
+        std::fs::read(p).map_err(|e| Error::Io { model: model.clone(), path: p.display().to_string(), source: e })?;
+    tensors_of_weight_file(p, &bytes).map_err(|m| Error::Weights { model, message: format!("{}: {m}", p.display()) })
+}
+
+/// The tensors of weight file `path`'s `bytes`: a `.npy` file is one tensor,
+/// named by the file's stem; any other is read as `.safetensors`.
+fn tensors_of_weight_file(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Tensor)>, String> {
+    if path.extension().is_some_and(|e| e == "npy") {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        return kiln_ir::npy::read_npy(bytes).map(|t| vec![(name, t)]).map_err(|e| e.to_string());
     }
-    read_safetensors(p)
+    weights::read_safetensors(bytes)
 }
 
 /// Every tensor of a `.safetensors` file, by name (what `.weights(…)` binds).

@@ -1,14 +1,13 @@
 //! Copies into kernel-local buffers (a convolution's padded image, a
-//! matrix product's panel of B), vectorized along their contiguous innermost
-//! loop: at schedule time where the copy already reads contiguously, and
-//! after `tir.LoopPartition` where only the partitioned interior does (a
-//! padded row's columns read through a clamped index until the padding
-//! columns are split off).
+//! matrix product's panel of B), vectorized along their innermost loop: at
+//! schedule time where the copy already reads contiguously, and after
+//! `tir.LoopPartition` where a strided copy's partitioned interior does away
+//! with the clamped index its padding columns needed.
 
 use super::Schedule;
-use super::{contiguous, materialized, reads_contiguously, vectorize_in_vectors};
+use super::{collect_loads, contiguous, materialized, reads_contiguously, steps_by, vectorize_in_vectors};
 use crate::target::VectorUnit;
-use crate::tir::{Expr, ForKind, PrimFunc, Scope, Stmt, Var};
+use crate::tir::{Buffer, Expr, ForKind, PrimFunc, Scope, Stmt, Var};
 
 /// The copies a tiled strategy makes into kernel-local buffers (a matrix
 /// product's panel of B, a pointwise convolution's transposed image),
@@ -90,8 +89,7 @@ pub(crate) fn vectorize_partitioned_copies(f: PrimFunc, unit: VectorUnit) -> Pri
             && l.min.as_int().is_some()
             && buffer.scope() == Scope::Local
             && contiguous(indices, &l.var)
-            && !reads_buffer(value, buffer)
-            && strided_copy(value, &l.var)
+            && strided_copy(value, buffer, &l.var)
         {
             copies.push((l.var.clone(), n));
         }
@@ -106,36 +104,20 @@ pub(crate) fn vectorize_partitioned_copies(f: PrimFunc, unit: VectorUnit) -> Pri
     s.into_func()
 }
 
-/// Whether `e` loads from buffer `b`.
-fn reads_buffer(e: &Expr, b: &crate::tir::Buffer) -> bool {
-    let mut found = matches!(e, Expr::Load(buf, _) if buf == b);
-    e.for_each_child(|c| found |= reads_buffer(c, b));
-    found
-}
-
-/// Whether every load of `e` that varies along `v` reads elements 1 to 4
-/// apart along its last index (the strides the code generators load as one
-/// span), at least one of them 2 to 4 apart, and no call is made (a
+/// Whether `e` copies along `v`: every load of it that varies along `v`
+/// reads elements 1 to 4 apart along its last index (the strides the code
+/// generators load as one span), at least one of them 2 to 4 apart, none
+/// reads `written` (so that lanes are independent), and no call is made (a
 /// function of a copied value is not a copy).
-fn strided_copy(e: &Expr, v: &Var) -> bool {
+fn strided_copy(e: &Expr, written: &Buffer, v: &Var) -> bool {
     let mut loads = Vec::new();
-    super::collect_loads(e, &mut loads);
+    collect_loads(e, &mut loads);
     let strides: Option<Vec<i64>> = loads
         .iter()
         .filter(|(_, idx)| idx.iter().any(|i| i.uses_var(v)))
-        .map(|(_, idx)| {
-            let (last, rest) = idx.split_last()?;
-            if rest.iter().any(|i| i.uses_var(v)) {
-                return None;
-            }
-            (1..=4).find(|&stride| {
-                let offset = kiln_ir::arith::simplify(
-                    &(last.clone() - Expr::var(v) * Expr::int(stride)),
-                    &kiln_ir::arith::Bounds::new(),
-                );
-                !offset.uses_var(v)
-            })
-        })
+        .map(|(_, idx)| (1..=4).find(|&stride| steps_by(idx, v, stride)))
         .collect();
-    !super::calls_a_function(e) && strides.is_some_and(|s| s.iter().any(|&stride| stride > 1))
+    !super::calls_a_function(e)
+        && loads.iter().all(|(b, _)| b != written)
+        && strides.is_some_and(|s| s.iter().any(|&stride| stride > 1))
 }

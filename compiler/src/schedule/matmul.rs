@@ -162,12 +162,11 @@ fn schedule_tiles(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFu
     s.split_writeback_at_tail(&tile)?;
     // One row of too few column vectors to hide the FMA latency: the sum in
     // interleaved partial tiles.
-    if let ([k], true) = (&tile.reduce_loops[..], ie == 1 && !tuned && vectors < LATENCY_ACCUMULATORS) {
-        let factor = (LATENCY_ACCUMULATORS + vectors - 1) / vectors;
-        if factor * vectors + 2 <= unit.registers as i64 {
-            // A reduction too short for two steps per partial tile stays as it is.
-            let _ = s.split_accumulation(k, factor as usize);
-        }
+    let factor = (LATENCY_ACCUMULATORS + vectors - 1) / vectors;
+    let few_chains = ie == 1 && !tuned && factor > 1 && factor * vectors + 2 <= unit.registers as i64;
+    if let ([k], true) = (&tile.reduce_loops[..], few_chains) {
+        // A reduction too short for two steps per partial tile stays as it is.
+        let _ = s.split_accumulation(k, factor as usize);
     }
     // Where several row blocks reuse a column block of B, copy it once into a
     // contiguous [k, jb] panel: B's rows are a page apart in big matrices,

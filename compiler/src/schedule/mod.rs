@@ -392,25 +392,24 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
             // read and written back in the output once, not once per window
             // step (ResNet-18's 3 × 3 stride-2 pooling 298 -> 210-225 µs).
             let tile = s.decompose_reduction(at, pooling)?;
-            // A padded plane that fits L1 easily is computed once per channel:
-            // each window step then reads a whole row of the plane — no border
-            // tests, which loop partitioning had made into runs of 8, 9 and 10
-            // lanes written into the row's accumulator piece by piece
-            // (YOLOv8n's 5 × 5 SPPF poolings on 10 × 10 maps). Larger planes
-            // (ResNet-18's 113 × 113) are read in place, as lowered.
-            // (FuseSiblingLoops has already fused the plane's nest with the
-            // pooling's in the channel loop, around both: `localize` gives it
-            // one plane per channel.)
-            let channel = spatial.first().and_then(|first| enclosing_loop(&s.func().body, first));
-            // (LowerTE materializes only planes of at most `POOL_PLANE_BYTES`;
-            // where one is not one slice per channel — a batch of images — it
-            // is inlined back, read in place.)
-            for pad in materialized(s.func()).into_iter().filter(|_| pooling) {
-                if channel.as_ref().is_none_or(|c| s.localize(&pad, c).is_err()) {
-                    s.compute_inline(&pad)?;
-                }
-            }
             if pooling {
+                // A padded plane that fits L1 easily (LowerTE materializes no
+                // larger one: `POOL_PLANE_BYTES`) is computed once per channel:
+                // each window step then reads a whole row of the plane — no
+                // border tests, which loop partitioning had made into runs of 8,
+                // 9 and 10 lanes written into the row's accumulator piece by
+                // piece (YOLOv8n's 5 × 5 SPPF poolings on 10 × 10 maps).
+                // FuseSiblingLoops has already fused the plane's nest with the
+                // pooling's in the channel loop around both; `localize` gives it
+                // one plane per channel, and where it is not one slice per
+                // channel (a batch of images) it is inlined back, read in place.
+                let around = spatial.first().map(|first| s.loops_around(first)).transpose()?;
+                let channel = around.and_then(|loops| loops.last().cloned());
+                for pad in materialized(s.func()) {
+                    if channel.as_ref().is_none_or(|c| s.localize(&pad, c).is_err()) {
+                        s.compute_inline(&pad)?;
+                    }
+                }
                 // The window unrolled from its innermost loop while it stays
                 // within the limit: a 3 × 3 window whole (each step then a
                 // row whose border tests are constants), a 5 × 5 one
@@ -534,8 +533,16 @@ fn vectorize_by(s: &mut Schedule, v: &Var, n: i64, width: i64) {
 /// Whether `indices` step by one element along `v`: only the last one uses
 /// it, as `v` plus a term without it.
 pub(super) fn contiguous(indices: &[crate::tir::Expr], v: &Var) -> bool {
+    steps_by(indices, v, 1)
+}
+
+/// Whether `indices` step by `stride` elements along `v`: only the last one
+/// uses it, as `stride · v` plus a term without it.
+pub(super) fn steps_by(indices: &[crate::tir::Expr], v: &Var, stride: i64) -> bool {
+    use crate::tir::Expr;
     let Some((last, rest)) = indices.split_last() else { return false };
-    let offset = kiln_ir::arith::simplify(&(last.clone() - crate::tir::Expr::var(v)), &kiln_ir::arith::Bounds::new());
+    let offset =
+        kiln_ir::arith::simplify(&(last.clone() - Expr::var(v) * Expr::int(stride)), &kiln_ir::arith::Bounds::new());
     rest.iter().all(|i| !i.uses_var(v)) && !offset.uses_var(v)
 }
 
@@ -567,24 +574,6 @@ fn reduces_a_row(f: &PrimFunc, lanes: i64) -> bool {
         }
     });
     row
-}
-
-/// The innermost loop of `s` around loop `v` (not `v` itself).
-fn enclosing_loop(s: &Stmt, v: &Var) -> Option<Var> {
-    fn contains(s: &Stmt, v: &Var) -> bool {
-        let mut found = false;
-        s.visit(&mut |st| found |= matches!(st, Stmt::For(l) if l.var == *v));
-        found
-    }
-    let mut found = None;
-    s.visit(&mut |st| {
-        if let Stmt::For(l) = st {
-            if l.var != *v && contains(&l.body, v) {
-                found = Some(l.var.clone());
-            }
-        }
-    });
-    found
 }
 
 /// The largest padded plane per channel a max pooling computes before its

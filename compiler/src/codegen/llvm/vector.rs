@@ -112,18 +112,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
             // `<15 x float>` load was legalized piece by piece (eight inserts).
             let nt = ft.vec_type(n);
             let high_offset = span - n;
-            let load = |g: &mut Self, offset: u32, name: &str| -> Result<VectorValue<'ctx>, CodegenError> {
-                // SAFETY: the span's elements are in the buffer (the caller's index).
-                let p = unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], name) };
-                let p = g.e(p)?;
-                let p = g.e(g.b.build_pointer_cast(p, compat::pointer_to(g.ctx, nt), name))?;
-                let v = g.e(compat::load(&g.b, nt, p, name))?;
-                if let Some(i) = v.as_instruction_value() {
-                    i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&g.kernel, m))?;
-                }
-                Ok(v.into_vector_value())
-            };
-            let (low, high) = (load(self, 0, "low")?, load(self, high_offset, "high")?);
+            let low = self.load_at(buf, (ptr, ft), 0, nt)?;
+            let high = self.load_at(buf, (ptr, ft), high_offset, nt)?;
             let mask: Vec<IntValue> = (0..n)
                 .map(|k| {
                     let j = k * s as u32;
@@ -176,19 +166,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // The `part` lanes at element `offset`: a plain load when whole,
         // masked otherwise (a masked-off lane is never read).
         let part = |g: &mut Self, offset: u32, part: u32| -> Result<VectorValue<'ctx>, CodegenError> {
-            // SAFETY: the span's elements are in the buffer (the caller's index).
-            let p = unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], "part") };
-            let p = g.e(p)?;
             if part == whole {
-                let p = g.e(g.b.build_pointer_cast(p, compat::pointer_to(g.ctx, wt), "whole"))?;
-                let v = g.e(compat::load(&g.b, wt, p, "whole"))?;
-                if let Some(i) = v.as_instruction_value() {
-                    i.set_alignment(bits / 8).map_err(|m| llvm_err(&g.kernel, m))?;
-                }
-                return Ok(v.into_vector_value());
+                return g.load_at(buf, (ptr, ft), offset, wt);
             }
-            let v = g.masked_load(buf, p, (wt, wt), Some(part))?.into_vector_value();
-            Ok(v)
+            // SAFETY: the span's elements are in the buffer (the caller's index).
+            let p = g.e(unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], "part") })?;
+            Ok(g.masked_load(buf, p, (wt, wt), Some(part))?.into_vector_value())
         };
         let low = part(self, 0, span.min(whole))?;
         let high = if span > whole { part(self, whole, span - whole)? } else { wt.get_undef() };
@@ -196,6 +179,25 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let mask: Vec<IntValue> = (0..n).map(|k| i32t.const_int((k * s) as u64, false)).collect();
         let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
         Ok(Some(picked.into()))
+    }
+
+    /// The vector `vt` at element `offset` past `ptr` (elements of `elem`),
+    /// aligned to one element of `buf`: a whole piece of a strided span.
+    fn load_at(
+        &mut self,
+        buf: &Buffer,
+        (ptr, elem): (PointerValue<'ctx>, inkwell::types::FloatType<'ctx>),
+        offset: u32,
+        vt: VectorType<'ctx>,
+    ) -> Result<VectorValue<'ctx>, CodegenError> {
+        // SAFETY: the span's elements are in the buffer (the caller's index).
+        let p = self.e(unsafe { compat::in_bounds_gep(&self.b, elem, ptr, &[self.i64c(offset as i64)], "piece") })?;
+        let p = self.e(self.b.build_pointer_cast(p, compat::pointer_to(self.ctx, vt), "piece"))?;
+        let v = self.e(compat::load(&self.b, vt, p, "piece"))?;
+        if let Some(i) = v.as_instruction_value() {
+            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+        }
+        Ok(v.into_vector_value())
     }
 
     /// A pointer to `<lanes x T>` at `buf[base]` and that vector type, when

@@ -19,27 +19,8 @@ impl Schedule {
     /// Returns, per dimension, the loop variable indexing it (`None` for a unit
     /// dimension indexed by 0), and the stored value.
     fn producer_nest(&self, producer: &Buffer) -> Result<(Vec<Option<Var>>, Expr)> {
-        /// The first loop nest whose innermost store is to `producer`, and the
-        /// variables of the loops around it.
-        fn find(s: &Stmt, producer: &Buffer, around: &mut Vec<Var>) -> Option<(Stmt, Vec<Var>)> {
-            match s {
-                Stmt::For(l) => {
-                    if innermost_store(s).is_some_and(|(b, _)| b == producer) {
-                        return Some((s.clone(), around.clone()));
-                    }
-                    around.push(l.var.clone());
-                    let found = find(&l.body, producer, around);
-                    around.pop();
-                    found
-                }
-                Stmt::Seq(v) => v.iter().find_map(|s| find(s, producer, around)),
-                Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find(body, producer, around),
-                Stmt::If { then_case, else_case, .. } => find(then_case, producer, around)
-                    .or_else(|| else_case.as_ref().and_then(|e| find(e, producer, around))),
-                _ => None,
-            }
-        }
-        let (nest, around) = find(&self.func.body, producer, &mut Vec::new())
+        let is_nest = |s: &Stmt| matches!(s, Stmt::For(_)) && innermost_store(s).is_some_and(|(b, _)| b == producer);
+        let (nest, around) = find_loop(&self.func.body, &is_nest, &mut Vec::new())
             .ok_or_else(|| self.err(format!("no producer nest of `{}`", producer.name())))?;
         let (headers, body) = peel_chain(nest, &|_| false);
         let Stmt::Store { indices, value, .. } = body else { unreachable!("innermost_store matched") };
@@ -111,6 +92,14 @@ impl Schedule {
         let local = self.stage_region(producer, at, &format!("{}_at", producer.name()), &make)?;
         self.remove_producer(producer);
         Ok(local)
+    }
+
+    /// The variables of the loops around loop `v`, outermost first.
+    pub fn loops_around(&self, v: &Var) -> Result<Vec<Var>> {
+        let is_v = |s: &Stmt| matches!(s, Stmt::For(l) if l.var == *v);
+        find_loop(&self.func.body, &is_v, &mut Vec::new())
+            .map(|(_, around)| around)
+            .ok_or_else(|| self.err(format!("no loop `{}`", v.name)))
     }
 
     /// A kernel-local `buffer` allocated around loop `at` and used only inside
@@ -306,6 +295,28 @@ fn collect_vars(e: &Expr, out: &mut Vec<Var>) {
         out.push(v.clone());
     }
     e.for_each_child(|c| collect_vars(c, out));
+}
+
+/// The first loop of `s` that `is` picks, and the variables of the loops
+/// around it (outermost first; `around` holds those around `s`).
+fn find_loop(s: &Stmt, is: &dyn Fn(&Stmt) -> bool, around: &mut Vec<Var>) -> Option<(Stmt, Vec<Var>)> {
+    match s {
+        Stmt::For(l) => {
+            if is(s) {
+                return Some((s.clone(), around.clone()));
+            }
+            around.push(l.var.clone());
+            let found = find_loop(&l.body, is, around);
+            around.pop();
+            found
+        }
+        Stmt::Seq(v) => v.iter().find_map(|s| find_loop(s, is, around)),
+        Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find_loop(body, is, around),
+        Stmt::If { then_case, else_case, .. } => {
+            find_loop(then_case, is, around).or_else(|| else_case.as_ref().and_then(|e| find_loop(e, is, around)))
+        }
+        _ => None,
+    }
 }
 
 /// The indices of every load and store of `buffer` in `s`.
