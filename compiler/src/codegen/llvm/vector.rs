@@ -138,11 +138,15 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// [`Self::strided_load`] of `n` lanes `s` apart from `ptr` as whole
     /// vectors, the last one masked, where masked access is one instruction
-    /// (see [`Self::masked_access`]) and the span fits two vectors: a
-    /// 14-lane stride-2 row of a 2 × 2 max pooling is one 16-lane load, one
-    /// masked 11-lane load and one two-input permute, where the two
-    /// overlapping `<14 x float>` loads had been legalized into three pieces
-    /// each and joined by inserts. None where that does not apply.
+    /// (see [`Self::masked_access`]): each vector's worth of lanes (16 `f32`
+    /// on AVX-512) from the one or two vectors its span covers and one
+    /// two-input permute, the pieces then joined. A 14-lane stride-2 row of
+    /// a 2 × 2 max pooling is one 16-lane load, one masked 11-lane load and
+    /// one permute, where the two overlapping `<14 x float>` loads had been
+    /// legalized into three pieces each and joined by inserts; a 28-lane
+    /// stride-2 row of a depthwise convolution's phase-split image is two
+    /// such pieces, where LLVM's shuffles of one `<55 x float>` load took
+    /// ~25 instructions. None where that does not apply.
     fn masked_strided_load(
         &mut self,
         buf: &Buffer,
@@ -150,19 +154,19 @@ impl<'ctx> FnGen<'_, 'ctx> {
         ft: inkwell::types::FloatType<'ctx>,
         (n, s): (u32, u32),
     ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
-        let span = (n - 1) * s + 1;
-        let whole = n.next_power_of_two();
-        let wt = ft.vec_type(whole);
         let bits = 8 * buf.elem().size_bytes() as u32;
         let maskable = self.features.masked_partial
             && buf.scope() == crate::tir::Scope::Global
             && !self.stored.contains(&buf.id())
-            && matches!(bits, 32 | 64)
-            && whole * bits <= 512;
-        // Whole vectors (`n` a power of two) already load as two overlapping ones.
-        if !maskable || span > 2 * whole || n.is_power_of_two() {
+            && matches!(bits, 32 | 64);
+        let whole = n.next_power_of_two().min(512 / bits);
+        // Whole vectors (`n` a power of two within one register) already
+        // load as two overlapping ones.
+        let one_register = n == whole;
+        if !maskable || one_register || n < 3 || (n.min(whole) - 1) * s + 1 > 2 * whole {
             return Ok(None);
         }
+        let wt = ft.vec_type(whole);
         // The `part` lanes at element `offset`: a plain load when whole,
         // masked otherwise (a masked-off lane is never read).
         let part = |g: &mut Self, offset: u32, part: u32| -> Result<VectorValue<'ctx>, CodegenError> {
@@ -173,12 +177,39 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let p = g.e(unsafe { compat::in_bounds_gep(&g.b, ft, ptr, &[g.i64c(offset as i64)], "part") })?;
             Ok(g.masked_load(buf, p, (wt, wt), Some(part))?.into_vector_value())
         };
-        let low = part(self, 0, span.min(whole))?;
-        let high = if span > whole { part(self, whole, span - whole)? } else { wt.get_undef() };
         let i32t = self.ctx.i32_type();
-        let mask: Vec<IntValue> = (0..n).map(|k| i32t.const_int((k * s) as u64, false)).collect();
-        let picked = self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?;
+        let mut pieces = Vec::new();
+        for first in (0..n).step_by(whole as usize) {
+            let lanes = whole.min(n - first);
+            let (offset, span) = (first * s, (lanes - 1) * s + 1);
+            let low = part(self, offset, span.min(whole))?;
+            let high = if span > whole { part(self, offset + whole, span - whole)? } else { wt.get_undef() };
+            let mask: Vec<IntValue> =
+                (0..whole).map(|k| if k < lanes { i32t.const_int((k * s) as u64, false) } else { i32t.get_undef() }).collect();
+            pieces.push(self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?);
+        }
+        let joined = self.concat_vectors(pieces)?;
+        let first: Vec<IntValue> = (0..n).map(|k| i32t.const_int(k as u64, false)).collect();
+        let undef = joined.get_type().get_undef();
+        let picked = self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&first), "strided"))?;
         Ok(Some(picked.into()))
+    }
+
+    /// The lanes of `vs` (vectors of one type) one after another, joined
+    /// pairwise (an odd one out beside an undefined vector).
+    fn concat_vectors(&mut self, mut vs: Vec<VectorValue<'ctx>>) -> Result<VectorValue<'ctx>, CodegenError> {
+        let i32t = self.ctx.i32_type();
+        while vs.len() > 1 {
+            let mut next = Vec::with_capacity(vs.len().div_ceil(2));
+            for pair in vs.chunks(2) {
+                let a = pair[0];
+                let b = pair.get(1).copied().unwrap_or_else(|| a.get_type().get_undef());
+                let both: Vec<IntValue> = (0..2 * a.get_type().get_size()).map(|k| i32t.const_int(k as u64, false)).collect();
+                next.push(self.e(self.b.build_shuffle_vector(a, b, VectorType::const_vector(&both), "join"))?);
+            }
+            vs = next;
+        }
+        vs.pop().ok_or_else(|| self.unsupported("an empty vector"))
     }
 
     /// The vector `vt` at element `offset` past `ptr` (elements of `elem`),
