@@ -184,8 +184,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let (offset, span) = (first * s, (lanes - 1) * s + 1);
             let low = part(self, offset, span.min(whole))?;
             let high = if span > whole { part(self, offset + whole, span - whole)? } else { wt.get_undef() };
-            let mask: Vec<IntValue> =
-                (0..whole).map(|k| if k < lanes { i32t.const_int((k * s) as u64, false) } else { i32t.get_undef() }).collect();
+            let mask: Vec<IntValue> = (0..whole)
+                .map(|k| if k < lanes { i32t.const_int((k * s) as u64, false) } else { i32t.get_undef() })
+                .collect();
             pieces.push(self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?);
         }
         let joined = self.concat_vectors(pieces)?;
@@ -204,7 +205,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
             for pair in vs.chunks(2) {
                 let a = pair[0];
                 let b = pair.get(1).copied().unwrap_or_else(|| a.get_type().get_undef());
-                let both: Vec<IntValue> = (0..2 * a.get_type().get_size()).map(|k| i32t.const_int(k as u64, false)).collect();
+                let both: Vec<IntValue> =
+                    (0..2 * a.get_type().get_size()).map(|k| i32t.const_int(k as u64, false)).collect();
                 next.push(self.e(self.b.build_shuffle_vector(a, b, VectorType::const_vector(&both), "join"))?);
             }
             vs = next;

@@ -20,7 +20,8 @@ const WIDE_DEPTHWISE_VECTORS: i64 = 8;
 const MIN_BANDED_ROWS: i64 = 32;
 
 /// A padded plane larger than this (an L1 data cache, Zen 3's) is padded a
-/// few rows at a time on 8 lanes (see `schedule_depthwise`).
+/// few rows at a time on 8 lanes, and run in bands of rows (see
+/// `schedule_depthwise`).
 const L1_PLANE_BYTES: i64 = 32 * 1024;
 
 /// Whether a convolution kernel reads one input channel per output channel
@@ -39,14 +40,17 @@ pub(super) fn is_depthwise(f: &PrimFunc) -> bool {
 /// loads. (The general strategy padded three rows of every channel per
 /// output row, 69 KB for 192 channels, and ran at a tenth of the FMA peak.)
 ///
-/// A map of 32 output rows or more runs in 4 (or 2) bands of rows, band ×
-/// channel in parallel, each band's padded image per channel: split over two
-/// threads, each then reads the half of the map that its core wrote — the
-/// pointwise convolutions around it split their pixels the same way — not
-/// half of every channel's plane from the other core's cache (Sapphire
-/// Rapids, two threads: MobileNetV2's 112² and 56² depthwise kernels
-/// 0.73–0.94×, and the 1 × 1 kernels after them 0.83–0.91×). Smaller maps
-/// lost to the bands' extra halo rows and tasks (28 × 28: 1.29×).
+/// A map of 32 output rows or more whose padded plane is past L1 runs in 4
+/// (or 2) bands of rows, band × channel in parallel, each band's padded
+/// image per channel: split over two threads, each then reads the half of
+/// the map that its core wrote — the pointwise convolutions around it split
+/// their pixels the same way — not half of every channel's plane from the
+/// other core's cache (Sapphire Rapids, two threads: MobileNetV2's 112² and
+/// 56² depthwise kernels 0.73–0.94×, and the 1 × 1 kernels after them
+/// 0.83–0.91×). Smaller maps lost to the bands' extra halo rows and tasks
+/// (28 × 28: 1.29×), and on Zen 5 so did the 56² one, whose 13 KB plane is
+/// in L1 (without bands 0.85–0.89× at one and two threads, AVX-512 and AVX2
+/// code alike; the 112² ones 1.12–1.31× slower without).
 pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
     let err = |s: &Schedule, m: &str| ScheduleError { kernel: s.func().name.clone(), message: m.into() };
@@ -85,12 +89,18 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // thread; stride-2 images (phase-split) lost; AVX-512 is unmeasured. The
     // rule's point is the tuning knobs' `order=rows rows=2`.
     let stride_one = !pads.is_empty() && pads.iter().all(|p| p.shape().len() == 4);
+    // One channel's padded image (each pad stage is [N, C, rows, …]).
+    let plane_bytes = pads
+        .iter()
+        .map(|p| (p.shape().iter().skip(2).product::<usize>() * p.elem().size_bytes()) as i64)
+        .max()
+        .unwrap_or(0);
     let rows_of_plane = knobs.order.is_none()
         && knobs.rows.is_none()
         && whole
         && lanes == 8
         && stride_one
-        && (ohe + 2) * (owe + 2) * 4 > L1_PLANE_BYTES;
+        && plane_bytes > L1_PLANE_BYTES;
     let order = knobs.order.or(rows_of_plane.then_some(ConvOrder::Rows));
     let rows = knobs.rows.unwrap_or_else(|| {
         let most = if rows_of_plane { 2 } else { (budget / tile_vectors).max(1) };
@@ -103,7 +113,11 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     let (ow_o, ow_i) = s.split(ow, lanes as usize)?;
     let row_tiles = extent(&s, &oh_o).unwrap_or(1);
     let by_rule = order.is_none();
-    let bands = if by_rule && ohe >= MIN_BANDED_ROWS { [4, 2].into_iter().find(|b| row_tiles % b == 0) } else { None };
+    let bands = if by_rule && ohe >= MIN_BANDED_ROWS && plane_bytes > L1_PLANE_BYTES {
+        [4, 2].into_iter().find(|b| row_tiles % b == 0)
+    } else {
+        None
+    };
     let (band, oh_o) = match bands {
         Some(b) => {
             let (band, rest) = s.split(&oh_o, (row_tiles / b) as usize)?;
