@@ -19,9 +19,7 @@ mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, interpreted};
-use depthwise::{
-    depthwise_convolutions_match_the_interpreter, large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes,
-};
+use depthwise::{depthwise_convolutions_match_the_interpreter, large_depthwise_planes_are_padded_a_few_rows_at_a_time};
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
@@ -71,7 +69,7 @@ fn main() {
             strided_pooling_rows_match_the_interpreter,
             strided_padded_copies_are_vectors_and_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
-            large_depthwise_planes_are_padded_a_few_rows_at_a_time_on_8_lanes,
+            large_depthwise_planes_are_padded_a_few_rows_at_a_time,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
             packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,

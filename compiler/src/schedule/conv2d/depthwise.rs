@@ -16,6 +16,10 @@ const MAX_DEPTHWISE_TILE: i64 = 12;
 /// on a unit of 32 registers.
 const WIDE_DEPTHWISE_VECTORS: i64 = 8;
 
+/// Output rows per tile of whole-vector rows padded a few rows at a time on
+/// a unit of 32 registers (see `schedule_depthwise`).
+const PLANE_ROWS_WIDE: i64 = 7;
+
 /// The fewest output rows of a depthwise convolution run in bands of rows.
 const MIN_BANDED_ROWS: i64 = 32;
 
@@ -86,8 +90,14 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // plane computed once per channel (52 KB) left L1 before its last rows
     // were read (Zen 3, `kiln tune`'s find, paired batches: 0.77× the time at
     // one thread, 0.87× at two). 56 × 56 planes (13 KB) gain nothing at one
-    // thread; stride-2 images (phase-split) lost; AVX-512 is unmeasured. The
-    // rule's point is the tuning knobs' `order=rows rows=2`.
+    // thread; stride-2 images (phase-split) lost. The rule's point is the
+    // tuning knobs' `order=rows rows=2`. On 32 registers every plane past L1
+    // is padded so, stride 2 included, whole-vector rows seven output rows
+    // per tile (nine padded rows for seven, where two rows padded four):
+    // MobileNetV2's 112 × 112 kernel 0.83× the time at one thread and 0.93×
+    // at two, its 112 → 56 stride-2 one 0.84× and 0.91× (Zen 5, `kiln
+    // tune`'s `order=rows rows=7` and `order=rows`, paired in the model;
+    // rows=4 1.15× and rows=8 1.02× slower than 7).
     let stride_one = !pads.is_empty() && pads.iter().all(|p| p.shape().len() == 4);
     // One channel's padded image (each pad stage is [N, C, rows, …]).
     let plane_bytes = pads
@@ -95,15 +105,18 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
         .map(|p| (p.shape().iter().skip(2).product::<usize>() * p.elem().size_bytes()) as i64)
         .max()
         .unwrap_or(0);
+    let wide_unit = unit.registers >= 32;
     let rows_of_plane = knobs.order.is_none()
         && knobs.rows.is_none()
-        && whole
-        && lanes == 8
-        && stride_one
-        && plane_bytes > L1_PLANE_BYTES;
+        && plane_bytes > L1_PLANE_BYTES
+        && (wide_unit || (whole && lanes == 8 && stride_one));
     let order = knobs.order.or(rows_of_plane.then_some(ConvOrder::Rows));
     let rows = knobs.rows.unwrap_or_else(|| {
-        let most = if rows_of_plane { 2 } else { (budget / tile_vectors).max(1) };
+        let most = match (rows_of_plane, wide_unit) {
+            (true, false) => 2,
+            (true, true) if whole => PLANE_ROWS_WIDE,
+            _ => (budget / tile_vectors).max(1),
+        };
         divisor_at_most(ohe, most)
     });
     if rows < 1 || ohe % rows != 0 || rows * tile_vectors > MAX_DEPTHWISE_TILE || knobs.cols.is_some() {
