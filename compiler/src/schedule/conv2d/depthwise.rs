@@ -44,7 +44,8 @@ pub(super) fn is_depthwise(f: &PrimFunc) -> bool {
 /// loads. (The general strategy padded three rows of every channel per
 /// output row, 69 KB for 192 channels, and ran at a tenth of the FMA peak.)
 ///
-/// A map of 32 output rows or more whose padded plane is past L1 runs in 4
+/// A map of 32 output rows or more whose padded plane is past L1 and not
+/// padded a few rows at a time (a stride-2 image on 16 registers) runs in 4
 /// (or 2) bands of rows, band × channel in parallel, each band's padded
 /// image per channel: split over two threads, each then reads the half of
 /// the map that its core wrote — the pointwise convolutions around it split
