@@ -252,7 +252,9 @@ fn strided_partial_rows_are_whole_and_masked_loads_on_avx512() {
 /// position, which took ResNet-18's and YOLOv8n's transforms 13–43 % longer
 /// on Sapphire Rapids; AVX2 keeps the lane loads (not measured there), and
 /// so do AVX-512 CPUs without fast gathers — a CPU LLVM does not name
-/// (Zen 5 under LLVM 14: lane loads 0.83–0.89× the time of gathers).
+/// (Zen 5 under LLVM 14: lane loads 0.83–0.89× the time of gathers). Those
+/// read each row of a tile's positions per tile and transpose the rows
+/// (`row_gather.rs`): shuffles, not an insert per element.
 #[test]
 fn winograd_input_transforms_gather_their_tiles_on_avx512() {
     let (_, relay, shape) = LAYERS[0];
@@ -272,6 +274,10 @@ fn winograd_input_transforms_gather_their_tiles_on_avx512() {
     let unnamed = "llvm -mcpu=x86-64-v4";
     let amd = assembly_of(relay, shape, unnamed, &transform);
     assert!(count(&amd, "vgather") < 36, "lane loads on an AVX-512 CPU without fast gathers:\n{amd}");
+    for (cpu, asm) in [("x86-64-v4", &amd), ("haswell", &avx2)] {
+        assert!(count(asm, "vinsertps") < 36, "{cpu}: rows, not an insert per element:\n{asm}");
+    }
+    assert!(count(&amd, "vpermt2ps") >= 36, "transposed rows on AVX-512:\n{amd}");
 }
 
 /// A packed tile written back along 16 columns (YOLOv8n's stem: 3 → 16

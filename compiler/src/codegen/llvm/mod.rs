@@ -29,6 +29,7 @@ mod data_object;
 mod expr;
 mod jit;
 mod nvptx;
+mod row_gather;
 mod stmt;
 mod target;
 mod transpose;
@@ -83,6 +84,11 @@ struct FnGen<'a, 'ctx> {
     stored: std::collections::HashSet<u32>,
     /// Transposed blocks of register tiles read so far (see `transpose.rs`).
     transposes: HashMap<transpose::TransposeKey, Vec<inkwell::values::VectorValue<'ctx>>>,
+    /// Row-gathered offsets of the statement sequence being emitted: the
+    /// run each belongs to, its first offset and length (see `row_gather.rs`).
+    row_plan: HashMap<row_gather::RowKey, (i64, i64)>,
+    /// Transposed rows of row gathers read so far.
+    row_gathers: HashMap<row_gather::RowKey, Vec<inkwell::values::VectorValue<'ctx>>>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -199,6 +205,8 @@ fn start_kernel<'a, 'ctx>(
         features: KernelFeatures::default(),
         stored: std::collections::HashSet::new(),
         transposes: HashMap::new(),
+        row_plan: HashMap::new(),
+        row_gathers: HashMap::new(),
     })
 }
 

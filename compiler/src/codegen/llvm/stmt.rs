@@ -18,7 +18,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.forget_transposes_of(buffer);
                 Ok(())
             }
-            Stmt::Seq(v) => v.iter().try_for_each(|s| self.stmt(s)),
+            Stmt::Seq(v) => {
+                self.plan_row_gathers(v);
+                v.iter().try_for_each(|s| self.stmt(s))
+            }
             Stmt::Let { var, value, body } => {
                 let v = self.expr(value)?;
                 if self.non_negative(value) {

@@ -105,6 +105,17 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             rows.push(v.into_vector_value());
         }
+        self.transpose_rows(rows, lanes)
+    }
+
+    /// `rows` (vectors of `lanes` lanes), padded to a power of two `N` with
+    /// repeats of the first, transposed (see [`Self::transpose_block`]).
+    pub(super) fn transpose_rows(
+        &mut self,
+        mut rows: Vec<VectorValue<'ctx>>,
+        lanes: i64,
+    ) -> Result<Vec<VectorValue<'ctx>>, CodegenError> {
+        let n = rows.len() as i64;
         let width = (n as u64).next_power_of_two() as i64;
         rows.resize(width as usize, rows[0]);
         let i32t = self.ctx.i32_type();
@@ -145,11 +156,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// block need not dominate the next) and where memory may change.
     pub(super) fn forget_transposes(&mut self) {
         self.transposes.clear();
+        self.forget_row_gathers();
     }
 
     /// Forget the transposed blocks of a buffer being stored to.
     pub(super) fn forget_transposes_of(&mut self, buf: &Buffer) {
         let id = buf.id();
         self.transposes.retain(|k, _| k.0 != id);
+        self.forget_row_gathers_of(buf);
     }
 }

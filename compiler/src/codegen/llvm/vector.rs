@@ -344,7 +344,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// `llvm.masked.load` of the first lanes of the whole vector `wt` at
     /// `ptr` (see [`Self::masked_access`]), narrowed back to `vt`; `read`
     /// lanes are read where given (the rest are undefined), else `vt`'s.
-    fn masked_load(
+    pub(super) fn masked_load(
         &mut self,
         buf: &Buffer,
         ptr: PointerValue<'ctx>,
@@ -481,9 +481,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         Some(v) => v,
                         None => match self.lane_loads(buf, &idx[0])? {
                             Some(v) => v,
-                            None => match self.gather(buf, &idx[0], lanes)? {
+                            None => match self.row_gather(buf, &idx[0])? {
                                 Some(v) => v,
-                                None => self.scalarize(e)?,
+                                None => match self.gather(buf, &idx[0], lanes)? {
+                                    Some(v) => v,
+                                    None => self.scalarize(e)?,
+                                },
                             },
                         },
                     },
