@@ -11,36 +11,39 @@ use kiln::tir::{Expr, ForKind, Intrinsic, PrimFunc, Stmt};
 /// fused after the tiles are written back; the unpadded 5 × 5 map keeps the
 /// direct convolution;
 /// two 8 × 8 images of 32 channels with an asymmetric padding take F(2 × 2)
-/// over 32 tiles of both images. The products read their weights packed in
+/// over 32 tiles of both images; a 24 × 24 map takes F(4 × 4) over 36 tiles
+/// (48: three vectors of 16). The products read their weights packed in
 /// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`), and
 /// prefetch that stream 2 KiB ahead. All
 /// equal the interpreter on LLVM and C.
 pub(super) fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
+          %v: Tensor[(1, 64, 24, 24), float32],
           %w1: Tensor[(64, 64, 3, 3), float32], %b1: Tensor[(64), float32], %w2: Tensor[(64, 64, 3, 3), float32],
-          %w3: Tensor[(64, 64, 3, 3), float32], %w4: Tensor[(32, 32, 3, 3), float32]) {
+          %w3: Tensor[(64, 64, 3, 3), float32], %w4: Tensor[(32, 32, 3, 3), float32], %w5: Tensor[(64, 64, 3, 3), float32]) {
   %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1]);
   %1 = nn.relu(nn.bias_add(%0, %b1));
   %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
   %3 = nn.relu(add(%2, %y));
-  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]))
+  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]), nn.conv2d(%v, %w5, padding=[1, 1, 1, 1]))
 }
 "#;
-    check_compiled(text, &["w1", "b1", "w2", "w3", "w4"], false, &|kernels, lanes| {
+    check_compiled(text, &["w1", "b1", "w2", "w3", "w4", "w5"], false, &|kernels, lanes| {
         let mut tiles: Vec<&str> =
             kernels.iter().filter_map(|k| k.attrs.get("winograd.tile").map(String::as_str)).collect();
         tiles.sort_unstable();
         // An input and an output transform per Winograd convolution.
-        let want: &[&str] = if lanes >= 8 { &["2", "2", "2", "2", "4", "4"] } else { &[] };
+        let want: &[&str] = if lanes >= 8 { &["2", "2", "2", "2", "4", "4", "4", "4"] } else { &[] };
         assert_eq!(tiles, want, "Winograd transforms with {lanes} lanes");
         // Every product reads its weights packed in panels of its tile rows:
         // 6 on AVX2 (64 rows: ten panels and a zero-padded one), 8 (64
-        // channels) and 4 (32 channels, 32-column tiles) on AVX-512.
+        // channels), 4 (32 channels, 32-column tiles) and 2 (48 columns:
+        // three vectors, all of them in the tile) on AVX-512.
         let mut rows: Vec<&str> =
             kernels.iter().filter_map(|k| k.attrs.get("batch_matmul_pack.rows").map(String::as_str)).collect();
         rows.sort_unstable();
-        let want: &[&str] = if lanes == 8 { &["6", "6", "6"] } else { &["4", "8", "8"] };
+        let want: &[&str] = if lanes == 8 { &["6", "6", "6", "6"] } else { &["2", "4", "8", "8"] };
         assert_eq!(rows, want, "packed Winograd weights with {lanes} lanes");
         // ...and asks for them ahead of its reduction (`kiln.prefetch`).
         for k in kernels.iter().filter(|k| k.attrs.contains_key("batch_matmul_pack.rows")) {
