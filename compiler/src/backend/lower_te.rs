@@ -217,6 +217,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let materialize = |t: &Tensor| {
         (padded_anchor && t.name() == "pad")
             || (anchor_name == "nn.max_pool2d" && t.name() == "pad" && small_plane(t))
+            || (anchor_name == "nn.max_pool2d" && t.name() == crate::topi::POOL_ROWS_STAGE)
             || (anchor_name == "nn.contrib_winograd_input_transform"
                 && crate::topi::WINOGRAD_INPUT_STAGES.contains(&t.name()))
     };

@@ -229,6 +229,10 @@ fn conv2d(c: &ComputeCall) -> Result<TeValue, OpError> {
     }))
 }
 
+/// The name of a max pooling's row-maximum stage (see [`pool2d`]), which
+/// its CPU schedule places.
+pub(crate) const POOL_ROWS_STAGE: &str = "pool_rows";
+
 fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
     let (shape, dt) = c.out_tensor()?;
     let x = c.tensor(0)?;
@@ -251,6 +255,27 @@ fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
         let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
         (hh, ww)
     };
+    if is_max && pool[0] > 1 {
+        // Separable: the maximum over the window's rows first, along whole
+        // contiguous rows (a stage the CPU schedule computes per output row),
+        // then over its columns — per output row `ph` row loads and `pw`
+        // strided ones instead of `ph · pw` strided ones. A maximum is
+        // associative (a NaN anywhere wins either way).
+        // Laid out [N, C, columns, output rows]: FuseSiblingLoops then fuses
+        // its nest with the pooling's over the images and channels only, and
+        // the schedule computes it per output row (a contiguous row).
+        let rows = compute(POOL_ROWS_STAGE, &[shape[0], shape[1], need_w as usize, shape[2]], |i| {
+            let row = |k: i64| {
+                let hh = i[3].clone() * Expr::int(strides[0]) + Expr::int(k * dilation[0]);
+                padded.at(&[i[0].clone(), i[1].clone(), hh, i[2].clone()])
+            };
+            (1..pool[0]).fold(row(0), |acc, k| Expr::bin(BinOp::Max, acc, row(k)))
+        });
+        return one(compute("pool", &shape, |i| {
+            let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
+            reduce(Combiner::Max, rows.at(&[i[0].clone(), i[1].clone(), ww, i[2].clone()]), &[rx.clone()])
+        }));
+    }
     let combiner = if is_max { Combiner::Max } else { Combiner::Sum };
     let pooled = compute("pool", &shape, |i| {
         let (hh, ww) = window(i);
