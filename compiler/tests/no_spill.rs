@@ -280,6 +280,23 @@ fn winograd_input_transforms_gather_their_tiles_on_avx512() {
     assert!(count(&amd, "vpermt2ps") >= 36, "transposed rows on AVX-512:\n{amd}");
 }
 
+/// An integer nearest upsampling (`nn.upsampling`, what ONNX's 2× Resize
+/// imports as) reads each output row's input as one contiguous span and a
+/// shuffle repeating its elements (`constant_offsets_load`) — on AVX-512 and
+/// AVX2, on rows that whole vectors do not divide (40) — not an element per
+/// lane (YOLOv8n's two upsampling kernels 0.27× the time on Zen 5).
+#[test]
+fn upsampled_rows_are_spans_and_shuffles() {
+    let relay = "%x: Tensor[(1, 4, 20, 20), float32], %w: Tensor[(1), float32]) {
+           add(nn.upsampling(%x, scale_h=2f, scale_w=2f), %w)";
+    for cpu in ["x86-64-v4", "haswell"] {
+        let asm = assembly(relay, &[1], &format!("llvm -mcpu={cpu}"));
+        let count = |op: &str| asm.lines().filter(|l| l.trim().starts_with(op)).count();
+        assert_eq!(count("vinsertps") + count("vpinsrd"), 0, "{cpu}: no element per lane:\n{asm}");
+        assert!(count("vperm") > 0, "{cpu}: repeated by a shuffle:\n{asm}");
+    }
+}
+
 /// A packed tile written back along 16 columns (YOLOv8n's stem: 3 → 16
 /// channels, stride 2, a SiLU epilogue computed on whole column vectors) is
 /// transposed in `log2 16` rounds of two-input interleaves on AVX-512 — 64

@@ -203,8 +203,15 @@ fn seeds() -> Vec<(&'static str, ModelProto)> {
             n("Pad", "x pads", "p", vec![string("mode", "edge")]),
             n("Unsqueeze", "x uax", "x4", vec![]),
             n("Resize", "x4 _ scales", "z", vec![string("mode", "linear")]),
+            // A 2× nearest upsampling (imported as `nn.upsampling`).
+            n(
+                "Resize",
+                "x4 _ scales",
+                "u",
+                vec![string("coordinate_transformation_mode", "asymmetric"), string("nearest_mode", "floor")],
+            ),
         ],
-        "e t r p z",
+        "e t r p z u",
     );
     let qkv = ["q", "k", "v"].map(|s| vi(s, 1, &[1, 4, 8])).to_vec();
     let heads = vec![int("q_num_heads", 2), int("kv_num_heads", 2), int("is_causal", 1)];

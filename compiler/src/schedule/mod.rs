@@ -613,12 +613,17 @@ pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
 /// Split every innermost loop that stores one element per iteration by the
 /// vector width and vectorize the inner part (where the width divides it).
 fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
+    // An upsampling's rows read their input through `o / k` (a contiguous
+    // load and a shuffle, `codegen::llvm`'s constant lane offsets): worth
+    // vectors and a tail where whole vectors do not divide them (YOLOv8n's
+    // 20- and 40-wide rows).
+    let upsampling = f.attrs.get("anchor").is_some_and(|a| a == "nn.upsampling");
     let mut s = Schedule::new(f);
     let mut candidates = Vec::new();
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {
             if let (ForKind::Serial, Stmt::Store { value, .. }) = (l.kind, &l.body) {
-                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), calls_a_function(value)));
+                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), upsampling || calls_a_function(value)));
             }
         }
     });

@@ -31,6 +31,17 @@ fn numerator(axis: &ResizeAxis, o: &Expr) -> Expr {
 
 /// The nearest input index (as [`ResizeAxis::nearest`]).
 fn nearest(axis: &ResizeAxis, o: &Expr, rounding: Rounding) -> Expr {
+    // An integer upsampling (`o · i / (k · i)`, rounded down): `o / k`, in
+    // range without a clamp — index arithmetic the vectorizer and LLVM see
+    // through.
+    if rounding == Rounding::Floor
+        && axis.b == 0
+        && axis.a > 0
+        && axis.d % axis.a == 0
+        && axis.d / axis.a * axis.size == axis.d
+    {
+        return floor_div(o.clone(), axis.d / axis.a);
+    }
     let (n, d) = (numerator(axis, o), axis.d);
     let i = match rounding {
         Rounding::Floor => floor_div(n, d),

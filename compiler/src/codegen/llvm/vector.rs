@@ -17,6 +17,13 @@ use crate::tir::{BinOp, Buffer, Expr, Intrinsic, Stmt};
 /// wide) took 15 % longer as gathers than lane by lane.
 const GATHER_MIN_LANES: u32 = 16;
 
+/// Whether `e` divides (floor division or remainder) anywhere.
+fn has_division(e: &Expr) -> bool {
+    let mut found = matches!(e, Expr::Bin(BinOp::FloorDiv | BinOp::FloorMod, ..));
+    e.for_each_child(|c| found |= has_division(c));
+    found
+}
+
 impl<'ctx> FnGen<'_, 'ctx> {
     pub(super) fn vector_type(&self, elem: DataType, lanes: u32) -> VectorType<'ctx> {
         match self.value_type(elem) {
@@ -82,6 +89,49 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let offset = [self.i64c(k as i64 * s)];
         // SAFETY (of the generated code): lane k's index is base + k·s, in bounds as the access is.
         unsafe { self.e(compat::in_bounds_gep(&self.b, elem_type(self.ctx, buf.elem()), first, &offset, "lane_addr")) }
+    }
+
+    /// `buf[idx]` where every lane's index is the first lane's plus a
+    /// constant (`Ramp(r, 1, n) / k` with `r` a multiple of `k`: an integer
+    /// upsampling's row, each element repeated `k` times) and the lanes span
+    /// at most two vectors: one contiguous load of the span and a shuffle.
+    /// Every element of the span lies between two that lanes read, so in
+    /// the buffer. Only for indices with a division (the lanes' differences
+    /// are then worth simplifying).
+    fn constant_offsets_load(
+        &mut self,
+        buf: &Buffer,
+        idx: &Expr,
+    ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let lanes = idx.ty().lanes;
+        if lanes < 4 || buf.elem() == DataType::Bool || !has_division(idx) {
+            return Ok(None);
+        }
+        let first = simplify(&lane_of(idx, 0), &Bounds::new());
+        let mut offsets = Vec::with_capacity(lanes as usize);
+        for k in 0..lanes {
+            match simplify(&(lane_of(idx, k) - first.clone()), &Bounds::new()).as_int() {
+                Some(d) => offsets.push(d),
+                None => return Ok(None),
+            }
+        }
+        let (lo, hi) = (*offsets.iter().min().unwrap_or(&0), *offsets.iter().max().unwrap_or(&0));
+        let span = hi - lo + 1;
+        if span > 2 * lanes as i64 {
+            return Ok(None);
+        }
+        let vt = self.vector_type(buf.elem(), span as u32);
+        let ptr = self.address(buf, &[simplify(&(first + Expr::int(lo)), &Bounds::new())])?;
+        let ptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "span"))?;
+        let wide = self.e(compat::load(&self.b, vt, ptr, "span"))?;
+        if let Some(i) = wide.as_instruction_value() {
+            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+        }
+        let wide = wide.into_vector_value();
+        let i32t = self.ctx.i32_type();
+        let mask: Vec<IntValue> = offsets.iter().map(|&d| i32t.const_int((d - lo) as u64, false)).collect();
+        let picked = self.b.build_shuffle_vector(wide, vt.get_undef(), VectorType::const_vector(&mask), "offsets");
+        Ok(Some(self.e(picked)?.into()))
     }
 
     /// `buf[Ramp(base, s)]` for a small constant stride `s` (a stride-2
@@ -483,9 +533,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                             Some(v) => v,
                             None => match self.row_gather(buf, &idx[0])? {
                                 Some(v) => v,
-                                None => match self.gather(buf, &idx[0], lanes)? {
+                                None => match self.constant_offsets_load(buf, &idx[0])? {
                                     Some(v) => v,
-                                    None => self.scalarize(e)?,
+                                    None => match self.gather(buf, &idx[0], lanes)? {
+                                        Some(v) => v,
+                                        None => self.scalarize(e)?,
+                                    },
                                 },
                             },
                         },

@@ -103,12 +103,21 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
     if dt != DataType::F32 && mode != "nearest" {
         return Err(node.err(format!("{mode} resizing of {dt} is not supported")));
     }
+    let how = Interpolation { mode: &mode, ctm: &ctm, nearest_mode: &nearest_mode, cubic_a };
+    if let Some((kh, kw)) = integer_upsampling(node, &how, &shape, &out_sizes, &scales)? {
+        let a = attrs(&[
+            ("scale_h", AttrValue::Float(kh as f64)),
+            ("scale_w", AttrValue::Float(kw as f64)),
+            ("layout", AttrValue::Str("NCHW".into())),
+            ("method", AttrValue::Str("nearest_neighbor".into())),
+        ]);
+        return one(im.call(node, "nn.upsampling", vec![x], a)?);
+    }
     let mut y = x;
     for axis in 0..rank {
         if out_sizes[axis] == shape[axis] && scales[axis] == 1.0 {
             continue;
         }
-        let how = Interpolation { mode: &mode, ctm: &ctm, nearest_mode: &nearest_mode, cubic_a };
         // The taps are tables built here, one entry per output position.
         if out_sizes[axis] > MAX_RESIZED_AXIS {
             return Err(node.err(format!(
@@ -120,6 +129,38 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         y = gather_axis(im, node, y, axis, rank, &taps, dt)?;
     }
     one(y)
+}
+
+/// The integer factors `(kh, kw)` of a nearest resize of NCHW data that
+/// repeats each input row `kh` times and each column `kw` times (every
+/// output position `o` reads `o / k`; the images and channels unchanged) —
+/// YOLO's and FPNs' 2× upsampling: `nn.upsampling`, which the kernels
+/// compute as index arithmetic instead of two gathers through index tables.
+/// None for any other resize.
+fn integer_upsampling(
+    node: &Node,
+    how: &Interpolation,
+    shape: &[usize],
+    out: &[usize],
+    scales: &[f64],
+) -> Result<Option<(usize, usize)>, OnnxError> {
+    let unchanged = |a: usize| out[a] == shape[a] && scales[a] == 1.0;
+    if how.mode != "nearest" || shape.len() != 4 || !unchanged(0) || !unchanged(1) {
+        return Ok(None);
+    }
+    let factor = |a: usize| -> Result<Option<usize>, OnnxError> {
+        let (i, o) = (shape[a], out[a]);
+        if i == 0 || o % i != 0 || o > MAX_RESIZED_AXIS {
+            return Ok(None);
+        }
+        let k = o / i;
+        let taps = axis_taps(node, how, i, o, scales[a])?;
+        Ok(taps.iter().enumerate().all(|(p, t)| t.len() == 1 && t[0].0 == p / k).then_some(k))
+    };
+    Ok(match (factor(2)?, factor(3)?) {
+        (Some(kh), Some(kw)) if kh > 1 || kw > 1 => Some((kh, kw)),
+        _ => None,
+    })
 }
 
 /// For each output position along one axis, the input positions and weights.
