@@ -23,7 +23,7 @@ use super::*;
 use crate::arith::{simplify, Bounds};
 use crate::codegen::CodegenError;
 use crate::tir::transform::lane_of;
-use crate::tir::{BinOp, Buffer, Expr, Scope, Stmt};
+use crate::tir::{BinOp, Buffer, Expr, Stmt};
 
 /// A run of row-gathered offsets: the buffer, the per-lane base's text and
 /// the run's first offset.
@@ -136,7 +136,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let at = simplify(&(lane_of(base, k as u16) + Expr::int(first)), &Bounds::new());
             let ptr = self.address(buf, &[at])?;
             let ptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, row_t), "gather_row"))?;
-            let row = match self.masked_row(buf, row_t) {
+            let row = match self.masked_row(row_t) {
                 Some(wt) => self.masked_load(buf, ptr, (wt, wt), Some(len as u32))?.into_vector_value(),
                 None => {
                     let v = self.e(compat::load(&self.b, row_t, ptr, "gather_row"))?;
@@ -156,10 +156,14 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// The whole vector a row of `row_t` loads as, masked (AVX-512, a row
     /// whose length is not a power of two; see `masked_access`), if any.
-    fn masked_row(&self, buf: &Buffer, row_t: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
+    /// Unlike `masked_access`, also from a buffer the kernel stores to: the
+    /// transform's padded plane is filled once per channel and read by every
+    /// vector of tiles after it, long after its stores have left the store
+    /// buffer (a masked load cannot forward from one).
+    fn masked_row(&self, row_t: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
         let len = row_t.get_size();
         let wide = self.features.transpose_lanes;
-        (self.features.masked_partial && buf.scope() != Scope::Shared && !len.is_power_of_two() && len < wide)
+        (self.features.masked_partial && !len.is_power_of_two() && len < wide)
             .then(|| self.ctx.f32_type().vec_type(wide))
     }
 
