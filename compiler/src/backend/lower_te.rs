@@ -163,6 +163,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut packed_rows = None;
     let mut winograd_tile = None;
     let mut pointwise = false;
+    let mut pool_rows = false;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -177,6 +178,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                         .flatten();
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                     pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
+                    pool_rows = def.name == "nn.max_pool2d" && crate::topi::has_pool_rows(&call.attrs);
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     // Dimension `dim` of argument `arg`'s checked type.
                     let dim = |arg: usize, dim: usize| {
@@ -204,10 +206,11 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
             | "nn.contrib_dense_bf16"
             | "nn.contrib_winograd_input_transform"
     );
-    // A max pooling's padded image where a channel's plane is small: the
-    // schedule computes it channel by channel (`schedule_reduction`); were
-    // that to fail, the whole image stays a kernel-local buffer, so it is
-    // bounded too.
+    // A max pooling's padded image where a channel's plane is small and the
+    // window reads it directly (no row maxima, which read it once per output
+    // row, border tests and all): the schedule computes it channel by channel
+    // (`schedule_reduction`); were that to fail, the whole image stays a
+    // kernel-local buffer, so it is bounded too.
     let small_plane = |t: &Tensor| {
         let plane = t.shape().iter().skip(2).product::<usize>() * t.dtype().size_bytes();
         t.shape().len() == 4
@@ -216,8 +219,8 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     };
     let materialize = |t: &Tensor| {
         (padded_anchor && t.name() == "pad")
-            || (anchor_name == "nn.max_pool2d" && t.name() == "pad" && small_plane(t))
-            || (anchor_name == "nn.max_pool2d" && t.name() == crate::topi::POOL_ROWS_STAGE)
+            || (anchor_name == "nn.max_pool2d" && !pool_rows && t.name() == "pad" && small_plane(t))
+            || (pool_rows && t.name() == crate::topi::POOL_ROWS_STAGE)
             || (anchor_name == "nn.contrib_winograd_input_transform"
                 && crate::topi::WINOGRAD_INPUT_STAGES.contains(&t.name()))
     };

@@ -406,11 +406,11 @@ fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, Schedul
                 // pooling's in the channel loop around both; `localize` gives it
                 // one plane per channel, and where it is not one slice per
                 // channel (a batch of images) it is inlined back, read in place.
-                // A max pooling over windows of several rows reads it through
-                // its row maxima, computed per output row: there the plane is
-                // inlined into that row (border tests on whole rows) — the
-                // 5 × 5 SPPF poolings 0.41–0.47× the time of the plane's
-                // reads per window step (Zen 5, AVX-512 and AVX2 code).
+                // A max pooling over windows of several rows has no plane:
+                // its row maxima, computed per output row, read the input in
+                // place (border tests on whole rows) — the 5 × 5 SPPF
+                // poolings 0.41–0.47× the time of the plane's reads per
+                // window step (Zen 5, AVX-512 and AVX2 code).
                 let around = spatial.first().map(|first| s.loops_around(first)).transpose()?;
                 let channel = around.as_ref().and_then(|loops| loops.last().cloned());
                 let (rows, pads): (Vec<_>, Vec<_>) =
@@ -628,17 +628,18 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
         }
     });
     let lanes = unit.f32_lanes as i64;
-    for (v, n, heavy) in candidates {
+    for (v, n, worth_a_tail) in candidates {
         // Two registers' worth where it divides (LLVM interleaves them), one otherwise.
         if let Some(w) = [2 * lanes, lanes].into_iter().find(|&w| n % w == 0 && n >= w) {
             vectorize_by(&mut s, &v, n, w);
-        } else if heavy && n >= lanes {
-            // A row of a function's values (a SiLU's sigmoid), which whole
-            // vectors do not divide: vectors of half the width where they
-            // divide it, else whole ones, and a serial tail — not a scalar
-            // row of polynomial exponentials (YOLOv8n's Winograd outputs on
-            // 40 × 40 and 20 × 20 maps 2-3× faster). Cheap rows stay scalar:
-            // a vector of a concatenation loads every input for every lane.
+        } else if worth_a_tail && n >= lanes {
+            // A row of a function's values (a SiLU's sigmoid) or of an
+            // upsampling, which whole vectors do not divide: vectors of half
+            // the width where they divide it, else whole ones, and a serial
+            // tail — not a scalar row of polynomial exponentials (YOLOv8n's
+            // Winograd outputs on 40 × 40 and 20 × 20 maps 2-3× faster).
+            // Other cheap rows stay scalar: a vector of a concatenation
+            // loads every input for every lane.
             let w = if n % (lanes / 2) == 0 && lanes >= 8 { lanes / 2 } else { lanes };
             if n % w == 0 {
                 vectorize_by(&mut s, &v, n, w);

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use kiln_ir::attrs::Attrs;
 use kiln_ir::relay::OpMap;
 use kiln_ir::OpError;
 
@@ -233,6 +234,12 @@ fn conv2d(c: &ComputeCall) -> Result<TeValue, OpError> {
 /// its CPU schedule places.
 pub(crate) const POOL_ROWS_STAGE: &str = "pool_rows";
 
+/// Whether a max pooling with `attrs` reads its window's rows through a
+/// [`POOL_ROWS_STAGE`] (windows of several rows).
+pub(crate) fn has_pool_rows(attrs: &Attrs) -> bool {
+    expand_ints(attrs, "pool_size", 2).is_ok_and(|p| p[0] > 1)
+}
+
 fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
     let (shape, dt) = c.out_tensor()?;
     let x = c.tensor(0)?;
@@ -255,7 +262,7 @@ fn pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
         let ww = i[3].clone() * Expr::int(strides[1]) + z.clone() * Expr::int(dilation[1]);
         (hh, ww)
     };
-    if is_max && pool[0] > 1 {
+    if is_max && has_pool_rows(c.attrs) {
         // Separable: the maximum over the window's rows first, along whole
         // contiguous rows (a stage the CPU schedule computes per output row),
         // then over its columns — per output row `ph` row loads and `pw`

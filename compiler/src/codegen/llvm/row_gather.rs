@@ -54,13 +54,15 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// value is one load (a copy: every such load is executed), the loads of
     /// an f32 buffer at a non-affine vector index plus a constant, grouped by
     /// buffer and base; runs of at least [`MIN_ROW`] and at most a vector of
-    /// consecutive offsets become rows.
-    pub(super) fn plan_row_gathers(&mut self, stmts: &[Stmt]) {
+    /// consecutive offsets become rows. Replaces the current plan and
+    /// returns it (the enclosing sequence's).
+    pub(super) fn plan_row_gathers(&mut self, stmts: &[Stmt]) -> HashMap<RowKey, (i64, i64)> {
+        let outer = std::mem::take(&mut self.row_plan);
         let lanes = self.features.transpose_lanes as u16;
         // Where gathers are fast (Intel's AVX-512) they stay: measured there
         // against element-by-element loads, not against rows.
         if self.gpu || lanes < 8 || self.features.gather {
-            return;
+            return outer;
         }
         let mut offsets: HashMap<(u32, String), Vec<i64>> = HashMap::new();
         for s in stmts {
@@ -91,6 +93,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 start = end;
             }
         }
+        outer
     }
 
     /// `buf[idx]` from its planned row gather (see [`Self::plan_row_gathers`]):

@@ -19,8 +19,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 Ok(())
             }
             Stmt::Seq(v) => {
-                self.plan_row_gathers(v);
-                v.iter().try_for_each(|s| self.stmt(s))
+                // The plan covers this sequence's own loads only: a nested
+                // sequence plans its own, and this one's comes back after it.
+                let outer = self.plan_row_gathers(v);
+                let done = v.iter().try_for_each(|s| self.stmt(s));
+                self.row_plan = outer;
+                done
             }
             Stmt::Let { var, value, body } => {
                 let v = self.expr(value)?;

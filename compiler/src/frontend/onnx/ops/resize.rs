@@ -104,7 +104,23 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         return Err(node.err(format!("{mode} resizing of {dt} is not supported")));
     }
     let how = Interpolation { mode: &mode, ctm: &ctm, nearest_mode: &nearest_mode, cubic_a };
-    if let Some((kh, kw)) = integer_upsampling(node, &how, &shape, &out_sizes, &scales)? {
+    // The taps are tables built here, one entry per output position (none
+    // for an axis left as it is).
+    let mut taps = Vec::with_capacity(rank);
+    for axis in 0..rank {
+        if out_sizes[axis] == shape[axis] && scales[axis] == 1.0 {
+            taps.push(None);
+            continue;
+        }
+        if out_sizes[axis] > MAX_RESIZED_AXIS {
+            return Err(node.err(format!(
+                "axis {axis} would be resized to {} positions; kiln resizes an axis to at most {MAX_RESIZED_AXIS}",
+                out_sizes[axis]
+            )));
+        }
+        taps.push(Some(axis_taps(node, &how, shape[axis], out_sizes[axis], scales[axis])?));
+    }
+    if let Some((kh, kw)) = integer_upsampling(&mode, &shape, &taps) {
         let a = attrs(&[
             ("scale_h", AttrValue::Float(kh as f64)),
             ("scale_w", AttrValue::Float(kw as f64)),
@@ -114,56 +130,42 @@ fn resize(im: &mut Importer, node: &Node) -> Result<Vec<ExprId>, OnnxError> {
         return one(im.call(node, "nn.upsampling", vec![x], a)?);
     }
     let mut y = x;
-    for axis in 0..rank {
-        if out_sizes[axis] == shape[axis] && scales[axis] == 1.0 {
-            continue;
+    for (axis, t) in taps.iter().enumerate() {
+        if let Some(t) = t {
+            y = gather_axis(im, node, y, axis, rank, t, dt)?;
         }
-        // The taps are tables built here, one entry per output position.
-        if out_sizes[axis] > MAX_RESIZED_AXIS {
-            return Err(node.err(format!(
-                "axis {axis} would be resized to {} positions; kiln resizes an axis to at most {MAX_RESIZED_AXIS}",
-                out_sizes[axis]
-            )));
-        }
-        let taps = axis_taps(node, &how, shape[axis], out_sizes[axis], scales[axis])?;
-        y = gather_axis(im, node, y, axis, rank, &taps, dt)?;
     }
     one(y)
 }
 
-/// The integer factors `(kh, kw)` of a nearest resize of NCHW data that
-/// repeats each input row `kh` times and each column `kw` times (every
-/// output position `o` reads `o / k`; the images and channels unchanged) —
-/// YOLO's and FPNs' 2× upsampling: `nn.upsampling`, which the kernels
-/// compute as index arithmetic instead of two gathers through index tables.
-/// None for any other resize.
-fn integer_upsampling(
-    node: &Node,
-    how: &Interpolation,
-    shape: &[usize],
-    out: &[usize],
-    scales: &[f64],
-) -> Result<Option<(usize, usize)>, OnnxError> {
-    let unchanged = |a: usize| out[a] == shape[a] && scales[a] == 1.0;
-    if how.mode != "nearest" || shape.len() != 4 || !unchanged(0) || !unchanged(1) {
-        return Ok(None);
+/// The integer factors `(kh, kw)` of a nearest resize of NCHW data (`taps`
+/// per axis, none where it is left as it is) that repeats each input row
+/// `kh` times and each column `kw` times (every output position `o` reads
+/// `o / k`; the images and channels unchanged) — YOLO's and FPNs' 2×
+/// upsampling: `nn.upsampling`, which the kernels compute as index
+/// arithmetic instead of two gathers through index tables. None for any
+/// other resize.
+fn integer_upsampling(mode: &str, shape: &[usize], taps: &[Option<AxisTaps>]) -> Option<(usize, usize)> {
+    if mode != "nearest" || shape.len() != 4 || taps[0].is_some() || taps[1].is_some() {
+        return None;
     }
-    let factor = |a: usize| -> Result<Option<usize>, OnnxError> {
-        let (i, o) = (shape[a], out[a]);
-        if i == 0 || o % i != 0 || o > MAX_RESIZED_AXIS {
-            return Ok(None);
+    let factor = |a: usize| match &taps[a] {
+        None => Some(1),
+        Some(t) => {
+            let (i, o) = (shape[a], t.len());
+            let k = (i > 0 && o % i == 0).then(|| o / i)?;
+            t.iter().enumerate().all(|(p, t)| t.len() == 1 && t[0].0 == p / k).then_some(k)
         }
-        let k = o / i;
-        let taps = axis_taps(node, how, i, o, scales[a])?;
-        Ok(taps.iter().enumerate().all(|(p, t)| t.len() == 1 && t[0].0 == p / k).then_some(k))
     };
-    Ok(match (factor(2)?, factor(3)?) {
-        (Some(kh), Some(kw)) if kh > 1 || kw > 1 => Some((kh, kw)),
+    match (factor(2)?, factor(3)?) {
+        (kh, kw) if kh > 1 || kw > 1 => Some((kh, kw)),
         _ => None,
-    })
+    }
 }
 
 /// For each output position along one axis, the input positions and weights.
+type AxisTaps = Vec<Vec<(usize, f64)>>;
+
 /// How Resize maps output positions to input positions and weights.
 struct Interpolation<'a> {
     mode: &'a str,
@@ -176,13 +178,7 @@ struct Interpolation<'a> {
 /// The longest axis Resize produces (its interpolation tables are built at import).
 const MAX_RESIZED_AXIS: usize = 1 << 24;
 
-fn axis_taps(
-    node: &Node,
-    how: &Interpolation,
-    n_in: usize,
-    n_out: usize,
-    scale: f64,
-) -> Result<Vec<Vec<(usize, f64)>>, OnnxError> {
+fn axis_taps(node: &Node, how: &Interpolation, n_in: usize, n_out: usize, scale: f64) -> Result<AxisTaps, OnnxError> {
     let Interpolation { mode, ctm, nearest_mode, cubic_a } = *how;
     let last = n_in as i64 - 1;
     let clampi = |v: i64| v.clamp(0, last) as usize;
