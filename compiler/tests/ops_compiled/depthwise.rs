@@ -20,8 +20,9 @@ use kiln::transform::PassContext;
 /// 32 × 32 map (a 4.6 KB plane) runs whole. Rows of partial vectors take tiles of up to 4
 /// vectors on 16 registers, 8 on 32. A stride-2 image with 28-wide phase
 /// rows (on an AVX-512 host loaded in pieces of whole and masked vectors)
-/// is among them. Output planes of at most 64 pixels pad two channels per
-/// image (an even number of channels; three are padded one by one).
+/// is among them. Output planes of at most 64 pixels (or 196 under a 5 × 5
+/// window) pad two channels per image (an even number of channels; three
+/// are padded one by one).
 pub(super) fn depthwise_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32],
@@ -34,7 +35,8 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
           %x8: Tensor[(1, 4, 128, 72), float32], %w8: Tensor[(4, 1, 3, 3), float32],
           %x9: Tensor[(1, 4, 32, 32), float32], %w9: Tensor[(4, 1, 3, 3), float32],
           %x10: Tensor[(1, 2, 8, 56), float32], %w10: Tensor[(2, 1, 3, 3), float32],
-          %x11: Tensor[(1, 3, 7, 7), float32], %w11: Tensor[(3, 1, 3, 3), float32]) {
+          %x11: Tensor[(1, 3, 7, 7), float32], %w11: Tensor[(3, 1, 3, 3), float32],
+          %x12: Tensor[(1, 2, 14, 14), float32], %w12: Tensor[(2, 1, 5, 5), float32]) {
   %0 = nn.conv2d(%x1, %w1, padding=[1, 1, 1, 1], groups=8);
   %1 = nn.conv2d(%x2, %w2, strides=[2, 2], padding=[1, 1, 1, 1], groups=8);
   %2 = nn.conv2d(%x3, %w3, padding=[1, 1, 1, 1], groups=4);
@@ -46,14 +48,15 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
   %8 = nn.conv2d(%x9, %w9, padding=[1, 1, 1, 1], groups=4);
   %9 = nn.conv2d(%x10, %w10, strides=[2, 2], padding=[1, 1, 1, 1], groups=2);
   %10 = nn.conv2d(%x11, %w11, padding=[1, 1, 1, 1], groups=3);
-  (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5, %6, %7, %8, %9, %10)
+  %11 = nn.conv2d(%x12, %w12, padding=[2, 2, 2, 2], groups=2);
+  (clip(%0, a_min=0f, a_max=6f), %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11)
 }
 "#;
     let (m, args, want) = interpreted(text);
     for unit in [kiln::target::VectorUnit::AVX2, kiln::target::VectorUnit::AVX512] {
         let plan = plan_for(&m, unit);
         let depthwise: Vec<_> = plan.kernels.iter().filter(|k| k.attrs.contains_key("conv2d.groups")).collect();
-        assert_eq!(depthwise.len(), 11, "eleven grouped convolutions");
+        assert_eq!(depthwise.len(), 12, "twelve grouped convolutions");
         // Only the unpadded convolution (7-wide rows, nothing to read past their end) falls back.
         let fallbacks: Vec<_> = depthwise.iter().filter(|k| k.attrs.contains_key("depthwise")).collect();
         assert_eq!(fallbacks.len(), 1, "{:?}", fallbacks.iter().map(|k| &k.attrs).collect::<Vec<_>>());
@@ -86,7 +89,8 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         assert_eq!(tile_rows, [if unit.registers >= 32 { 7 } else { 1 }], "{} lanes", unit.f32_lanes);
         // Output planes of at most 64 pixels pad two channels at a time (an
         // even count of them): the 7 × 7 maps at strides 1 and 2 and the
-        // 6 × 10 one, not the 10 × 10 one nor three channels.
+        // 6 × 10 one, not the 10 × 10 one nor three channels; 14 × 14 under
+        // a 5 × 5 window, not 16 × 16 under 3 × 3.
         let channels_padded = |input: &[usize]| {
             let k = depthwise.iter().find(|k| k.params[0].shape() == input).expect("the kernel");
             padded_images(k).iter().map(|shape| shape[1]).collect::<Vec<_>>()
@@ -96,6 +100,8 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         assert_eq!(channels_padded(&[1, 4, 11, 20]), [2]);
         assert_eq!(channels_padded(&[1, 4, 10, 10]), [1]);
         assert_eq!(channels_padded(&[1, 3, 7, 7]), [1]);
+        assert_eq!(channels_padded(&[1, 2, 14, 14]), [2]);
+        assert_eq!(channels_padded(&[1, 4, 16, 16]), [1]);
         let jit = kiln::codegen::llvm::Jit::new("depthwise", &plan.kernels).expect("jit");
         let c = common::c_library(&plan.kernels);
         for threads in [1, 2] {

@@ -29,8 +29,13 @@ const MIN_BANDED_ROWS: i64 = 32;
 const L1_PLANE_BYTES: i64 = 32 * 1024;
 
 /// An output plane of at most this many pixels (7 × 7, 8 × 8) has two
-/// channels padded per image (see `schedule_depthwise`).
+/// channels padded per image (see `schedule_depthwise`)...
 const PAIRED_PLANE_PIXELS: i64 = 64;
+
+/// ...and so has one of at most this many (14 × 14) under a window of at
+/// least [`PAIRED_WIDE_WINDOW_TAPS`] taps (5 × 5).
+const PAIRED_WIDE_WINDOW_PIXELS: i64 = 196;
+const PAIRED_WIDE_WINDOW_TAPS: i64 = 25;
 
 /// Whether a convolution kernel reads one input channel per output channel
 /// (grouped, one input channel per group: depthwise, with any multiplier).
@@ -153,9 +158,15 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // MobileNetV2's 960-channel 7 × 7 kernel 0.63–0.75× the time at one
     // thread (0.75× as AVX2 code, 0.91× at two threads), PP-LCNet's 5 × 5 one
     // 0.64–0.66×, the stride-2 14 → 7 ones 0.92–1.06× (0.65× at two threads);
-    // 14 × 14 planes 1.05× slower, four channels no faster than two.
+    // four channels no faster than two. On 14 × 14 planes PP-LCNet's 5 × 5
+    // kernels 0.86–0.94× at one thread, 0.98× at two, 0.99× as AVX2 code
+    // (five loads per input row where 3 × 3 has three: MobileNetV2's 3 × 3
+    // ones 1.05–1.10× slower, not paired).
     let channels = extent(&s, oc).unwrap_or(1);
-    let paired = by_rule && band.is_none() && ohe * owe <= PAIRED_PLANE_PIXELS && channels % 2 == 0;
+    let taps: i64 = reduction_loops(s.func()).iter().map(|&(_, e)| e).product();
+    let small_plane =
+        ohe * owe <= PAIRED_PLANE_PIXELS || (ohe * owe <= PAIRED_WIDE_WINDOW_PIXELS && taps >= PAIRED_WIDE_WINDOW_TAPS);
+    let paired = by_rule && band.is_none() && small_plane && channels % 2 == 0;
     let (oc, channel_in_pair) = if paired {
         let (pair, channel) = s.split(oc, 2)?;
         (pair, Some(channel))
