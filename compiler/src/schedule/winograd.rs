@@ -6,8 +6,9 @@
 //! tile; the schedule unrolls the positions inside a vector of tiles, so
 //! that each vector of tiles is read once and every unrolled copy folds to
 //! its own linear combination (see `topi::winograd`). The output's
-//! `nn.contrib_winograd_tiles_to_nchw` (with the epilogue) is injective and
-//! takes the default schedule.
+//! `nn.contrib_winograd_tiles_to_nchw` (with the epilogue) writes each row
+//! as one vector per column of the tiles, interleaved (see
+//! [`schedule_tiles_to_nchw`]), where the row is whole tiles.
 
 use super::{extent, fill_loops, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError};
 use crate::target::VectorUnit;
@@ -68,5 +69,48 @@ pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFu
         s.compute_at(&pad, c)?;
     }
     fuse_parallel(&mut s, std::slice::from_ref(c))?;
+    Ok(s.into_func())
+}
+
+/// The tile size `m` of a `nn.contrib_winograd_tiles_to_nchw` kernel (its
+/// input is `[m·m, C, tiles]`) whose output rows are whole tiles, at least
+/// two of them; None otherwise (a 14-wide row of 4-wide tiles crops its
+/// last tile: the default schedule).
+pub(super) fn whole_tile_rows(f: &PrimFunc) -> Option<i64> {
+    let positions = *f.params.first()?.shape().first()? as i64;
+    let m = (2..=8).find(|k| k * k == positions)?;
+    // The innermost loop of the output's nest: its columns.
+    let mut nest = last_nest(&f.body);
+    let mut width = None;
+    while let Stmt::For(l) = nest {
+        width = l.extent.as_int();
+        nest = &l.body;
+    }
+    let width = width?;
+    (width % m == 0 && width / m >= 2).then_some(m)
+}
+
+/// `nn.contrib_winograd_tiles_to_nchw` (and its epilogue) over rows of whole
+/// tiles: the row's columns `w = t·m + j` split, and for each column `j` of
+/// the tiles (unrolled) one vector over the row's tiles `t` — contiguous in
+/// the tile buffer (`[m·m, C, tiles]`, tiles row-major) — whose `m` stores
+/// into the row the LLVM backend interleaves into one run
+/// (`codegen::llvm::interleave`). By default each output was a load from a
+/// computed position (`% m`, `/ m` of its row and column): ResNet-18's were
+/// scalar loops (a 56-wide row is not whole 16-lane vectors), YOLOv8n's
+/// SiLU ones 8-lane vectors of gathered loads.
+pub(super) fn schedule_tiles_to_nchw(f: PrimFunc) -> Result<PrimFunc, ScheduleError> {
+    let m = whole_tile_rows(&f);
+    let mut s = Schedule::new(f);
+    let err = |s: &Schedule, message: &str| ScheduleError { kernel: s.func().name.clone(), message: message.into() };
+    let Some(m) = m else { return Err(err(&s, "the rows are not whole tiles")) };
+    let chain = loop_chain(last_nest(&s.func().body));
+    let [.., c, _, w] = &chain[..] else { return Err(err(&s, "not an NCHW nest")) };
+    let (c, w) = (c.clone(), w.clone());
+    let (t, j) = s.split(&w, m as usize)?;
+    s.reorder(&[j.clone(), t.clone()])?;
+    s.unroll(&j)?;
+    s.vectorize(&t)?;
+    fuse_parallel(&mut s, std::slice::from_ref(&c))?;
     Ok(s.into_func())
 }

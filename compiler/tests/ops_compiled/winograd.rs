@@ -14,8 +14,11 @@ use kiln::tir::{Expr, ForKind, Intrinsic, PrimFunc, Stmt};
 /// over 32 tiles of both images; a 24 × 24 map takes F(4 × 4) over 36 tiles
 /// (48: three vectors of 16). The products read their weights packed in
 /// panels of the register tile's rows (`nn.contrib_batch_matmul_pack`), and
-/// prefetch that stream 2 KiB ahead. All
-/// equal the interpreter on LLVM and C.
+/// prefetch that stream 2 KiB ahead. Output rows of whole tiles (the 24 × 24
+/// map, with a residual add) are written back as one vector per column of
+/// the tiles, stored `m` apart (interleaved into the row by the LLVM
+/// backend); the 14 × 14 and 7 × 7 maps, whose last tile is cut, element by
+/// element. All equal the interpreter on LLVM and C.
 pub(super) fn winograd_convolutions_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float32], %z: Tensor[(2, 32, 8, 8), float32],
@@ -26,7 +29,8 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
   %1 = nn.relu(nn.bias_add(%0, %b1));
   %2 = nn.conv2d(%y, %w2, padding=[1, 1, 1, 1]);
   %3 = nn.relu(add(%2, %y));
-  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]), nn.conv2d(%v, %w5, padding=[1, 1, 1, 1]))
+  %4 = nn.relu(add(nn.conv2d(%v, %w5, padding=[1, 1, 1, 1]), %v));
+  (%1, %3, nn.conv2d(%y, %w3), nn.conv2d(%z, %w4, padding=[0, 1, 1, 0]), %4)
 }
 "#;
     check_compiled(text, &["w1", "b1", "w2", "w3", "w4", "w5"], false, &|kernels, lanes| {
@@ -45,6 +49,17 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
         rows.sort_unstable();
         let want: &[&str] = if lanes == 8 { &["6", "6", "6", "6"] } else { &["2", "4", "8", "8"] };
         assert_eq!(rows, want, "packed Winograd weights with {lanes} lanes");
+        // Whole-tile rows: one store per column of the tiles, `m` apart.
+        if lanes >= 8 {
+            let mut interleaved: Vec<(Vec<usize>, Vec<i64>)> = kernels
+                .iter()
+                .filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_winograd_tiles_to_nchw"))
+                .map(|k| (k.params.last().expect("an output").shape().to_vec(), store_strides(k)))
+                .filter(|(_, strides)| !strides.is_empty())
+                .collect();
+            interleaved.sort();
+            assert_eq!(interleaved, [(vec![1, 64, 24, 24], vec![4, 4, 4, 4])], "{lanes} lanes");
+        }
         // ...and asks for them ahead of its reduction (`kiln.prefetch`).
         for k in kernels.iter().filter(|k| k.attrs.contains_key("batch_matmul_pack.rows")) {
             let mut prefetches = 0;
@@ -57,6 +72,21 @@ def @main(%x: Tensor[(1, 64, 14, 14), float32], %y: Tensor[(1, 64, 7, 7), float3
             assert!(prefetches >= 1, "{} prefetches its packed weights", k.name);
         }
     });
+}
+
+/// The strides of `k`'s strided vector stores (`Ramp(_, s, _)`, `s > 1`).
+fn store_strides(k: &PrimFunc) -> Vec<i64> {
+    let mut strides = Vec::new();
+    k.body.visit(&mut |s| {
+        if let Stmt::Store { indices, .. } = s {
+            for i in indices {
+                if let Expr::Ramp { stride, .. } = i {
+                    strides.extend(stride.as_int().filter(|&s| s > 1));
+                }
+            }
+        }
+    });
+    strides
 }
 
 /// Whether `k` stores whole vectors (a loop the schedule vectorized).
@@ -74,8 +104,7 @@ fn stores_vectors(k: &PrimFunc) -> bool {
 }
 
 /// A SiLU (`x · sigmoid(x)`) after a Winograd convolution on a 40 × 40 map
-/// is computed in vectors along the rows: of 8 lanes on a 16-lane unit,
-/// whose vectors do not divide the rows. So is a SiLU on rows of 10 on an
+/// is computed in vectors: one per column of the 10 tiles of a row. So is a SiLU on rows of 10 on an
 /// 8-lane unit (a vector and a serial tail of 2); on a 16-lane unit those
 /// rows, shorter than a vector, stay serial. All equal the interpreter on
 /// LLVM and C, 1 and 2 threads.

@@ -27,6 +27,7 @@ mod bf16;
 mod compat;
 mod data_object;
 mod expr;
+mod interleave;
 mod jit;
 mod nvptx;
 mod row_gather;
@@ -89,6 +90,9 @@ struct FnGen<'a, 'ctx> {
     row_plan: HashMap<row_gather::RowKey, (i64, i64)>,
     /// Transposed rows of row gathers read so far.
     row_gathers: HashMap<row_gather::RowKey, Vec<inkwell::values::VectorValue<'ctx>>>,
+    /// Strided loads of the interleaved group being stored, split from one
+    /// run (see `interleave.rs`), by buffer and index text.
+    deinterleaved: HashMap<(u32, String), inkwell::values::VectorValue<'ctx>>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -207,6 +211,7 @@ fn start_kernel<'a, 'ctx>(
         transposes: HashMap::new(),
         row_plan: HashMap::new(),
         row_gathers: HashMap::new(),
+        deinterleaved: HashMap::new(),
     })
 }
 

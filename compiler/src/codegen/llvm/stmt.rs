@@ -22,7 +22,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 // The plan covers this sequence's own loads only: a nested
                 // sequence plans its own, and this one's comes back after it.
                 let outer = self.plan_row_gathers(v);
-                let done = v.iter().try_for_each(|s| self.stmt(s));
+                let done = self.sequence(v);
                 self.row_plan = outer;
                 done
             }
@@ -43,6 +43,22 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 Ok(())
             }
         }
+    }
+
+    /// A sequence's statements in order, an interleaved group of stores
+    /// (see `interleave.rs`) as one.
+    fn sequence(&mut self, v: &[Stmt]) -> Result<(), CodegenError> {
+        let mut i = 0;
+        while i < v.len() {
+            i += match self.interleaved_stores(&v[i..])? {
+                Some(n) => n,
+                None => {
+                    self.stmt(&v[i])?;
+                    1
+                }
+            };
+        }
+        Ok(())
     }
 
     /// Every statement but sequences and lets (see `stmt`).

@@ -251,7 +251,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// The lanes of `vs` (vectors of one type) one after another, joined
     /// pairwise (an odd one out beside an undefined vector).
-    fn concat_vectors(&mut self, mut vs: Vec<VectorValue<'ctx>>) -> Result<VectorValue<'ctx>, CodegenError> {
+    pub(super) fn concat_vectors(&mut self, mut vs: Vec<VectorValue<'ctx>>) -> Result<VectorValue<'ctx>, CodegenError> {
         let i32t = self.ctx.i32_type();
         while vs.len() > 1 {
             let mut next = Vec::with_capacity(vs.len().div_ceil(2));
@@ -320,7 +320,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// the store buffer (a 15-lane matmul accumulator went through the stack
     /// on every step, 5× slower). Loads only from buffers the kernel does
     /// not store to (see `FnGen::stored`).
-    fn masked_access(&self, buf: &Buffer, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
+    pub(super) fn masked_access(&self, buf: &Buffer, vt: VectorType<'ctx>) -> Option<VectorType<'ctx>> {
         let elem = buf.elem();
         let (lanes, bits) = (vt.get_size(), 8 * elem.size_bytes() as u32);
         let whole = lanes.next_power_of_two();
@@ -422,7 +422,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// `llvm.masked.store` of `v` (of type `vt`) as the first lanes of the
     /// whole vector `wt` at `ptr` (see [`Self::masked_access`]).
-    fn masked_store(
+    pub(super) fn masked_store(
         &mut self,
         buf: &Buffer,
         ptr: PointerValue<'ctx>,
@@ -525,24 +525,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         v
                     }
                 },
-                None => match self.transposed_read(buf, &idx[0])? {
+                None => match self.deinterleaved_load(buf, &idx[0]) {
                     Some(v) => v,
-                    None => match self.strided_load(buf, &idx[0])? {
-                        Some(v) => v,
-                        None => match self.lane_loads(buf, &idx[0])? {
-                            Some(v) => v,
-                            None => match self.row_gather(buf, &idx[0])? {
-                                Some(v) => v,
-                                None => match self.constant_offsets_load(buf, &idx[0])? {
-                                    Some(v) => v,
-                                    None => match self.gather(buf, &idx[0], lanes)? {
-                                        Some(v) => v,
-                                        None => self.scalarize(e)?,
-                                    },
-                                },
-                            },
-                        },
-                    },
+                    None => self.scattered_load(e, buf, &idx[0], lanes)?,
                 },
             },
             Expr::Call(Intrinsic::DotU8I8, args, _) => self.dot_u8i8(args)?,
@@ -656,6 +641,37 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// A vector store: one store when the lanes are contiguous, else one per lane.
+    /// `e`, a load of `buf` at `idx` (not contiguous), by the first way that
+    /// applies: a transposed tile, a strided row, per-lane loads, a row
+    /// gather, constant offsets, a hardware gather, else lane by lane.
+    fn scattered_load(
+        &mut self,
+        e: &Expr,
+        buf: &Buffer,
+        idx: &Expr,
+        lanes: u32,
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        if let Some(v) = self.transposed_read(buf, idx)? {
+            return Ok(v);
+        }
+        if let Some(v) = self.strided_load(buf, idx)? {
+            return Ok(v);
+        }
+        if let Some(v) = self.lane_loads(buf, idx)? {
+            return Ok(v);
+        }
+        if let Some(v) = self.row_gather(buf, idx)? {
+            return Ok(v);
+        }
+        if let Some(v) = self.constant_offsets_load(buf, idx)? {
+            return Ok(v);
+        }
+        match self.gather(buf, idx, lanes)? {
+            Some(v) => Ok(v),
+            None => self.scalarize(e),
+        }
+    }
+
     pub(super) fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
         let lanes = idx.ty().lanes.max(value.ty().lanes);
         if value.ty().elem == DataType::Bool {
