@@ -735,8 +735,8 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
         "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform" => {
             winograd::schedule_transform(f, unit)
         }
-        "nn.contrib_winograd_tiles_to_nchw" if winograd::whole_tile_rows(&f).is_some() => {
-            winograd::schedule_tiles_to_nchw(f)
+        "nn.contrib_winograd_tiles_to_nchw" if winograd::whole_tile_rows(&f, unit).is_some() => {
+            winograd::schedule_tiles_to_nchw(f, unit)
         }
         _ if reduction_nest(&f).is_some() => schedule_reduction(f, unit).map(|g| vectorize_rows(g, unit)),
         _ => return None,
