@@ -84,8 +84,12 @@ pub(super) fn schedule_transform(f: PrimFunc, unit: VectorUnit) -> Result<PrimFu
 /// 1.29–1.71× slower as AVX2 code on Zen 5; 0.72–0.90× on AVX-512, whose
 /// 16 lanes hold the 10).
 pub(super) fn whole_tile_rows(f: &PrimFunc, unit: VectorUnit) -> Option<i64> {
-    let positions = *f.params.first()?.shape().first()? as i64;
-    let m = (2..=8).find(|k| k * k == positions)?;
+    // The tiles: the one `[m·m, C, tiles]` parameter (an epilogue's
+    // operands are NCHW or per channel).
+    let m = f.params.iter().find_map(|p| match p.shape() {
+        &[positions, _, _] => (2..=8).find(|k| k * k == positions as i64),
+        _ => None,
+    })?;
     // The innermost loop of the output's nest: its columns.
     let mut nest = last_nest(&f.body);
     let mut width = None;
