@@ -672,8 +672,8 @@ fn check_compiled_on(
 /// on 16), a 7-wide stride-2 row (one vector), a 20-wide one and an 8-wide
 /// stride-2 one, with a bias and ReLU epilogue. Where the registers hold two
 /// output rows (on 32 registers) and the rows are even, a tile takes two:
-/// LeNet's stem and the 8-wide rows on 16 lanes. Equal to the interpreter
-/// on LLVM and C, 1 and 2 threads.
+/// LeNet's stem and the 8-wide rows on 16 lanes, over a padded image filled
+/// whole first. Equal to the interpreter on LLVM and C, 1 and 2 threads.
 fn unpacked_convolutions_on_partial_vector_rows_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 1, 28, 28), float32], %y: Tensor[(1, 3, 13, 13), float32], %z: Tensor[(1, 3, 5, 20), float32],
@@ -703,6 +703,29 @@ def @main(%x: Tensor[(1, 1, 28, 28), float32], %y: Tensor[(1, 3, 13, 13), float3
         let want: &[&str] =
             if lanes == 8 { &["3, 8", "4, 16", "5, 8", "6, 16"] } else { &["2, 3, 16", "2, 6, 32", "4, 32", "5, 16"] };
         assert_eq!(tiles, want, "accumulator tiles of the unpacked convolutions, {lanes} lanes");
+        // Two-row tiles read a padded image filled whole before them (at
+        // most 16 KiB: LeNet's 32 × 32 plane, three 18 × 18 ones), not a few
+        // rows per tile: the image has every input row.
+        for k in kernels.iter().filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.conv2d")) {
+            let text = kiln::tir::print_prim_func(k);
+            if !text.contains("_local = T.alloc_buffer([2, ") {
+                continue;
+            }
+            let mut image_rows = Vec::new();
+            k.body.visit(&mut |st| {
+                if let kiln::tir::Stmt::Allocate { buffer, .. } = st {
+                    if buffer.name().starts_with("pad") {
+                        image_rows.push(buffer.shape()[2]);
+                    }
+                }
+            });
+            let input_rows = k.params[0].shape()[2];
+            assert!(
+                image_rows.len() == 1 && image_rows[0] > input_rows,
+                "{}: a whole padded image ({image_rows:?} rows for {input_rows})",
+                k.name
+            );
+        }
     });
 }
 
