@@ -610,6 +610,13 @@ pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
     found
 }
 
+/// Whether any statement of `f` stores a value that calls an intrinsic (a
+/// SiLU's sigmoid in a convolution's or a Winograd write-back's epilogue),
+/// before a strategy chooses its tile.
+pub(crate) fn calls_in_epilogue(f: &PrimFunc) -> bool {
+    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
+}
+
 /// Split every innermost loop that stores one element per iteration by the
 /// vector width and vectorize the inner part (where the width divides it).
 fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
@@ -735,8 +742,8 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
         "nn.contrib_winograd_input_transform" | "nn.contrib_winograd_output_transform" => {
             winograd::schedule_transform(f, unit)
         }
-        "nn.contrib_winograd_tiles_to_nchw" if winograd::whole_tile_rows(&f, unit).is_some() => {
-            winograd::schedule_tiles_to_nchw(f, unit)
+        "nn.contrib_winograd_tiles_to_nchw" => {
+            return winograd::whole_tile_rows(&f, unit).map(|m| winograd::schedule_tiles_to_nchw(f, m))
         }
         _ if reduction_nest(&f).is_some() => schedule_reduction(f, unit).map(|g| vectorize_rows(g, unit)),
         _ => return None,

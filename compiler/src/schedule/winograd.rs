@@ -10,9 +10,7 @@
 //! as one vector per column of the tiles, interleaved (see
 //! [`schedule_tiles_to_nchw`]), where the row is whole tiles.
 
-use super::{
-    calls_a_function, contains, extent, fill_loops, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError,
-};
+use super::{calls_in_epilogue, extent, fill_loops, fuse_parallel, loop_chain, materialized, Schedule, ScheduleError};
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt};
 
@@ -99,13 +97,12 @@ pub(super) fn whole_tile_rows(f: &PrimFunc, unit: VectorUnit) -> Option<i64> {
     }
     let width = width?;
     let (tiles, lanes) = (width / m, unit.f32_lanes as i64);
-    let function = contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)));
     let whole_vectors = tiles <= lanes || tiles % lanes == 0;
     // A cut last tile only on 16 lanes: there ResNet-18's 14 × 14 kernels
     // (three whole tiles a row) took 0.35–0.53× the time, as AVX2 code
     // 1.13–1.39× (3-lane vectors in pieces, no masked access).
     let cut = width % m != 0;
-    (tiles >= 2 && (whole_vectors || !function) && (!cut || lanes >= 16)).then_some(m)
+    (tiles >= 2 && (whole_vectors || !calls_in_epilogue(f)) && (!cut || lanes >= 16)).then_some(m)
 }
 
 /// `nn.contrib_winograd_tiles_to_nchw` (and its epilogue): the whole tiles
@@ -118,13 +115,13 @@ pub(super) fn whole_tile_rows(f: &PrimFunc, unit: VectorUnit) -> Option<i64> {
 /// computed position (`% m`, `/ m` of its row and column): ResNet-18's were
 /// scalar loops (a 56-wide row is not whole 16-lane vectors), YOLOv8n's
 /// SiLU ones 8-lane vectors of gathered loads.
-pub(super) fn schedule_tiles_to_nchw(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
-    let m = whole_tile_rows(&f, unit);
+/// `m` is the tile size [`whole_tile_rows`] found.
+pub(super) fn schedule_tiles_to_nchw(f: PrimFunc, m: i64) -> Result<PrimFunc, ScheduleError> {
     let mut s = Schedule::new(f);
-    let err = |s: &Schedule, message: &str| ScheduleError { kernel: s.func().name.clone(), message: message.into() };
-    let Some(m) = m else { return Err(err(&s, "fewer than two whole tiles a row")) };
     let chain = loop_chain(last_nest(&s.func().body));
-    let [.., c, _, w] = &chain[..] else { return Err(err(&s, "not an NCHW nest")) };
+    let [.., c, _, w] = &chain[..] else {
+        return Err(ScheduleError { kernel: s.func().name.clone(), message: "not an NCHW nest".into() });
+    };
     let (c, w) = (c.clone(), w.clone());
     let (t, j, _) = s.split_with_tail(&w, m as usize)?;
     s.reorder(&[j.clone(), t.clone()])?;

@@ -624,6 +624,13 @@ impl Expr {
         }
     }
 
+    /// Whether `self` loads from `buf` anywhere.
+    pub fn reads(&self, buf: &Buffer) -> bool {
+        let mut found = matches!(self, Expr::Load(b, _) if b == buf);
+        self.for_each_child(|c| found |= c.reads(buf));
+        found
+    }
+
     /// Calls `f` on each direct sub-expression.
     pub fn for_each_child(&self, mut f: impl FnMut(&Expr)) {
         match self {

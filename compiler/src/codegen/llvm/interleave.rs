@@ -27,13 +27,6 @@ fn constant_offset(e: &Expr) -> (&Expr, i64) {
     (e, 0)
 }
 
-/// Whether `e` loads from `buf`.
-fn reads(e: &Expr, buf: &Buffer) -> bool {
-    let mut found = matches!(e, Expr::Load(b, _) if b.id() == buf.id());
-    e.for_each_child(|c| found |= reads(c, buf));
-    found
-}
-
 /// The strided loads in `e` (`buf[Ramp(B + c, m, lanes)]`): buffer, the text
 /// of `B`, `c` and the whole index.
 fn strided_loads(e: &Expr, m: i64, lanes: u16, out: &mut Vec<(Buffer, String, i64, Expr)>) {
@@ -58,40 +51,38 @@ impl<'ctx> FnGen<'_, 'ctx> {
         for v in values {
             strided_loads(v, m, lanes, &mut loads);
         }
-        let mut runs: Vec<(Buffer, String, i64)> = Vec::new();
-        for (buf, at, c, _) in &loads {
+        // Runs by buffer, base and first offset (a multiple of `m` past the
+        // base): the index of each of their `m` strided loads.
+        let mut runs: Vec<(Buffer, String, i64, Vec<Option<Expr>>)> = Vec::new();
+        for (buf, at, c, idx) in loads {
             let start = c - c.rem_euclid(m);
-            let whole =
-                (0..m).all(|j| loads.iter().any(|(b, a, cj, _)| b.id() == buf.id() && a == at && *cj == start + j));
-            if whole && !runs.iter().any(|(b, a, s)| b.id() == buf.id() && a == at && *s == start) {
-                runs.push((buf.clone(), at.clone(), start));
-            }
-        }
-        for (buf, at, start) in &runs {
-            let (buf, at, start) = (buf, at, *start);
-            let Some((_, _, _, ramp)) = loads.iter().find(|(b, a, c, _)| b.id() == buf.id() && a == at && *c == start)
-            else {
-                continue;
+            let i = match runs.iter().position(|(b, a, s, _)| *b == buf && *a == at && *s == start) {
+                Some(i) => i,
+                None => {
+                    runs.push((buf, at, start, vec![None; m as usize]));
+                    runs.len() - 1
+                }
             };
-            let Expr::Ramp { base, .. } = ramp else { continue };
+            runs[i].3[(c - start) as usize] = Some(idx);
+        }
+        for (buf, _, _, indices) in runs {
+            // Only a whole run: each of its elements is read by one of the loads.
+            let Some(indices) = indices.into_iter().collect::<Option<Vec<Expr>>>() else { continue };
+            let Expr::Ramp { base, .. } = &indices[0] else { continue };
             let run = Expr::Ramp { base: base.clone(), stride: Box::new(Expr::int(1)), lanes: lanes * m as u16 };
-            let Some((ptr, vt)) = self.contiguous(buf, &run)? else { continue };
+            let Some((ptr, vt)) = self.contiguous(&buf, &run)? else { continue };
             let whole = self.e(compat::load(&self.b, vt, ptr, "run"))?;
             if let Some(i) = whole.as_instruction_value() {
                 i.set_alignment(buf.elem().size_bytes() as u32).map_err(|e| llvm_err(&self.kernel, e))?;
             }
             let whole = whole.into_vector_value();
             let i32t = self.ctx.i32_type();
-            for j in 0..m {
+            for (j, idx) in indices.iter().enumerate() {
                 let picks: Vec<IntValue> =
-                    (0..lanes as i64).map(|t| i32t.const_int((t * m + j) as u64, false)).collect();
+                    (0..lanes as i64).map(|t| i32t.const_int((t * m + j as i64) as u64, false)).collect();
                 let undef = whole.get_type().get_undef();
                 let v =
                     self.e(self.b.build_shuffle_vector(whole, undef, VectorType::const_vector(&picks), "strided"))?;
-                let (_, _, _, idx) = loads
-                    .iter()
-                    .find(|(b, a, c, _)| b.id() == buf.id() && a == at && *c == start + j)
-                    .expect("a whole run");
                 self.deinterleaved.insert((buf.id(), format!("{idx:?}")), v);
             }
         }
@@ -135,7 +126,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 || value.ty().lanes != *lanes
                 || cj != c0 + j as i64
                 || format!("{at:?}") != first_key
-                || reads(value, buffer)
+                || value.reads(buffer)
             {
                 return Ok(None);
             }

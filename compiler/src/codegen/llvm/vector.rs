@@ -525,10 +525,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                         v
                     }
                 },
-                None => match self.deinterleaved_load(buf, &idx[0]) {
-                    Some(v) => v,
-                    None => self.scattered_load(e, buf, &idx[0], lanes)?,
-                },
+                None => self.scattered_load(e, buf, &idx[0], lanes)?,
             },
             Expr::Call(Intrinsic::DotU8I8, args, _) => self.dot_u8i8(args)?,
             Expr::Call(f @ (Intrinsic::Bf16Bits | Intrinsic::Bf16Value), args, _) if args.len() == 1 => {
@@ -640,10 +637,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
     }
 
-    /// A vector store: one store when the lanes are contiguous, else one per lane.
     /// `e`, a load of `buf` at `idx` (not contiguous), by the first way that
-    /// applies: a transposed tile, a strided row, per-lane loads, a row
-    /// gather, constant offsets, a hardware gather, else lane by lane.
+    /// applies: split from an interleaved group's run, a transposed tile, a
+    /// strided row, per-lane loads, a row gather, constant offsets, a
+    /// hardware gather, else lane by lane.
     fn scattered_load(
         &mut self,
         e: &Expr,
@@ -651,6 +648,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
         idx: &Expr,
         lanes: u32,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        if let Some(v) = self.deinterleaved_load(buf, idx) {
+            return Ok(v);
+        }
         if let Some(v) = self.transposed_read(buf, idx)? {
             return Ok(v);
         }
@@ -672,6 +672,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
     }
 
+    /// A vector store: one store when the lanes are contiguous, else one per lane.
     pub(super) fn vector_store(&mut self, buf: &Buffer, idx: &Expr, value: &Expr) -> Result<(), CodegenError> {
         let lanes = idx.ty().lanes.max(value.ty().lanes);
         if value.ty().elem == DataType::Bool {

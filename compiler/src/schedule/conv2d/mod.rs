@@ -6,8 +6,8 @@
 
 use super::primitives::ReductionTile;
 use super::{
-    calls_a_function, contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent,
-    reduction_loops, reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
+    calls_a_function, calls_in_epilogue, contains, divisor_at_most, extent, fuse_parallel, materialized,
+    reduction_extent, reduction_loops, reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
 };
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt, Var};
@@ -494,12 +494,6 @@ fn with_batch_loop(s: &Schedule, batch: Option<&Var>, first: &Var) -> Result<Vec
         Some(n) if matches!(&s.loop_of(n)?.body, Stmt::For(l) if l.var == *first) => Ok(vec![n.clone(), first.clone()]),
         _ => Ok(vec![first.clone()]),
     }
-}
-
-/// Whether any statement of `f` stores a value that calls an intrinsic: an
-/// epilogue such as [`heavy_epilogue`] finds, before the tile is chosen.
-fn calls_in_epilogue(f: &PrimFunc) -> bool {
-    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
 }
 
 /// Whether the write-back of `tile` calls an intrinsic (the exponential of

@@ -26,13 +26,6 @@ fn split_update(acc: &Buffer, idx: &[Expr], value: &Expr) -> Option<(Combiner, E
     }
 }
 
-/// Whether `e` reads buffer `b` anywhere.
-fn reads(e: &Expr, b: &Buffer) -> bool {
-    let mut found = matches!(e, Expr::Load(buf, _) if buf == b);
-    e.for_each_child(|c| found |= reads(c, b));
-    found
-}
-
 impl Schedule {
     /// `for k in min..min+n { acc[i] = acc[i] ⊕ f(k) }` (⊕ a sum, maximum or
     /// minimum; `i` independent of `k`) →
@@ -63,7 +56,7 @@ impl Schedule {
             let Some((combiner, source)) = split_update(acc, idx, value) else {
                 return Err(err("the update is not `acc = acc ⊕ value` with ⊕ a sum, maximum or minimum"));
             };
-            if idx.iter().any(|i| i.uses_var(&l.var)) || reads(&source, acc) {
+            if idx.iter().any(|i| i.uses_var(&l.var)) || source.reads(acc) {
                 return Err(err("the accumulator varies along the loop or is read by the value"));
             }
             let elem = acc.elem();
@@ -139,7 +132,7 @@ fn summed_accumulator(body: &Stmt, k: &Var) -> Option<Buffer> {
     body.visit(&mut |s| match s {
         Stmt::For(_) | Stmt::Seq(_) => {}
         Stmt::Store { buffer, indices, value } => {
-            let sum = matches!(split_update(buffer, indices, value), Some((Combiner::Sum, ref v)) if !reads(v, buffer));
+            let sum = matches!(split_update(buffer, indices, value), Some((Combiner::Sum, ref v)) if !v.reads(buffer));
             let same = acc.as_ref().is_none_or(|a| a == buffer);
             ok &= sum && same && buffer.scope() == Scope::Local && indices.iter().all(|i| !i.uses_var(k));
             acc = Some(buffer.clone());
