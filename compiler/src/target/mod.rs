@@ -50,6 +50,13 @@ const AVX512_CPUS: &[&str] = &[
 ];
 
 impl VectorUnit {
+    /// Whether a vector access can leave out any lanes in one instruction
+    /// (AVX-512's mask registers: the unit of 16 `f32` lanes), so that a
+    /// load under a per-lane condition reads only the lanes it keeps.
+    pub fn masked_loads(&self) -> bool {
+        self.f32_lanes == 16
+    }
+
     pub const AVX512: VectorUnit = VectorUnit { f32_lanes: 16, registers: 32 };
     pub const AVX2: VectorUnit = VectorUnit { f32_lanes: 8, registers: 16 };
     pub const NEON: VectorUnit = VectorUnit { f32_lanes: 4, registers: 32 };

@@ -79,6 +79,29 @@ pub(super) unsafe fn in_bounds_gep<'ctx>(
     }
 }
 
+/// `getelementptr pointee, ptr, index…` (not `inbounds`: the address may
+/// lie outside the object, for an access that reads none of it there).
+pub(super) fn gep<'ctx>(
+    b: &Builder<'ctx>,
+    pointee: impl BasicType<'ctx>,
+    ptr: PointerValue<'ctx>,
+    index: &[IntValue<'ctx>],
+    name: &str,
+) -> Result<PointerValue<'ctx>, BuilderError> {
+    #[cfg(feature = "llvm14")]
+    {
+        let _ = pointee;
+        // SAFETY: a plain `getelementptr` only computes an address (wrapping
+        // arithmetic); using it is the caller's concern.
+        unsafe { b.build_gep(ptr, index, name) }
+    }
+    #[cfg(not(feature = "llvm14"))]
+    {
+        // SAFETY: as above.
+        unsafe { b.build_gep(pointee, ptr, index, name) }
+    }
+}
+
 /// The name of `llvm.prefetch` over a generic address-space-0 pointer:
 /// typed (`i8*`) before LLVM 15, opaque after.
 pub(super) const PREFETCH: &str = if cfg!(feature = "llvm14") { "llvm.prefetch.p0i8" } else { "llvm.prefetch.p0" };

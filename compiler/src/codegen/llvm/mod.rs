@@ -30,6 +30,7 @@ mod expr;
 mod interleave;
 mod jit;
 mod nvptx;
+mod predicated;
 mod row_gather;
 mod stmt;
 mod target;

@@ -498,6 +498,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.e(self.b.build_float_compare(pred, x, y, "vcmp"))?.into()
             }
             Expr::Select(c, a, b) if t.elem != DataType::Bool => {
+                if let Some(v) = self.predicated_load(c, a, b, lanes)? {
+                    return Ok(v);
+                }
                 let (x, y) = (self.vexpr_or_splat(a, lanes)?, self.vexpr_or_splat(b, lanes)?);
                 // One condition for every lane (a padded row inside or outside
                 // the image): a scalar `select` of whole vectors. As a splat

@@ -116,7 +116,22 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
         .max()
         .unwrap_or(0);
     let wide_unit = unit.registers >= 32;
-    let rows_of_plane = knobs.order.is_none()
+    // With masked loads (AVX-512) a stride-1 plane that fits L1 is read in
+    // place: the padded image inlined, each window row one load masked to
+    // the lanes inside the image (`codegen/llvm/predicated.rs`), the tile's
+    // accumulator updates kept whole vectors under their lane tests
+    // (`MASKED_UPDATES_ATTR`). The padded copy was stored per channel and
+    // read back at once, each 16-lane load spanning several of the fill's
+    // stores, which cannot forward to it. Zen 5, per kernel in the model
+    // (`scripts/ab_kernels.py`, one thread): MobileNetV2's 14 × 14 and
+    // 7 × 7 kernels 0.66×, 28 × 28 0.79×, 56 × 56 0.89×; PP-LCNet's 3 × 3
+    // ones 0.84–0.90×, its 5 × 5 ones unchanged. (A C model of the 14 × 14
+    // kernel: 6.3 µs in place against 17 µs through a padded copy.) Planes
+    // past L1 (112 × 112) measured the same either way: kept padded a few
+    // rows at a time.
+    let inline_pads = knobs.order.is_none() && stride_one && unit.masked_loads() && plane_bytes <= L1_PLANE_BYTES;
+    let rows_of_plane = !inline_pads
+        && knobs.order.is_none()
         && knobs.rows.is_none()
         && plane_bytes > L1_PLANE_BYTES
         && (wide_unit || (whole && lanes == 8 && stride_one));
@@ -166,7 +181,7 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     let taps: i64 = reduction_loops(s.func()).iter().map(|&(_, e)| e).product();
     let small_plane =
         ohe * owe <= PAIRED_PLANE_PIXELS || (ohe * owe <= PAIRED_WIDE_WINDOW_PIXELS && taps >= PAIRED_WIDE_WINDOW_TAPS);
-    let paired = by_rule && band.is_none() && small_plane && channels % 2 == 0;
+    let paired = by_rule && band.is_none() && small_plane && channels % 2 == 0 && !inline_pads;
     let (oc, channel_in_pair) = if paired {
         let (pair, channel) = s.split(oc, 2)?;
         (pair, Some(channel))
@@ -190,6 +205,11 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
         s.decompose_reduction_whole_tiles(&oh_o)?
     };
     for pad in pads {
+        if inline_pads {
+            s.compute_inline(&pad)?;
+            continue;
+        }
+        // (A padded image computed per channel, pair or block of rows.)
         let local = s.compute_at(&pad, &pad_at)?;
         // A phase-split image (stride 2) is filled per phase: unrolled, each
         // phase's row is a plain strided copy once its borders are split off.
@@ -208,5 +228,9 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
         None => with_batch_loop(&s, outer.last(), oc)?,
     };
     fuse_parallel(&mut s, &par)?;
-    Ok(s.into_func())
+    let mut f = s.into_func();
+    if inline_pads {
+        f.attrs.insert(kiln_ir::tir::transform::loop_partition::MASKED_UPDATES_ATTR.into(), "true".into());
+    }
+    Ok(f)
 }

@@ -94,12 +94,37 @@ fn has_loop(s: &Stmt) -> bool {
 
 /// Partition the innermost serial (and vectorized) loops of `f` at the constants their bodies test.
 pub fn partition_loops(mut f: PrimFunc) -> PrimFunc {
+    let masked_updates = f.attrs.get(MASKED_UPDATES_ATTR).is_some_and(|v| v == "true");
     let body = std::mem::replace(&mut f.body, Stmt::nop());
     f.body = body.map_post(&mut |s| match s {
+        Stmt::For(l) if masked_updates && l.kind == ForKind::Vectorized && updates_local(&l.body) => Stmt::For(l),
         Stmt::For(l) if matches!(l.kind, ForKind::Serial | ForKind::Vectorized) && !has_loop(&l.body) => partition(*l),
         s => s,
     });
     f
+}
+
+/// A kernel attribute (`"true"`): its vectorized loops that store to a
+/// kernel-local buffer — a register tile's accumulator updates — are not
+/// partitioned; their tests stay, evaluated per lane (a masked load on
+/// AVX-512). Split at a padded row's borders, a 16-lane accumulator became
+/// a 14-lane piece and two single lanes, each update of which LLVM
+/// legalized piece by piece.
+pub const MASKED_UPDATES_ATTR: &str = "partition.masked_updates";
+
+/// Whether `s` stores only to kernel-local buffers.
+fn updates_local(s: &Stmt) -> bool {
+    let (mut local, mut other) = (false, false);
+    s.visit(&mut |s| {
+        if let Stmt::Store { buffer, .. } = s {
+            if buffer.scope() == crate::tir::Scope::Local {
+                local = true;
+            } else {
+                other = true;
+            }
+        }
+    });
+    local && !other
 }
 
 #[cfg(test)]
@@ -134,6 +159,43 @@ mod tests {
         let text = print_stmt(&partition_loops(f).body);
         assert!(!text.contains("Select") && !text.contains("min(") && !text.contains("max("), "{text}");
         assert_eq!(text.matches("out[").count(), 3, "{text}");
+    }
+
+    /// An accumulator update over a vectorized padded row: split at the
+    /// borders by default; kept one loop, its test per lane, in a kernel
+    /// marked [`MASKED_UPDATES_ATTR`] (a store to a global buffer is split
+    /// there too).
+    #[test]
+    fn marked_kernels_keep_vectorized_accumulator_updates_whole() {
+        let x = Buffer::new("x", DataType::F32, vec![8], Scope::Global);
+        let w = Var::index("w");
+        let i = Expr::var(&w) - Expr::int(1);
+        let inside =
+            Expr::and(Expr::cmp(CmpOp::Ge, i.clone(), Expr::int(0)), Expr::cmp(CmpOp::Lt, i.clone(), Expr::int(8)));
+        let clamped = Expr::bin(BinOp::Min, Expr::bin(BinOp::Max, i, Expr::int(0)), Expr::int(7));
+        let value = Expr::select(inside, Expr::Load(x, vec![clamped]), Expr::float(0.0, DataType::F32));
+        let nest = |scope: Scope, attr: bool| {
+            let acc = Buffer::new("acc", DataType::F32, vec![16], scope);
+            let update = Expr::Load(acc.clone(), vec![Expr::var(&w)]) + value.clone();
+            let body = Stmt::Store { buffer: acc.clone(), indices: vec![Expr::var(&w)], value: update };
+            let mut f = PrimFunc {
+                name: "update".into(),
+                params: vec![acc],
+                num_outputs: 1,
+                body: Stmt::for_loop(w.clone(), 16, ForKind::Vectorized, body),
+                attrs: Default::default(),
+            };
+            if attr {
+                f.attrs.insert(MASKED_UPDATES_ATTR.into(), "true".into());
+            }
+            print_stmt(&partition_loops(f).body)
+        };
+        let loops = |text: &str| text.matches("for ").count();
+        let split = |text: String| assert!(!text.contains("Select") && text.matches("acc[").count() > 2, "{text}");
+        split(nest(Scope::Local, false));
+        let kept = nest(Scope::Local, true);
+        assert!(loops(&kept) == 1 && kept.contains("Select"), "{kept}");
+        split(nest(Scope::Global, true));
     }
 
     #[test]
