@@ -388,4 +388,16 @@ fn small_depthwise_planes_are_read_in_place_on_avx512() {
     assert!(full_fmas >= 63, "a tile of seven rows, whole-vector FMAs:\n{avx512}");
     let avx2 = assembly(relay, &[32, 1, 3, 3], "llvm -mcpu=haswell");
     assert_eq!(avx2.lines().filter(|l| l.contains("vmaskmov")).count(), 0, "AVX2: the padded image");
+    // Stride 2 onto rows of one vector (14 → 7): each window row the masked
+    // loads of its span (one where the lanes kept all lie in the first
+    // vector) and a permute of their even elements.
+    let relay = "%x: Tensor[(1, 32, 14, 14), float32], %w: Tensor[(32, 1, 3, 3), float32]) {
+           nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1], groups=32)";
+    let avx512 = assembly(relay, &[32, 1, 3, 3], "llvm -mcpu=skylake-avx512");
+    let lines = || avx512.lines().map(str::trim);
+    let masked_loads = lines().filter(|l| l.starts_with("vmovups") && l.contains("{z}")).count();
+    let permutes = lines().filter(|l| l.starts_with("vpermt2ps") || l.starts_with("vpermi2ps")).count();
+    assert!(masked_loads >= 9 && permutes >= 9, "spans and permutes:\n{avx512}");
+    let gathers = lines().filter(|l| l.starts_with("vgather") || l.starts_with("vinsertps")).count();
+    assert_eq!(gathers, 0, "no lane-by-lane reads:\n{avx512}");
 }

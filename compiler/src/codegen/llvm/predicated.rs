@@ -5,8 +5,11 @@
 //! masked load (`vmovups` with a mask register: a masked-off lane is neither
 //! read nor faults), where the clamped lanes were a gather. A depthwise
 //! convolution then reads its input rows in place instead of from a padded
-//! copy stored just before (see `schedule::conv2d::depthwise`).
+//! copy stored just before (see `schedule::conv2d::depthwise`). A stride-2
+//! index (a stride-2 window's row) is the masked loads of the span its lanes
+//! cover and one permute of the even elements.
 
+use inkwell::types::VectorType;
 use inkwell::values::BasicValueEnum;
 use kiln_ir::arith::{simplify, Bounds};
 use kiln_ir::DataType;
@@ -139,28 +142,73 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Ok(None);
         }
         let Some(Expr::Ramp { base, stride, lanes: n }) = as_ramp(&unclamped) else { return Ok(None) };
-        let base = simplify(&base, &Bounds::new());
-        let n = n as u32;
-        if stride.as_int() != Some(1) || n != lanes || !n.is_power_of_two() || n * 8 * elem.size_bytes() as u32 > 512 {
+        let (n, stride) = (n as u32, stride.as_int());
+        let bits = 8 * elem.size_bytes() as u32;
+        if n != lanes || !n.is_power_of_two() || n * bits > 512 || !matches!(stride, Some(1 | 2)) {
             return Ok(None);
         }
         let vt = self.vector_type(elem, n);
-        let first = self.expr(&base)?.into_int_value();
+        let first = self.expr(&simplify(&base, &Bounds::new()))?.into_int_value();
         let origin = self.buffer_base(buf)?;
         // Not `inbounds`: the first lane may lie before the buffer (a padded
         // image's column −1 of its first row), masked off.
         let ptr = self.e(compat::gep(&self.b, elem_type(self.ctx, elem), origin, &[first], "paddr"))?;
-        let vptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "pvptr"))?;
         let mask = self.lane_mask_of(c, n)?;
-        let fill = self.vexpr_or_splat(b, n)?;
+        let fill = self.vexpr_or_splat(b, n)?.into_vector_value();
+        if stride == Some(1) {
+            return Ok(Some(self.masked_load_at(ptr, vt, mask, fill, bits / 8)?.into()));
+        }
+        // Stride 2 (a stride-2 window's row): the two vectors the lanes'
+        // span covers, each element loaded where its lane is kept (the odd
+        // ones never), then one two-input permute of the even elements.
+        let i32t = self.ctx.i32_type();
+        let spread = |half: u32, zero_at: u32| -> Vec<inkwell::values::IntValue<'ctx>> {
+            (0..n)
+                .map(|k| {
+                    if k % 2 == 0 {
+                        i32t.const_int((half * n / 2 + k / 2) as u64, false)
+                    } else {
+                        i32t.const_int(zero_at as u64, false)
+                    }
+                })
+                .collect()
+        };
+        let off = mask.get_type().const_zero();
+        let mut halves = Vec::new();
+        for half in 0..2 {
+            let pick = VectorType::const_vector(&spread(half, n));
+            let half_mask = self.e(self.b.build_shuffle_vector(mask, off, pick, "hmask"))?;
+            let half_fill =
+                self.e(self.b.build_shuffle_vector(fill, fill, VectorType::const_vector(&spread(half, 0)), "hfill"))?;
+            let at = i32t.const_int((half * n) as u64, false);
+            let half_ptr = self.e(compat::gep(&self.b, elem_type(self.ctx, elem), ptr, &[at], "hptr"))?;
+            halves.push(self.masked_load_at(half_ptr, vt, half_mask, half_fill, bits / 8)?);
+        }
+        let evens: Vec<_> = (0..n).map(|k| i32t.const_int((2 * k) as u64, false)).collect();
+        let v = self.b.build_shuffle_vector(halves[0], halves[1], VectorType::const_vector(&evens), "evens");
+        Ok(Some(self.e(v)?.into()))
+    }
+
+    /// `llvm.masked.load` of `vt` at `ptr` (any address: masked-off lanes
+    /// are not read), `fill` in those lanes.
+    fn masked_load_at(
+        &mut self,
+        ptr: inkwell::values::PointerValue<'ctx>,
+        vt: VectorType<'ctx>,
+        mask: inkwell::values::VectorValue<'ctx>,
+        fill: inkwell::values::VectorValue<'ctx>,
+        align: u32,
+    ) -> Result<inkwell::values::VectorValue<'ctx>, CodegenError> {
+        let vptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "pvptr"))?;
         let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
             .and_then(|i| i.get_declaration(self.module, &[vt.into(), vptr.get_type().into()]))
             .ok_or_else(|| self.unsupported("llvm.masked.load"))?;
-        let align = self.ctx.i32_type().const_int(elem.size_bytes() as u64, false);
+        // Element-aligned (as the buffer's elements are).
+        let align = self.ctx.i32_type().const_int(align as u64, false);
         let args: [inkwell::values::BasicMetadataValueEnum; 4] = [vptr.into(), align.into(), mask.into(), fill.into()];
         let call = self.e(self.b.build_call(decl, &args, "pload"))?;
         match call.try_as_basic_value() {
-            inkwell::values::ValueKind::Basic(v) => Ok(Some(v)),
+            inkwell::values::ValueKind::Basic(v) => Ok(v.into_vector_value()),
             inkwell::values::ValueKind::Instruction(_) => Err(self.unsupported("a void masked load")),
         }
     }
