@@ -190,8 +190,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// `llvm.masked.load` of `vt` at `ptr` (any address: masked-off lanes
-    /// are not read), `fill` in those lanes.
-    fn masked_load_at(
+    /// are not read), `fill` in those lanes, `align` bytes aligned.
+    pub(super) fn masked_load_at(
         &mut self,
         ptr: inkwell::values::PointerValue<'ctx>,
         vt: VectorType<'ctx>,

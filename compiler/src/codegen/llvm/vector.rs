@@ -402,18 +402,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
         read: Option<u32>,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let (lanes, whole) = (vt.get_size(), wt.get_size());
-        let wptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, wt), "mptr"))?;
-        let decl = inkwell::intrinsics::Intrinsic::find("llvm.masked.load")
-            .and_then(|i| i.get_declaration(self.module, &[wt.into(), wptr.get_type().into()]))
-            .ok_or_else(|| self.unsupported("llvm.masked.load"))?;
-        let align = self.ctx.i32_type().const_int(buf.elem().size_bytes() as u64, false);
-        let args: [BasicMetadataValueEnum; 4] =
-            [wptr.into(), align.into(), self.lane_mask(read.unwrap_or(lanes), whole).into(), wt.get_undef().into()];
-        let call = self.e(self.b.build_call(decl, &args, "mload"))?;
-        let wide = match call.try_as_basic_value() {
-            inkwell::values::ValueKind::Basic(v) => v.into_vector_value(),
-            inkwell::values::ValueKind::Instruction(_) => return Err(self.unsupported("a void masked load")),
-        };
+        let mask = self.lane_mask(read.unwrap_or(lanes), whole);
+        let wide = self.masked_load_at(ptr, wt, mask, wt.get_undef(), buf.elem().size_bytes() as u32)?;
         let i32t = self.ctx.i32_type();
         let first: Vec<IntValue> = (0..lanes).map(|k| i32t.const_int(k as u64, false)).collect();
         let v = self.b.build_shuffle_vector(wide, wt.get_undef(), VectorType::const_vector(&first), "partial");
