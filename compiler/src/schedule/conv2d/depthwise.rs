@@ -1,5 +1,7 @@
-//! Depthwise convolutions: a padded image per channel (or per band of rows
-//! and channel), register tiles of output rows with the window unrolled.
+//! Depthwise convolutions: the input read in place with masked loads
+//! (AVX-512, planes that fit L1) or through a padded image per channel (or
+//! per band of rows and channel), register tiles of output rows with the
+//! window unrolled.
 
 use super::super::{
     divisor_at_most, extent, fill_loops, fuse_parallel, materialized, reduction_loops, reduction_nest, tile_kinds,
