@@ -26,30 +26,27 @@ fn constant(e: &Expr) -> Option<i64> {
     }
 }
 
-/// The comparisons `c` is a conjunction of (a condition the same in every
-/// lane, `Broadcast(c)`, contributes its scalar ones).
-fn conjuncts<'e>(c: &'e Expr, out: &mut Vec<&'e Expr>) {
-    match c {
-        Expr::And(a, b) => {
-            conjuncts(a, out);
-            conjuncts(b, out);
+/// The conjuncts of `c`, each with whether it is the same in every lane (a
+/// scalar one, from inside a `Broadcast`).
+fn conjuncts(c: &Expr) -> Vec<(&Expr, bool)> {
+    fn walk<'e>(c: &'e Expr, uniform: bool, out: &mut Vec<(&'e Expr, bool)>) {
+        match c {
+            Expr::And(a, b) => {
+                walk(a, uniform, out);
+                walk(b, uniform, out);
+            }
+            Expr::Broadcast(s, _) => walk(s, true, out),
+            c => out.push((c, uniform)),
         }
-        Expr::Broadcast(s, _) => conjuncts(s, out),
-        c => out.push(c),
     }
+    let mut out = Vec::new();
+    walk(c, false, &mut out);
+    out
 }
 
-/// `c`'s conjuncts split into those the same in every lane (scalars, from
-/// `Broadcast`) and per-lane ones.
-fn split_uniform(c: &Expr, uniform: &mut Vec<Expr>, per_lane: &mut Vec<Expr>) {
-    match c {
-        Expr::And(a, b) => {
-            split_uniform(a, uniform, per_lane);
-            split_uniform(b, uniform, per_lane);
-        }
-        Expr::Broadcast(s, _) => uniform.push(s.as_ref().clone()),
-        c => per_lane.push(c.clone()),
-    }
+/// The comparisons of `conjuncts`, the facts `unclamp` reads.
+fn facts<'e>(conjuncts: &[(&'e Expr, bool)]) -> Vec<&'e Expr> {
+    conjuncts.iter().map(|&(e, _)| e).collect()
 }
 
 /// Whether one of `facts` says `e ≥ lo`.
@@ -70,29 +67,36 @@ fn at_most(e: &Expr, hi: i64, facts: &[&Expr]) -> bool {
     })
 }
 
-/// `e` with every clamp `min(max(x, lo), hi)` (or one side of it) that
-/// `facts` show to leave `x` unchanged replaced by `x`.
+/// `e` as a clamp of `x` to constant bounds: `min(max(x, lo), hi)`,
+/// `max(min(x, hi), lo)`, or one side of it — `x`, `lo` and `hi`.
+fn clamp_of(e: &Expr) -> Option<(&Expr, Option<i64>, Option<i64>)> {
+    let Expr::Bin(op @ (BinOp::Min | BinOp::Max), x, k) = e else { return None };
+    let k = constant(k)?;
+    let inner = match (op, &**x) {
+        (BinOp::Min, Expr::Bin(BinOp::Max, y, l)) | (BinOp::Max, Expr::Bin(BinOp::Min, y, l)) => {
+            constant(l).map(|l| (&**y, l))
+        }
+        _ => None,
+    };
+    Some(match (op, inner) {
+        (BinOp::Min, Some((y, lo))) => (y, Some(lo), Some(k)),
+        (BinOp::Max, Some((y, hi))) => (y, Some(k), Some(hi)),
+        (BinOp::Min, None) => (x, None, Some(k)),
+        _ => (x, Some(k), None),
+    })
+}
+
+/// `e` with every clamp (see [`clamp_of`]) that `facts` show to leave its
+/// operand unchanged replaced by the operand.
 fn unclamp(e: &Expr, facts: &[&Expr]) -> Expr {
-    let bound = |b: &Expr| constant(b);
-    match e {
-        Expr::Bin(BinOp::Min, x, hi) => match (&**x, bound(hi)) {
-            (Expr::Bin(BinOp::Max, y, lo), Some(h)) => match bound(lo) {
-                Some(l) if at_least(y, l, facts) && at_most(y, h, facts) => unclamp(y, facts),
-                _ => e.map_children(|c| unclamp(c, facts)),
-            },
-            (x, Some(h)) if at_most(x, h, facts) => unclamp(x, facts),
-            _ => e.map_children(|c| unclamp(c, facts)),
-        },
-        Expr::Bin(BinOp::Max, x, lo) => match (&**x, bound(lo)) {
-            (Expr::Bin(BinOp::Min, y, hi), Some(l)) => match bound(hi) {
-                Some(h) if at_least(y, l, facts) && at_most(y, h, facts) => unclamp(y, facts),
-                _ => e.map_children(|c| unclamp(c, facts)),
-            },
-            (x, Some(l)) if at_least(x, l, facts) => unclamp(x, facts),
-            _ => e.map_children(|c| unclamp(c, facts)),
-        },
-        e => e.map_children(|c| unclamp(c, facts)),
+    if let Some((x, lo, hi)) = clamp_of(e) {
+        let above = lo.is_none_or(|l| at_least(x, l, facts));
+        let below = hi.is_none_or(|h| at_most(x, h, facts));
+        if above && below {
+            return unclamp(x, facts);
+        }
     }
+    e.map_children(|c| unclamp(c, facts))
 }
 
 /// `e` as one `Ramp`: a ramp, or a ramp plus the same value in every lane
@@ -135,9 +139,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
         {
             return Ok(None);
         }
-        let mut facts = Vec::new();
-        conjuncts(c, &mut facts);
-        let unclamped = unclamp(&idx[0], &facts);
+        let conjuncts = conjuncts(c);
+        let unclamped = unclamp(&idx[0], &facts(&conjuncts));
         if unclamped == idx[0] {
             return Ok(None);
         }
@@ -153,7 +156,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // Not `inbounds`: the first lane may lie before the buffer (a padded
         // image's column −1 of its first row), masked off.
         let ptr = self.e(compat::gep(&self.b, elem_type(self.ctx, elem), origin, &[first], "paddr"))?;
-        let mask = self.lane_mask_of(c, n)?;
+        let mask = self.lane_mask_of(&conjuncts, n)?;
         let fill = self.vexpr_or_splat(b, n)?.into_vector_value();
         if stride == Some(1) {
             return Ok(Some(self.masked_load_at(ptr, vt, mask, fill, bits / 8)?.into()));
@@ -213,23 +216,26 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
     }
 
-    /// The `<n x i1>` mask of condition `c`: its per-lane conjuncts as a
-    /// vector (constant when they test constant lanes), then all lanes off
-    /// unless its same-in-every-lane ones hold — one scalar `select` of the
-    /// mask, where a splat `i1` and-ed in lane by lane took ~50 mask-register
-    /// instructions per kernel.
-    fn lane_mask_of(&mut self, c: &Expr, n: u32) -> Result<inkwell::values::VectorValue<'ctx>, CodegenError> {
-        let (mut uniform, mut per_lane) = (Vec::new(), Vec::new());
-        split_uniform(c, &mut uniform, &mut per_lane);
-        let all = |v: Vec<Expr>| v.into_iter().reduce(Expr::and);
-        let lanes = match all(per_lane) {
+    /// The `<n x i1>` mask of a condition's `conjuncts`: the per-lane ones
+    /// as a vector (constant when they test constant lanes), then all lanes
+    /// off unless the same-in-every-lane ones hold — one scalar `select` of
+    /// the mask, where a splat `i1` and-ed in lane by lane took ~50
+    /// mask-register instructions per kernel.
+    fn lane_mask_of(
+        &mut self,
+        conjuncts: &[(&Expr, bool)],
+        n: u32,
+    ) -> Result<inkwell::values::VectorValue<'ctx>, CodegenError> {
+        let all =
+            |uniform: bool| conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and);
+        let lanes = match all(false) {
             Some(p) => self.vexpr_or_splat(&p, n)?.into_vector_value(),
             None => {
                 let on: Vec<_> = (0..n).map(|_| self.ctx.bool_type().const_int(1, false)).collect();
-                inkwell::types::VectorType::const_vector(&on)
+                VectorType::const_vector(&on)
             }
         };
-        let Some(u) = all(uniform) else { return Ok(lanes) };
+        let Some(u) = all(true) else { return Ok(lanes) };
         let u = self.expr(&u)?.into_int_value();
         let off = lanes.get_type().const_zero();
         Ok(self.e(self.b.build_select(u, lanes, off, "rowmask"))?.into_vector_value())
@@ -268,22 +274,19 @@ mod tests {
         };
         let index = splat(clamp(row.clone(), 13, false) * Expr::int(14)) + clamp(cols.clone(), 13, true);
         let test = Expr::and(splat(inside(row.clone(), 14, false)), inside(cols.clone(), 14, true));
-        let mut facts = Vec::new();
-        conjuncts(&test, &mut facts);
-        let plain = unclamp(&index, &facts);
+        let test = conjuncts(&test);
+        let plain = unclamp(&index, &facts(&test));
         assert_eq!(plain, splat(row.clone() * Expr::int(14)) + cols.clone());
         let Some(Expr::Ramp { base, .. }) = as_ramp(&plain) else { panic!("one ramp") };
         assert_eq!(*base, row.clone() * Expr::int(14) + Expr::int(-1));
         // Only the columns tested: the row's clamp stays.
-        let mut facts = Vec::new();
         let columns_only = inside(cols.clone(), 14, true);
-        conjuncts(&columns_only, &mut facts);
-        assert_eq!(unclamp(&index, &facts), splat(clamp(row, 13, false) * Expr::int(14)) + cols.clone());
+        let columns_only = conjuncts(&columns_only);
+        assert_eq!(unclamp(&index, &facts(&columns_only)), splat(clamp(row, 13, false) * Expr::int(14)) + cols.clone());
         // A test that allows past the clamp's upper bound keeps that side.
-        let mut facts = Vec::new();
         let wider = inside(cols.clone(), 15, true);
-        conjuncts(&wider, &mut facts);
+        let wider = conjuncts(&wider);
         let upper = Expr::bin(BinOp::Min, cols.clone(), splat(Expr::int(13)));
-        assert_eq!(unclamp(&clamp(cols, 13, true), &facts), upper);
+        assert_eq!(unclamp(&clamp(cols, 13, true), &facts(&wider)), upper);
     }
 }
