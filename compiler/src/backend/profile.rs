@@ -117,10 +117,15 @@ fn produced_by_winograd_transform(plan: &ExecutorPlan, t: usize) -> bool {
     })
 }
 
-/// The floating-point operations of one call of each kernel
-/// ([`kiln_ir::tir::float_ops`]), 0 where a loop's trip count is not constant.
+/// The floating-point operations of one call of each kernel's operator: as
+/// lowered, before its schedule ([`crate::schedule::LOWERED_FLOPS_ATTR`]),
+/// so that lanes a tile computes past a row's end do not count as work; as
+/// executed ([`kiln_ir::tir::float_ops`]) for a kernel without the
+/// attribute (a GPU one); 0 where a loop's trip count is not constant.
 pub fn kernel_flops(plan: &ExecutorPlan) -> Vec<u64> {
-    plan.kernels.iter().map(|k| kiln_ir::tir::float_ops(k).unwrap_or(0)).collect()
+    let lowered =
+        |k: &crate::tir::PrimFunc| k.attrs.get(crate::schedule::LOWERED_FLOPS_ATTR).and_then(|n| n.parse::<u64>().ok());
+    plan.kernels.iter().map(|k| lowered(k).or_else(|| kiln_ir::tir::float_ops(k)).unwrap_or(0)).collect()
 }
 
 /// One class's line of the profile.

@@ -663,10 +663,27 @@ pub fn default_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit) -> Pr
     tuned_cpu_schedule(f, opt_level, unit, &Knobs::default())
 }
 
+/// The kernel attribute holding its operator's floating-point operations,
+/// counted ([`kiln_ir::tir::float_ops`]) on its loops as lowered, before a
+/// schedule computes lanes past a row's end (a 7-wide depthwise row as 16
+/// lanes) or tiles that overlap: the work the model asks for, which
+/// `kiln bench --profile` divides by time (a Winograd convolution's is its
+/// transforms' and products', fewer than the direct convolution's).
+pub const LOWERED_FLOPS_ATTR: &str = "flops.lowered";
+
 /// [`default_cpu_schedule`] at the point `knobs` of the kernel's space; the
 /// rule's schedule, with the reason in the `tuning` attribute, where the
-/// knobs do not fit the kernel.
+/// knobs do not fit the kernel. The result carries [`LOWERED_FLOPS_ATTR`].
 pub fn tuned_cpu_schedule(f: PrimFunc, opt_level: u32, unit: VectorUnit, knobs: &Knobs) -> PrimFunc {
+    let lowered_flops = kiln_ir::tir::float_ops(&f);
+    let mut g = schedule_cpu(f, opt_level, unit, knobs);
+    if let Some(n) = lowered_flops {
+        g.attrs.insert(LOWERED_FLOPS_ATTR.into(), n.to_string());
+    }
+    g
+}
+
+fn schedule_cpu(f: PrimFunc, opt_level: u32, unit: VectorUnit, knobs: &Knobs) -> PrimFunc {
     if *knobs != Knobs::default() && opt_level > 0 {
         match schedule_with_knobs(f.clone(), unit, knobs) {
             Ok(mut g) => {
