@@ -117,15 +117,24 @@ fn produced_by_winograd_transform(plan: &ExecutorPlan, t: usize) -> bool {
     })
 }
 
-/// The floating-point operations of one call of each kernel's operator: as
-/// lowered, before its schedule ([`crate::schedule::LOWERED_FLOPS_ATTR`]),
-/// so that lanes a tile computes past a row's end do not count as work; as
-/// executed ([`kiln_ir::tir::float_ops`]) for a kernel without the
-/// attribute (a GPU one); 0 where a loop's trip count is not constant.
+/// The floating-point operations of one call of each kernel: the fewer of
+/// its operator's as lowered, before the schedule
+/// ([`crate::schedule::LOWERED_FLOPS_ATTR`]: lanes a tile computes past a
+/// row's end, a 7-wide depthwise row as 16, are not work the model asks
+/// for) and its loops' as executed ([`kiln_ir::tir::float_ops`]: a Winograd
+/// transform's products by constant zeros, simplified away, are not work
+/// done). A kernel without the attribute (a GPU one) counts as executed; 0
+/// where a loop's trip count is not constant.
 pub fn kernel_flops(plan: &ExecutorPlan) -> Vec<u64> {
     let lowered =
         |k: &crate::tir::PrimFunc| k.attrs.get(crate::schedule::LOWERED_FLOPS_ATTR).and_then(|n| n.parse::<u64>().ok());
-    plan.kernels.iter().map(|k| lowered(k).or_else(|| kiln_ir::tir::float_ops(k)).unwrap_or(0)).collect()
+    plan.kernels
+        .iter()
+        .map(|k| match (lowered(k), kiln_ir::tir::float_ops(k)) {
+            (Some(l), Some(e)) => l.min(e),
+            (l, e) => l.or(e).unwrap_or(0),
+        })
+        .collect()
 }
 
 /// One class's line of the profile.

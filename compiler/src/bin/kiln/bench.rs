@@ -136,7 +136,7 @@ fn print_class_shares(plan: &ExecutorPlan, call_us: &[f64], flops: &[u64]) {
         return;
     }
     out(&format!(
-        "\nby class ({:.3} GFLOP, the operators' as lowered: Winograd's are fewer than a direct convolution's)\n",
+        "\nby class ({:.3} GFLOP: per kernel the fewer of as lowered and as executed; Winograd's are fewer than a direct convolution's)\n",
         flops as f64 / 1e9
     ));
     out(&format!(
