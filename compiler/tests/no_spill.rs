@@ -404,3 +404,29 @@ fn small_depthwise_planes_are_read_in_place_on_avx512() {
     let gathers = lines().filter(|l| l.starts_with("vgather") || l.starts_with("vinsertps")).count();
     assert_eq!(gathers, 0, "no lane-by-lane reads:\n{avx512}");
 }
+
+/// On AVX-512 a depthwise plane of several vectors a row (56 × 56), read in
+/// place, reads each input row as its vectors at columns 0, 16, 32 and 48,
+/// once for the window's three columns and the tile's output vectors, and
+/// shifts two of them for the columns in between (`codegen/llvm/grid.rs`):
+/// a 2-row × 4-vector tile over 4 input rows loads about 24 vectors (the
+/// shifts in of column −1 and of the columns past the row stay masked loads
+/// of their own), where a load per window column took 48.
+#[test]
+fn wide_depthwise_rows_are_read_once_on_the_grid() {
+    let relay = "%x: Tensor[(1, 16, 56, 56), float32], %w: Tensor[(16, 1, 3, 3), float32]) {
+           clip(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], groups=16), a_min=0f, a_max=6f)";
+    let avx512 = assembly(relay, &[16, 1, 3, 3], "llvm -mcpu=skylake-avx512");
+    let lines = || avx512.lines().map(str::trim);
+    let input_loads = lines()
+        .filter(|l| (l.starts_with("vmovups") || l.starts_with("vmovdqu")) && l.contains("%zmm") && l.contains("),"))
+        .filter(|l| !l.contains("rsp") && !l.contains("rip"))
+        .count();
+    let fmas = lines().filter(|l| is_fma(l) && l.contains("%zmm")).count();
+    assert!(fmas >= 72, "a tile of 8 output vectors, 9 taps each:\n{avx512}");
+    assert!(input_loads * 2 <= fmas, "{input_loads} input loads for {fmas} FMAs:\n{avx512}");
+    let shifts = lines().filter(|l| ["vpermt2ps", "vpermi2ps", "valignd"].iter().any(|s| l.starts_with(s))).count();
+    assert!(shifts >= 12, "window columns as shifts of the row's vectors:\n{avx512}");
+    let stack = lines().filter(|l| is_vector_spill(l)).count();
+    assert!(stack * 10 <= fmas, "{stack} stack accesses:\n{avx512}");
+}

@@ -16,6 +16,14 @@ pub mod c;
 #[cfg(feature = "llvm")]
 pub mod llvm;
 
+/// The kernel attribute naming the length of the rows its contiguous reads
+/// of global buffers lie in (an input plane's width): on LLVM with masked
+/// loads, each such read whose lane-invariant part is a multiple of it reads
+/// whole vectors at multiples of the vector width from the row's start and
+/// shifts two of them (`llvm/grid.rs`). Set by the depthwise schedule for
+/// planes read in place at stride 1.
+pub const GRID_ROW_ATTR: &str = "codegen.grid_row";
+
 /// The packed kernel entry point: `args` holds one pointer per kernel parameter.
 pub use kiln_runtime::PackedKernel;
 

@@ -27,6 +27,7 @@ mod bf16;
 mod compat;
 mod data_object;
 mod expr;
+mod grid;
 mod interleave;
 mod jit;
 mod nvptx;
@@ -94,6 +95,8 @@ struct FnGen<'a, 'ctx> {
     /// Strided loads of the interleaved group being stored, split from one
     /// run (see `interleave.rs`), by buffer and index text.
     deinterleaved: HashMap<(u32, String), inkwell::values::VectorValue<'ctx>>,
+    /// The row length of [`crate::codegen::GRID_ROW_ATTR`], where the kernel has one.
+    grid_row: Option<i64>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -213,6 +216,7 @@ fn start_kernel<'a, 'ctx>(
         row_plan: HashMap::new(),
         row_gathers: HashMap::new(),
         deinterleaved: HashMap::new(),
+        grid_row: f.attrs.get(crate::codegen::GRID_ROW_ATTR).and_then(|w| w.parse().ok()).filter(|&w: &i64| w > 0),
     })
 }
 

@@ -99,6 +99,15 @@ fn unclamp(e: &Expr, facts: &[&Expr]) -> Expr {
     e.map_children(|c| unclamp(c, facts))
 }
 
+/// Whether `e` is floating-point zero, as a scalar or in every lane.
+fn is_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Broadcast(s, _) => is_zero(s),
+        Expr::Float(v, _) => *v == 0.0,
+        _ => false,
+    }
+}
+
 /// `e` as one `Ramp`: a ramp, or a ramp plus the same value in every lane
 /// (`Broadcast(a) + Ramp(b, s)` is `Ramp(a + b, s)`).
 fn as_ramp(e: &Expr) -> Option<Expr> {
@@ -149,6 +158,20 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let bits = 8 * elem.size_bytes() as u32;
         if n != lanes || !n.is_power_of_two() || n * bits > 512 || !matches!(stride, Some(1 | 2)) {
             return Ok(None);
+        }
+        if stride == Some(1) && self.grid_row.is_some() && is_zero(b) {
+            let all = |uniform: bool| {
+                conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and)
+            };
+            let valid = match all(false) {
+                Some(per_lane) => super::grid::constant_lanes(&per_lane, n),
+                None => Some(vec![true; n as usize]),
+            };
+            if let Some(valid) = valid {
+                if let Some(v) = self.grid_load(buf, &base, n, all(true).as_ref(), Some(&valid))? {
+                    return Ok(Some(v.into()));
+                }
+            }
         }
         let vt = self.vector_type(elem, n);
         let first = self.expr(&simplify(&base, &Bounds::new()))?.into_int_value();

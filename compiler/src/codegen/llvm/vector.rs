@@ -507,19 +507,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     }
                 }
             }
-            Expr::Load(buf, idx) if idx.len() == 1 => match self.contiguous(buf, &idx[0])? {
-                Some((ptr, vt)) => match self.masked_access(buf, vt).filter(|_| !self.stored.contains(&buf.id())) {
-                    Some(wt) => self.masked_load(buf, ptr, (vt, wt), None)?,
-                    None => {
-                        let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
-                        if let Some(i) = v.as_instruction_value() {
-                            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
-                        }
-                        v
-                    }
-                },
-                None => self.scattered_load(e, buf, &idx[0], lanes)?,
-            },
+            Expr::Load(buf, idx) if idx.len() == 1 => {
+                if let Some(v) = self.grid_plain_load(buf, &idx[0])? {
+                    return Ok(v.into());
+                }
+                self.contiguous_or_scattered_load(e, buf, &idx[0], lanes)?
+            }
             Expr::Call(Intrinsic::DotU8I8, args, _) => self.dot_u8i8(args)?,
             Expr::Call(f @ (Intrinsic::Bf16Bits | Intrinsic::Bf16Value), args, _) if args.len() == 1 => {
                 let v = self.vexpr_or_splat(&args[0], lanes)?;
@@ -543,6 +536,30 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.vector_intrinsic(&format!("llvm.{name}.v{lanes}f32"), &vals)?
             }
             _ => self.scalarize(e)?,
+        })
+    }
+
+    /// A vector load of `buf[idx]`: one load where `idx` is contiguous (a
+    /// masked one for a partial vector), else lane by lane or gathered.
+    fn contiguous_or_scattered_load(
+        &mut self,
+        e: &Expr,
+        buf: &Buffer,
+        idx: &Expr,
+        lanes: u32,
+    ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        Ok(match self.contiguous(buf, idx)? {
+            Some((ptr, vt)) => match self.masked_access(buf, vt).filter(|_| !self.stored.contains(&buf.id())) {
+                Some(wt) => self.masked_load(buf, ptr, (vt, wt), None)?,
+                None => {
+                    let v = self.e(compat::load(&self.b, vt, ptr, "vload"))?;
+                    if let Some(i) = v.as_instruction_value() {
+                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|m| llvm_err(&self.kernel, m))?;
+                    }
+                    v
+                }
+            },
+            None => self.scattered_load(e, buf, idx, lanes)?,
         })
     }
 

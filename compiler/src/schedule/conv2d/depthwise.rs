@@ -255,6 +255,12 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     let mut f = s.into_func();
     if inline_pads {
         f.attrs.insert(kiln_ir::tir::transform::loop_partition::MASKED_UPDATES_ATTR.into(), "true".into());
+        // Stride 1: each input row is read at three columns per output
+        // vector; on the grid of whole vectors, once (`codegen/llvm/grid.rs`).
+        if stride_one {
+            let width = f.params.first().and_then(|x| x.shape().last().copied()).unwrap_or(0);
+            f.attrs.insert(crate::codegen::GRID_ROW_ATTR.into(), width.to_string());
+        }
     }
     Ok(f)
 }

@@ -1,0 +1,209 @@
+//! Row reads on a grid of whole vectors. A depthwise convolution read in
+//! place loads each input row once per window column: at columns `16j − 1`,
+//! `16j` and `16j + 1` for output vector `j`, three loads that each span two
+//! cache lines (a row of 56 floats starts on a 32-byte boundary at best).
+//! Zen 5's load unit does two line accesses a cycle, a masked load split
+//! over two lines about every 1.4 cycles (C microbenchmark): with 48 such
+//! loads per 72 FMAs the loads, not the multiply-adds, bound the tile. In a
+//! kernel marked with [`crate::codegen::GRID_ROW_ATTR`] such a read is the
+//! vectors of its row at columns `16k` — one load each, shared by every
+//! window column and output vector that covers it (LLVM merges the
+//! identical loads) — and a shift of two of them (one permute). Shifts in of
+//! zeros (column −1, the columns past the row) stay the masked load they
+//! were. MobileNetV2's 56 × 56 kernel 0.87× the time at one thread, 0.85× at
+//! two (Zen 5, `scripts/ab_kernels.py`; a C model of the same loop 0.67×),
+//! its 28 × 28 ones 0.98–0.99×, PP-LCNet's 0.96–1.01×; rows of one vector
+//! (14 × 14, 7 × 7) keep their loads.
+
+use inkwell::types::VectorType;
+use inkwell::values::{BasicValue, IntValue, VectorValue};
+use kiln_ir::arith::{simplify, Bounds};
+use kiln_ir::DataType;
+
+use super::*;
+use crate::codegen::CodegenError;
+use crate::tir::transform::lane_of;
+use crate::tir::{BinOp, Buffer, Expr};
+
+/// `e` as a part without a constant term and that constant.
+fn split_constant(e: &Expr) -> (Expr, i64) {
+    if let Some(k) = e.as_int() {
+        return (Expr::int(0), k);
+    }
+    let join = |a: Expr, b: Expr, sub: bool| match (a.as_int(), b.as_int()) {
+        (_, Some(0)) => a,
+        (Some(0), _) if !sub => b,
+        _ if sub => a - b,
+        _ => a + b,
+    };
+    match e {
+        Expr::Bin(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+            let ((sa, ca), (sb, cb)) = (split_constant(a), split_constant(b));
+            let sub = *op == BinOp::Sub;
+            (join(sa, sb, sub), if sub { ca - cb } else { ca + cb })
+        }
+        e => (e.clone(), 0),
+    }
+}
+
+/// Whether every value of integer `e` is a multiple of `w` (from its form:
+/// sums and differences of multiples, products with a multiple).
+fn multiple_of(e: &Expr, w: i64) -> bool {
+    match e {
+        Expr::Bin(BinOp::Add | BinOp::Sub, a, b) => multiple_of(a, w) && multiple_of(b, w),
+        Expr::Bin(BinOp::Mul, a, b) => multiple_of(a, w) || multiple_of(b, w),
+        e => e.as_int().is_some_and(|k| k % w == 0),
+    }
+}
+
+impl<'ctx> FnGen<'_, 'ctx> {
+    /// `buf[base + lane]` for `n` lanes, each lane zero where `lane_valid`
+    /// (constant per lane; `None`: every lane) says so or where `uniform` (the
+    /// same in every lane) is false, as whole vectors of the row on the grid
+    /// (see the module). None where the kernel has no grid, or the read is
+    /// not one a grid serves: not f32 from a global buffer the kernel does
+    /// not store to, a lane-invariant part that is not a multiple of the
+    /// row, or lanes valid other than exactly those inside the row.
+    pub(super) fn grid_load(
+        &mut self,
+        buf: &Buffer,
+        base: &Expr,
+        n: u32,
+        uniform: Option<&Expr>,
+        lane_valid: Option<&[bool]>,
+    ) -> Result<Option<VectorValue<'ctx>>, CodegenError> {
+        let Some(w) = self.grid_row else { return Ok(None) };
+        if !self.features.masked_partial
+            || buf.elem() != DataType::F32
+            || buf.scope() != crate::tir::Scope::Global
+            || self.stored.contains(&buf.id())
+            || !n.is_power_of_two()
+            || n * 32 > 512
+            // Whole rows: a row that starts in the buffer ends in it.
+            || buf.numel() as i64 % w != 0
+        {
+            return Ok(None);
+        }
+        let n64 = n as i64;
+        let (row, offset) = split_constant(&simplify(base, &Bounds::new()));
+        if !multiple_of(&row, w) {
+            return Ok(None);
+        }
+        // The offset from a multiple of the row is a row start plus a column:
+        // the column the lanes' validity says (column −1 of one row is the
+        // address of column w − 1 of the row before).
+        let inside = |col: i64| (0..w).contains(&col);
+        let fits = |col: i64| {
+            let expected = (0..n64).map(|k| inside(col + k));
+            match lane_valid {
+                Some(v) => expected.eq(v.iter().copied()),
+                None => expected.into_iter().all(|v| v),
+            }
+        };
+        let near = offset.rem_euclid(w);
+        let Some(col) = [near, near - w].into_iter().find(|&c| fits(c)) else { return Ok(None) };
+        let row_start = offset - col;
+        let shift = col.rem_euclid(n64);
+        let at = col - shift;
+        // A shift in of zeros (a row's column −1, the columns past its end)
+        // stays the one masked load it was: as a shift of one grid vector
+        // (`vexpandps`, a permute with zero), rows of one vector (14 × 14,
+        // 7 × 7) ran 1.10–1.24× slower.
+        let reaches = |c: i64| (0..n64).any(|k| inside(c + k));
+        if shift != 0 && !(reaches(at) && reaches(at + n64)) {
+            return Ok(None);
+        }
+        let lo = self.grid_vector(buf, (&row, row_start), at, n, uniform)?;
+        if shift == 0 {
+            return Ok(Some(lo));
+        }
+        let hi = self.grid_vector(buf, (&row, row_start), at + n64, n, uniform)?;
+        let i32t = self.ctx.i32_type();
+        let pick: Vec<IntValue> = (0..n64).map(|k| i32t.const_int((shift + k) as u64, false)).collect();
+        let v = self.b.build_shuffle_vector(lo, hi, VectorType::const_vector(&pick), "gridshift");
+        Ok(Some(self.e(v)?))
+    }
+
+    /// A plain contiguous read `buf[Ramp(base, 1, n)]` as grid vectors (see
+    /// [`Self::grid_load`]), every lane inside its row.
+    pub(super) fn grid_plain_load(
+        &mut self,
+        buf: &Buffer,
+        idx: &Expr,
+    ) -> Result<Option<VectorValue<'ctx>>, CodegenError> {
+        match idx {
+            Expr::Ramp { base, stride, lanes } if stride.as_int() == Some(1) => {
+                self.grid_load(buf, base, *lanes as u32, None, None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The grid vector of `buf` at column `col` of the row starting at
+    /// `row + row_start`: its lanes inside the row
+    /// (columns `0..w`) under `uniform`, zero elsewhere — a plain load where
+    /// every lane is read, a masked one where some are, none where none are.
+    fn grid_vector(
+        &mut self,
+        buf: &Buffer,
+        (row, row_start): (&Expr, i64),
+        col: i64,
+        n: u32,
+        uniform: Option<&Expr>,
+    ) -> Result<VectorValue<'ctx>, CodegenError> {
+        let w = self.grid_row.unwrap_or(0);
+        let vt = self.vector_type(DataType::F32, n);
+        let lanes: Vec<bool> = (0..n as i64).map(|k| (0..w).contains(&(col + k))).collect();
+        if lanes.iter().all(|&l| !l) {
+            return Ok(vt.const_zero());
+        }
+        let first = self.expr(&simplify(&(row.clone() + Expr::int(row_start + col)), &Bounds::new()))?.into_int_value();
+        let origin = self.buffer_base(buf)?;
+        // Not `inbounds`: a row's column −16 lies before a plane's first row (no lane of it is read).
+        let ptr = self.e(compat::gep(&self.b, elem_type(self.ctx, DataType::F32), origin, &[first], "gridaddr"))?;
+        if uniform.is_none() && lanes.iter().all(|&l| l) {
+            let vptr = self.e(self.b.build_pointer_cast(ptr, compat::pointer_to(self.ctx, vt), "gridptr"))?;
+            let v = self.e(compat::load(&self.b, vt, vptr, "grid"))?;
+            if let Some(i) = v.as_instruction_value() {
+                i.set_alignment(4).map_err(|m| llvm_err(&self.kernel, m))?;
+            }
+            return Ok(v.into_vector_value());
+        }
+        let bit = self.ctx.bool_type();
+        let on: Vec<IntValue> = lanes.iter().map(|&l| bit.const_int(l as u64, false)).collect();
+        let mut mask = VectorType::const_vector(&on);
+        if let Some(u) = uniform {
+            let u = self.expr(u)?.into_int_value();
+            let off = mask.get_type().const_zero();
+            mask = self.e(self.b.build_select(u, mask, off, "gridrow"))?.into_vector_value();
+        }
+        self.masked_load_at(ptr, vt, mask, vt.const_zero(), 4)
+    }
+}
+
+/// The value of each lane of a per-lane condition, where each is a constant.
+pub(super) fn constant_lanes(c: &Expr, n: u32) -> Option<Vec<bool>> {
+    (0..n as u16).map(|k| simplify(&lane_of(c, k), &Bounds::new()).as_int().map(|v| v != 0)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tir::Var;
+
+    #[test]
+    fn a_row_start_and_its_column_are_told_apart() {
+        let (c, r) = (Var::index("c"), Var::index("r"));
+        let row = Expr::var(&c) * Expr::int(3136) + Expr::var(&r) * Expr::int(56);
+        let (s, k) = split_constant(&(row.clone() + Expr::int(17)));
+        assert_eq!((s.clone(), k), (row.clone(), 17));
+        assert!(multiple_of(&s, 56));
+        assert!(!multiple_of(&(row.clone() + Expr::var(&r)), 56));
+        assert_eq!(split_constant(&(row.clone() - Expr::int(1))), (row.clone(), -1));
+        // A constant inside the sum (a row start's −56) is found too.
+        let nested = (Expr::var(&c) * Expr::int(3136) - Expr::int(56)) + Expr::var(&r) * Expr::int(56) + Expr::int(15);
+        let (s, k) = split_constant(&nested);
+        assert_eq!(k, -41);
+        assert!(multiple_of(&s, 56));
+    }
+}
