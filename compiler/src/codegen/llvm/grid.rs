@@ -13,7 +13,9 @@
 //! were. MobileNetV2's 56 × 56 kernel 0.87× the time at one thread, 0.85× at
 //! two (Zen 5, `scripts/ab_kernels.py`; a C model of the same loop 0.67×),
 //! its 28 × 28 ones 0.98–0.99×, PP-LCNet's 0.96–1.01×; rows of one vector
-//! (14 × 14, 7 × 7) keep their loads.
+//! (14 × 14, 7 × 7) keep their loads. A stride-2 read is the even lanes of
+//! the two windows its span covers, each a grid vector or a shift of two
+//! (the schedule's figures in `schedule/conv2d/depthwise.rs`).
 
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, IntValue, VectorValue};
@@ -57,17 +59,18 @@ fn multiple_of(e: &Expr, w: i64) -> bool {
 }
 
 impl<'ctx> FnGen<'_, 'ctx> {
-    /// `buf[base + lane]` for `n` lanes, each lane zero where `lane_valid`
-    /// (constant per lane; `None`: every lane) says so or where `uniform` (the
-    /// same in every lane) is false, as whole vectors of the row on the grid
-    /// (see the module). None where the kernel has no grid, or the read is
-    /// not one a grid serves: not f32 from a global buffer the kernel does
-    /// not store to, a lane-invariant part that is not a multiple of the
-    /// row, or lanes valid other than exactly those inside the row.
+    /// `buf[base + stride·lane]` for `n` lanes (stride 1 or 2), each lane
+    /// zero where `lane_valid` (constant per lane; `None`: every lane) says
+    /// so or where `uniform` (the same in every lane) is false, as whole
+    /// vectors of the row on the grid (see the module). None where the
+    /// kernel has no grid, or the read is not one a grid serves: not f32
+    /// from a global buffer the kernel does not store to, a lane-invariant
+    /// part that is not a multiple of the row, or lanes valid other than
+    /// exactly those inside the row.
     pub(super) fn grid_load(
         &mut self,
         buf: &Buffer,
-        base: &Expr,
+        (base, stride): (&Expr, i64),
         n: u32,
         uniform: Option<&Expr>,
         lane_valid: Option<&[bool]>,
@@ -79,6 +82,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             || self.stored.contains(&buf.id())
             || !n.is_power_of_two()
             || n * 32 > 512
+            || !matches!(stride, 1 | 2)
             // Whole rows: a row that starts in the buffer ends in it.
             || buf.numel() as i64 % w != 0
         {
@@ -94,7 +98,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // address of column w − 1 of the row before).
         let inside = |col: i64| (0..w).contains(&col);
         let fits = |col: i64| {
-            let expected = (0..n64).map(|k| inside(col + k));
+            let expected = (0..n64).map(|k| inside(col + stride * k));
             match lane_valid {
                 Some(v) => expected.eq(v.iter().copied()),
                 None => expected.into_iter().all(|v| v),
@@ -102,26 +106,50 @@ impl<'ctx> FnGen<'_, 'ctx> {
         };
         let near = offset.rem_euclid(w);
         let Some(col) = [near, near - w].into_iter().find(|&c| fits(c)) else { return Ok(None) };
-        let row_start = offset - col;
-        let shift = col.rem_euclid(n64);
-        let at = col - shift;
+        let row = (&row, offset - col);
+        if stride == 2 {
+            // The even lanes of the two windows the lanes span.
+            let lo = self.grid_window(buf, row, col, n, uniform)?;
+            let hi = self.grid_window(buf, row, col + n64, n, uniform)?;
+            let i32t = self.ctx.i32_type();
+            let evens: Vec<IntValue> = (0..n64).map(|k| i32t.const_int((2 * k) as u64, false)).collect();
+            let v = self.b.build_shuffle_vector(lo, hi, VectorType::const_vector(&evens), "gridevens");
+            return Ok(Some(self.e(v)?));
+        }
         // A shift in of zeros (a row's column −1, the columns past its end)
         // stays the one masked load it was: as a shift of one grid vector
         // (`vexpandps`, a permute with zero), rows of one vector (14 × 14,
         // 7 × 7) ran 1.10–1.24× slower.
+        let at = col - col.rem_euclid(n64);
         let reaches = |c: i64| (0..n64).any(|k| inside(c + k));
-        if shift != 0 && !(reaches(at) && reaches(at + n64)) {
+        if at != col && !(reaches(at) && reaches(at + n64)) {
             return Ok(None);
         }
-        let lo = self.grid_vector(buf, (&row, row_start), at, n, uniform)?;
+        self.grid_window(buf, row, col, n, uniform).map(Some)
+    }
+
+    /// The `n` elements of the row from column `col` (zero outside the row):
+    /// the grid vector there, or a shift of the two it spans.
+    fn grid_window(
+        &mut self,
+        buf: &Buffer,
+        row: (&Expr, i64),
+        col: i64,
+        n: u32,
+        uniform: Option<&Expr>,
+    ) -> Result<VectorValue<'ctx>, CodegenError> {
+        let n64 = n as i64;
+        let shift = col.rem_euclid(n64);
+        let at = col - shift;
+        let lo = self.grid_vector(buf, row, at, n, uniform)?;
         if shift == 0 {
-            return Ok(Some(lo));
+            return Ok(lo);
         }
-        let hi = self.grid_vector(buf, (&row, row_start), at + n64, n, uniform)?;
+        let hi = self.grid_vector(buf, row, at + n64, n, uniform)?;
         let i32t = self.ctx.i32_type();
         let pick: Vec<IntValue> = (0..n64).map(|k| i32t.const_int((shift + k) as u64, false)).collect();
         let v = self.b.build_shuffle_vector(lo, hi, VectorType::const_vector(&pick), "gridshift");
-        Ok(Some(self.e(v)?))
+        self.e(v)
     }
 
     /// A plain contiguous read `buf[Ramp(base, 1, n)]` as grid vectors (see
@@ -133,7 +161,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
     ) -> Result<Option<VectorValue<'ctx>>, CodegenError> {
         match idx {
             Expr::Ramp { base, stride, lanes } if stride.as_int() == Some(1) => {
-                self.grid_load(buf, base, *lanes as u32, None, None)
+                self.grid_load(buf, (base, 1), *lanes as u32, None, None)
             }
             _ => Ok(None),
         }

@@ -159,7 +159,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         if n != lanes || !n.is_power_of_two() || n * bits > 512 || !matches!(stride, Some(1 | 2)) {
             return Ok(None);
         }
-        if stride == Some(1) && self.grid_row.is_some() && is_zero(b) {
+        if let (Some(stride), Some(_), true) = (stride, self.grid_row, is_zero(b)) {
             let all = |uniform: bool| {
                 conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and)
             };
@@ -168,7 +168,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 None => Some(vec![true; n as usize]),
             };
             if let Some(valid) = valid {
-                if let Some(v) = self.grid_load(buf, &base, n, all(true).as_ref(), Some(&valid))? {
+                if let Some(v) = self.grid_load(buf, (&base, stride), n, all(true).as_ref(), Some(&valid))? {
                     return Ok(Some(v.into()));
                 }
             }

@@ -1,7 +1,8 @@
 //! Depthwise convolutions: the input read in place with masked loads
-//! (AVX-512, planes that fit L1) or through a padded image per channel (or
-//! per band of rows and channel), register tiles of output rows with the
-//! window unrolled.
+//! (AVX-512: stride-1 planes that fit L1, every stride-2 one; rows read as
+//! whole vectors of the row and shifts of them) or through a padded image
+//! per channel (or per band of rows and channel), register tiles of output
+//! rows with the window unrolled.
 
 use super::super::{
     divisor_at_most, extent, fill_loops, fuse_parallel, materialized, reduction_loops, reduction_nest, tile_kinds,
@@ -133,16 +134,20 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // 7 × 7 kernels 0.66×, 28 × 28 0.79×, 56 × 56 0.89×; PP-LCNet's 3 × 3
     // ones 0.84–0.90×, its 5 × 5 ones unchanged. (A C model of the 14 × 14
     // kernel: 6.3 µs in place against 17 µs through a padded copy.) Planes
-    // past L1 (112 × 112) measured the same either way: kept padded a few
-    // rows at a time. At stride 2 each window row is read as the masked
-    // loads of its span and a permute of their even elements: output rows
-    // of one vector only — MobileNetV2's 14 → 7 kernel 0.42–0.47×, 28 → 14
-    // 0.68–0.84×, PP-LCNet's 0.67× and 0.77× — where the 28- and 56-wide
-    // ones (several vectors a row, 8 accumulators) were 1.09× and 1.15×
-    // slower than their phase-split images.
-    let inline_pads = knobs.order.is_none()
-        && unit.masked_loads()
-        && (if stride_one { plane_bytes <= L1_PLANE_BYTES } else { row_vectors == 1 });
+    // past L1 (112 × 112) measured the same either way, and with the rows
+    // read on the grid below 0.95–1.16× (one thread), 0.99× (two): kept
+    // padded a few rows at a time. At stride 2 each window row is read as
+    // the masked loads of its span and a permute of their even elements:
+    // output rows of one vector — MobileNetV2's 14 → 7 kernel 0.42–0.47×,
+    // 28 → 14 0.68–0.84×, PP-LCNet's 0.67× and 0.77×. Rows of several
+    // vectors (8 accumulators) were 1.09× and 1.15× slower than their
+    // phase-split images that way, and are faster read on the grid: the
+    // spans of every window column and output vector are the same few
+    // vectors of the row, loaded once (`codegen/llvm/grid.rs`). Zen 5, on
+    // top of the stride-1 grid, one thread: MobileNetV2's 112 → 56 kernel
+    // 0.92×, 56 → 28 0.77×, 28 → 14 0.84×, 14 → 7 0.90× (two threads
+    // 0.76–0.91×); PP-LCNet's 0.78–0.97×.
+    let inline_pads = knobs.order.is_none() && unit.masked_loads() && (!stride_one || plane_bytes <= L1_PLANE_BYTES);
     let rows_of_plane = !inline_pads
         && knobs.order.is_none()
         && knobs.rows.is_none()
@@ -255,12 +260,11 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     let mut f = s.into_func();
     if inline_pads {
         f.attrs.insert(kiln_ir::tir::transform::loop_partition::MASKED_UPDATES_ATTR.into(), "true".into());
-        // Stride 1: each input row is read at three columns per output
-        // vector; on the grid of whole vectors, once (`codegen/llvm/grid.rs`).
-        if stride_one {
-            let width = f.params.first().and_then(|x| x.shape().last().copied()).unwrap_or(0);
-            f.attrs.insert(crate::codegen::GRID_ROW_ATTR.into(), width.to_string());
-        }
+        // Each input row is read at every window column per output vector
+        // (at stride 2, as spans); on the grid of whole vectors of the row,
+        // once (`codegen/llvm/grid.rs`).
+        let width = f.params.first().and_then(|x| x.shape().last().copied()).unwrap_or(0);
+        f.attrs.insert(crate::codegen::GRID_ROW_ATTR.into(), width.to_string());
     }
     Ok(f)
 }
