@@ -67,9 +67,9 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
         // Only the unpadded convolution (7-wide rows, nothing to read past their end) falls back.
         let fallbacks: Vec<_> = depthwise.iter().filter(|k| k.attrs.contains_key("depthwise")).collect();
         assert_eq!(fallbacks.len(), 1, "{:?}", fallbacks.iter().map(|k| &k.attrs).collect::<Vec<_>>());
-        // The stride-2 map past L1 in four bands of rows: 4 × 4 channels in
-        // parallel, through a phase-split image on 8 lanes, read in place on
-        // 16 (the stride-1 one pads a few rows at a time on both).
+        // On 8 lanes the stride-2 map past L1 in four bands of rows: 4 × 4
+        // channels in parallel (read in place on 16 lanes, without bands;
+        // the stride-1 one pads a few rows at a time on both).
         let parallel_extents = |k: &PrimFunc| {
             let mut extents = Vec::new();
             k.body.visit(&mut |s| match s {
@@ -83,7 +83,7 @@ def @main(%x1: Tensor[(1, 8, 7, 7), float32], %w1: Tensor[(8, 1, 3, 3), float32]
             .filter(|k| k.params[0].shape()[2] >= 32)
             .filter(|k| parallel_extents(k) == [kiln::tir::Expr::int(16)])
             .count();
-        assert_eq!(banded, 1, "{} lanes", unit.f32_lanes);
+        assert_eq!(banded, if unit.masked_loads() { 0 } else { 1 }, "{} lanes", unit.f32_lanes);
         // The 7 × 7 map: one row per tile on 16 registers, all 7 on 32.
         let small = depthwise.iter().find(|k| k.params[0].shape() == [1, 8, 7, 7]).expect("the 7 × 7 map");
         let mut tile_rows = Vec::new();
