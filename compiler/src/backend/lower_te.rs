@@ -164,6 +164,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
     let mut winograd_tile = None;
     let mut pointwise = false;
     let mut pool_rows = false;
+    let mut softmax_rows = false;
     for id in post_order_filtered(store, &[f.body], |n| !matches!(store.kind(n), ExprKind::Function(_))) {
         if let Some(ExprKind::Call(call)) = Some(store.kind(id)) {
             if let Callee::Op(op) = call.callee {
@@ -179,6 +180,17 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                     pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
                     pool_rows = def.name == "nn.max_pool2d" && crate::topi::has_pool_rows(&call.attrs);
+                    // A softmax along the last axis: its exponentials a row
+                    // at a time (see `topi::nn::SOFTMAX_EXP_STAGE`).
+                    softmax_rows = def.name == "nn.softmax" && {
+                        let rank = call
+                            .args
+                            .first()
+                            .and_then(|&x| store.checked_type(x))
+                            .and_then(|t| t.as_tensor().map(|t| t.shape.len()));
+                        let axis = call.attrs.int("axis").unwrap_or(-1);
+                        rank.is_some_and(|r| axis == -1 || axis == r as i64 - 1)
+                    };
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     // Dimension `dim` of argument `arg`'s checked type.
                     let dim = |arg: usize, dim: usize| {
@@ -221,6 +233,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
         (padded_anchor && t.name() == "pad")
             || (anchor_name == "nn.max_pool2d" && !pool_rows && t.name() == "pad" && small_plane(t))
             || (pool_rows && t.name() == crate::topi::POOL_ROWS_STAGE)
+            || (softmax_rows && t.name() == crate::topi::SOFTMAX_EXP_STAGE)
             || (anchor_name == "nn.contrib_winograd_input_transform"
                 && crate::topi::WINOGRAD_INPUT_STAGES.contains(&t.name()))
     };

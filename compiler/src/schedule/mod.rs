@@ -332,6 +332,7 @@ pub(crate) fn materialized(f: &PrimFunc) -> Vec<Buffer> {
             let name = buffer.name();
             let placed = name == "pad"
                 || name == crate::topi::POOL_ROWS_STAGE
+                || name == crate::topi::SOFTMAX_EXP_STAGE
                 || crate::topi::WINOGRAD_INPUT_STAGES.contains(&name);
             if buffer.scope() == Scope::Local && placed {
                 out.push(buffer.clone());
@@ -382,6 +383,17 @@ pub(crate) fn collect_loads(e: &crate::tir::Expr, out: &mut Vec<(Buffer, Vec<cra
 fn schedule_reduction(f: PrimFunc, unit: VectorUnit) -> Result<PrimFunc, ScheduleError> {
     let pooling = matches!(f.attrs.get("anchor").map(String::as_str), Some("nn.max_pool2d" | "nn.avg_pool2d"));
     let mut s = Schedule::new(f);
+    // A softmax's exponentials (see `topi::nn::SOFTMAX_EXP_STAGE`), fused
+    // into the row loop with its maximum, sum and quotients: one row per
+    // iteration of that loop (else inlined back by `inline_unplaced`).
+    for exp in materialized(s.func()).into_iter().filter(|b| b.name() == crate::topi::SOFTMAX_EXP_STAGE) {
+        let row = fill_loops(s.func(), &exp).first().map(|l| s.loops_around(l)).transpose()?;
+        if let Some(at) = row.as_ref().and_then(|loops| loops.last()) {
+            // Where it is not one row per iteration (a softmax along a
+            // non-last axis), `inline_unplaced` inlines it back.
+            s.localize(&exp, at).ok();
+        }
+    }
     if let Some(spatial) = reduction_nest(s.func()) {
         // A reduction along contiguous elements (a row: softmax, layer norm)
         // stays innermost and runs on vector lanes (`vectorize_rows`); so

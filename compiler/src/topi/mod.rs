@@ -28,7 +28,7 @@ mod quantized;
 mod reduce;
 mod transform;
 mod winograd;
-pub(crate) use nn::{has_pool_rows, POOL_ROWS_STAGE};
+pub(crate) use nn::{has_pool_rows, POOL_ROWS_STAGE, SOFTMAX_EXP_STAGE};
 pub(crate) use quantized::amx_pixel_tile;
 pub(crate) use winograd::WINOGRAD_INPUT_STAGES;
 

@@ -395,6 +395,12 @@ fn global_avg_pool2d(c: &ComputeCall) -> Result<TeValue, OpError> {
     one(compute("global_avg_pool2d", &shape, |i| Expr::bin(BinOp::Div, total.at(i), Expr::constant(area, dt))))
 }
 
+/// A softmax's exponentials: LowerTE keeps them a stage of their own, which
+/// the schedule computes one row at a time (`schedule_reduction`), so that
+/// each is computed once for the row's sum and its normalized values, not
+/// twice inlined into both.
+pub(crate) const SOFTMAX_EXP_STAGE: &str = "softmax_exp";
+
 fn softmax(c: &ComputeCall) -> Result<TeValue, OpError> {
     let (shape, dt) = c.out_tensor()?;
     let x = c.tensor(0)?;
@@ -413,7 +419,7 @@ fn softmax(c: &ComputeCall) -> Result<TeValue, OpError> {
         reduce(Combiner::Max, x.at(&with_axis(i, Expr::var(&r.0))), &[r.clone()])
     });
     let t = TirType::scalar(dt);
-    let ex = compute("softmax_exp", &shape, |i| {
+    let ex = compute(SOFTMAX_EXP_STAGE, &shape, |i| {
         Expr::call(Intrinsic::Exp, vec![x.at(i) - mx.at(&with_axis(i, Expr::int(0)))], t)
     });
     let r2 = reduce_axis(shape[axis], "k2");

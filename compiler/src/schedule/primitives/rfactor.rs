@@ -89,16 +89,44 @@ impl Schedule {
                 ),
             );
             let acc_now = Expr::Load(acc.clone(), idx.clone());
-            let fold = Stmt::for_loop(
-                l_fold.clone(),
-                lanes,
-                ForKind::Serial,
-                Stmt::Store {
+            let fold = if lanes.is_power_of_two() {
+                // Halves combined in place, log2(lanes) vector steps (a
+                // shuffle and an operation each), then the first lane: a
+                // serial fold was a chain of `lanes` dependent scalar steps
+                // per row (a softmax row's maximum and sum, ~100 cycles).
+                let mut steps = Vec::new();
+                let mut half = lanes / 2;
+                let span = |from: i64, n: usize| match n {
+                    1 => Expr::int(from),
+                    n => {
+                        Expr::Ramp { base: Box::new(Expr::int(from)), stride: Box::new(Expr::int(1)), lanes: n as u16 }
+                    }
+                };
+                while half >= 1 {
+                    let (lower, upper) = (span(0, half), span(half as i64, half));
+                    let value = combiner
+                        .combine(Expr::Load(part.clone(), vec![lower.clone()]), Expr::Load(part.clone(), vec![upper]));
+                    steps.push(Stmt::Store { buffer: part.clone(), indices: vec![lower], value });
+                    half /= 2;
+                }
+                steps.push(Stmt::Store {
                     buffer: acc.clone(),
                     indices: idx.clone(),
-                    value: combiner.combine(acc_now.clone(), part_at(&l_fold)),
-                },
-            );
+                    value: combiner.combine(acc_now.clone(), Expr::Load(part.clone(), vec![Expr::int(0)])),
+                });
+                Stmt::seq(steps)
+            } else {
+                Stmt::for_loop(
+                    l_fold.clone(),
+                    lanes,
+                    ForKind::Serial,
+                    Stmt::Store {
+                        buffer: acc.clone(),
+                        indices: idx.clone(),
+                        value: combiner.combine(acc_now.clone(), part_at(&l_fold)),
+                    },
+                )
+            };
             let tail_start = min + whole * lanes as i64;
             let tail = (tail_start < min + n).then(|| {
                 let mut t = Stmt::for_loop(

@@ -104,20 +104,26 @@ impl Schedule {
 
     /// A kernel-local `buffer` allocated around loop `at` and used only inside
     /// it, every access indexing one dimension with `at`'s variable (the ones
-    /// before it of extent 1): one copy per iteration of `at`, allocated in
-    /// its body with those dimensions of extent 1. FuseSiblingLoops fuses a
-    /// producer nest that shares the consumer's outer loops (a max pooling's
-    /// padded image, channel by channel) into the consumer's loop, where
-    /// `compute_at` no longer finds a nest of its own; this gives the same
-    /// placement.
+    /// before it of extent 1, or the same loop variable around `at` in every
+    /// access): one copy per iteration of `at`, allocated in its body with
+    /// those dimensions of extent 1. FuseSiblingLoops fuses a producer nest
+    /// that shares the consumer's outer loops (a max pooling's padded image,
+    /// channel by channel; a softmax's row of exponentials) into the
+    /// consumer's loop, where `compute_at` no longer finds a nest of its own;
+    /// this gives the same placement.
     pub fn localize(&mut self, buffer: &Buffer, at: &Var) -> Result<Buffer> {
         let at_loop = self.loop_of(at)?.clone();
+        let around = self.loops_around(at)?;
         let all = access_indices(&self.func.body, buffer);
         let inside = access_indices(&at_loop.body, buffer);
         let dim = inside.first().and_then(|idx| idx.iter().position(|i| matches!(i, Expr::Var(v) if v == at)));
+        let first = inside.first().cloned().unwrap_or_default();
+        let fixed_outside = |idx: &Vec<Expr>, k: usize| {
+            buffer.shape()[k] == 1 || (matches!(&idx[k], Expr::Var(v) if around.contains(v)) && idx[k] == first[k])
+        };
         let per_iteration = |idx: &Vec<Expr>, d: usize| {
             matches!(&idx[d], Expr::Var(v) if v == at)
-                && (0..d).all(|k| buffer.shape()[k] == 1)
+                && (0..d).all(|k| fixed_outside(idx, k))
                 && idx.iter().all(|i| !i.uses_var(at) || matches!(i, Expr::Var(v) if v == at))
         };
         let Some(d) = dim.filter(|&d| all.len() == inside.len() && inside.iter().all(|idx| per_iteration(idx, d)))

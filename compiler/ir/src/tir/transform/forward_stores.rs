@@ -88,10 +88,19 @@ fn forward_in_seq(stmts: Vec<Stmt>) -> Vec<Stmt> {
                     }]),
                     // Into another one the local store stays (other statements
                     // may read it); it goes if nothing does (dead_local_stores).
-                    Some(n) if n >= 1 && (n == 1 || trivial(v1)) => Some(vec![
-                        out.last().cloned().expect("matched a last statement"),
-                        Stmt::Store { buffer: b2.clone(), indices: i2.clone(), value: replace_reads(v2, b1.id(), v1) },
-                    ]),
+                    // Not a value that reads its own buffer (`L[0] = L[0] + L[1];
+                    // B = L[0]`): copied after the kept store, it would read the
+                    // stored result instead of the old elements.
+                    Some(n) if n >= 1 && (n == 1 || trivial(v1)) && reads_of(v1, b1.id(), &[]) == Some(0) => {
+                        Some(vec![
+                            out.last().cloned().expect("matched a last statement"),
+                            Stmt::Store {
+                                buffer: b2.clone(),
+                                indices: i2.clone(),
+                                value: replace_reads(v2, b1.id(), v1),
+                            },
+                        ])
+                    }
                     _ => None,
                 }
             }
@@ -226,6 +235,21 @@ mod tests {
         );
         assert_eq!(out.matches("b[T.Ramp(0, 1, 5)] =").count(), 1, "{out}");
         assert_eq!(out.matches("acc[T.Ramp(0, 4, 5)]").count(), 2, "{out}");
+    }
+
+    /// A kept local store whose value reads its own buffer (the last step of
+    /// a tree fold, `p[0] = p[0] + p[1]`) is not copied into the next store:
+    /// there it would read the new `p[0]` and count `p[1]` twice.
+    #[test]
+    fn a_local_value_reading_its_own_buffer_is_not_copied_past_its_store() {
+        let out = forward(
+            "def k(a: T.Buffer([2], \"float32\"), b: T.Buffer([1], \"float32\")):\n\
+             \x20   p = T.alloc_buffer([2], \"float32\", scope=\"local\")\n\
+             \x20   p[T.Ramp(0, 1, 2)] = a[T.Ramp(0, 1, 2)]\n\
+             \x20   p[0] = p[0] + p[1]\n\
+             \x20   b[0] = b[0] + p[0]\n",
+        );
+        assert!(out.contains("b[0] = (b[0] + p[0])"), "{out}");
     }
 
     #[test]
