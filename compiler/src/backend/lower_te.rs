@@ -180,8 +180,9 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                     pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
                     pool_rows = def.name == "nn.max_pool2d" && crate::topi::has_pool_rows(&call.attrs);
-                    // A softmax along the last axis: its exponentials a row
-                    // at a time (see `topi::nn::SOFTMAX_EXP_STAGE`).
+                    // A softmax along the last axis of rows (rank 2 or more):
+                    // its exponentials a row at a time (see
+                    // `topi::nn::SOFTMAX_EXP_STAGE`).
                     softmax_rows = def.name == "nn.softmax" && {
                         let rank = call
                             .args
@@ -189,7 +190,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                             .and_then(|&x| store.checked_type(x))
                             .and_then(|t| t.as_tensor().map(|t| t.shape.len()));
                         let axis = call.attrs.int("axis").unwrap_or(-1);
-                        rank.is_some_and(|r| axis == -1 || axis == r as i64 - 1)
+                        rank.is_some_and(|r| r >= 2 && (axis == -1 || axis == r as i64 - 1))
                     };
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     // Dimension `dim` of argument `arg`'s checked type.
