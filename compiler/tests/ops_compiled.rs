@@ -525,14 +525,15 @@ fn row_reductions_on_vector_lanes_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Tensor[(4, 6), float32],
           %h: Tensor[(5, 40), float32], %a: Tensor[(4, 32, 64), float32], %c: Tensor[(2, 20, 3), float32],
-          %v: Tensor[(300), float32], %g: Tensor[(40), float32], %b: Tensor[(40), float32]) {
+          %v: Tensor[(300), float32], %u: Tensor[(1, 20000), float32], %g: Tensor[(40), float32],
+          %b: Tensor[(40), float32]) {
   %0 = nn.softmax(%x);
   %1 = max(%y, axis=[2]);
   %2 = min(%y, axis=[2], keepdims=True);
   %3 = sum(%y, axis=[-1]);
   %4 = mean(%y, axis=[2]);
   %5 = nn.layer_norm(%h, %g, %b);
-  (%0, %1, %2, %3, %4, sum(%z, axis=[1]), %5, nn.softmax(%a), nn.softmax(%c, axis=1), nn.softmax(%v))
+  (%0, %1, %2, %3, %4, sum(%z, axis=[1]), %5, nn.softmax(%a), nn.softmax(%c, axis=1), nn.softmax(%v), nn.softmax(%u))
 }
 "#;
     check_compiled(text, &["g", "b"], true, &|kernels, lanes| {
@@ -543,9 +544,10 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
                     usize::from(matches!(s, kiln::tir::Stmt::Allocate { buffer, .. } if buffer.name().ends_with("_rf")))
             });
         }
-        // softmaxes along rows (the 1-d one too) and layer norm: two each;
-        // then max, min, sum, mean and the sum of 6: one each.
-        assert_eq!(partials, 13, "row reductions on vector lanes with {lanes} lanes");
+        // softmaxes along rows (the 1-d and the 20000-wide one too) and
+        // layer norm: two each; then max, min, sum, mean and the sum of 6:
+        // one each.
+        assert_eq!(partials, 15, "row reductions on vector lanes with {lanes} lanes");
         let anchored =
             |op: &'static str| kernels.iter().filter(move |k| k.attrs.get("anchor").is_some_and(|a| a == op));
         assert_eq!(anchored("nn.layer_norm").count(), 1, "layer norm kernels with {lanes} lanes");
@@ -553,8 +555,8 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
         assert_eq!(parallel[..2], [false, true], "softmax kernels in parallel with {lanes} lanes");
         // A softmax along its last axis computes each row's exponentials
         // once, into a row of a kernel-local buffer read by its sum and its
-        // quotients; along another axis, or of a 1-d tensor, they stay
-        // inlined (no buffer).
+        // quotients; along another axis, of a 1-d tensor or over rows past
+        // 64 KiB (20000 floats) they stay inlined (no buffer).
         let exp_rows: Vec<Vec<Vec<usize>>> = anchored("nn.softmax")
             .map(|k| {
                 let mut rows = Vec::new();
@@ -567,7 +569,7 @@ def @main(%x: Tensor[(3, 37), float32], %y: Tensor[(2, 3, 50), float32], %z: Ten
                 rows
             })
             .collect();
-        assert_eq!(exp_rows, [vec![vec![1, 37]], vec![vec![1, 1, 64]], vec![], vec![]], "with {lanes} lanes");
+        assert_eq!(exp_rows, [vec![vec![1, 37]], vec![vec![1, 1, 64]], vec![], vec![], vec![]], "with {lanes} lanes");
     });
 }
 

@@ -38,6 +38,10 @@ pub fn kernel_name(store: &Store, func: ExprId) -> String {
     name
 }
 
+/// The longest softmax row whose exponentials are a kernel-local row (see
+/// `topi::nn::SOFTMAX_EXP_STAGE`); a longer one keeps them inlined.
+const SOFTMAX_ROW_BYTES: usize = 64 * 1024;
+
 /// The largest padded image a max pooling materializes (see `lower_primitive`).
 const POOL_IMAGE_BYTES: usize = 512 * 1024;
 
@@ -184,13 +188,16 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     // its exponentials a row at a time (see
                     // `topi::nn::SOFTMAX_EXP_STAGE`).
                     softmax_rows = def.name == "nn.softmax" && {
-                        let rank = call
+                        let shape = call
                             .args
                             .first()
                             .and_then(|&x| store.checked_type(x))
-                            .and_then(|t| t.as_tensor().map(|t| t.shape.len()));
+                            .and_then(|t| t.as_tensor().map(|t| (t.shape.clone(), t.dtype.size_bytes())));
                         let axis = call.attrs.int("axis").unwrap_or(-1);
-                        rank.is_some_and(|r| r >= 2 && (axis == -1 || axis == r as i64 - 1))
+                        shape.is_some_and(|(s, bytes)| {
+                            let last = axis == -1 || axis == s.len() as i64 - 1;
+                            s.len() >= 2 && last && s[s.len() - 1] * bytes <= SOFTMAX_ROW_BYTES
+                        })
                     };
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     // Dimension `dim` of argument `arg`'s checked type.
