@@ -42,6 +42,18 @@ pub fn kernel_name(store: &Store, func: ExprId) -> String {
 /// `topi::nn::SOFTMAX_EXP_STAGE`); a longer one keeps them inlined.
 const SOFTMAX_ROW_BYTES: usize = 64 * 1024;
 
+/// Whether a softmax runs along the last axis of rows (rank 2 or more) of at
+/// most [`SOFTMAX_ROW_BYTES`]: its exponentials are then computed a row at a
+/// time (see `topi::nn::SOFTMAX_EXP_STAGE`).
+fn softmax_over_rows(store: &Store, call: &kiln_ir::relay::Call) -> bool {
+    let Some(t) = call.args.first().and_then(|&x| store.checked_type(x)) else { return false };
+    let Some(t) = t.as_tensor() else { return false };
+    let axis = call.attrs.int("axis").unwrap_or(-1);
+    let rank = t.shape.len();
+    let last = axis == -1 || axis == rank as i64 - 1;
+    rank >= 2 && last && t.shape[rank - 1] * t.dtype.size_bytes() <= SOFTMAX_ROW_BYTES
+}
+
 /// The largest padded image a max pooling materializes (see `lower_primitive`).
 const POOL_IMAGE_BYTES: usize = 512 * 1024;
 
@@ -184,21 +196,7 @@ pub fn lower_primitive(store: &Store, func: ExprId, name: &str) -> Result<PrimFu
                     groups = if def.name == "nn.conv2d" { call.attrs.int("groups").unwrap_or(1) } else { 1 };
                     pointwise = def.name == "nn.conv2d" && crate::topi::is_pointwise_conv2d(store, call);
                     pool_rows = def.name == "nn.max_pool2d" && crate::topi::has_pool_rows(&call.attrs);
-                    // A softmax along the last axis of rows (rank 2 or more):
-                    // its exponentials a row at a time (see
-                    // `topi::nn::SOFTMAX_EXP_STAGE`).
-                    softmax_rows = def.name == "nn.softmax" && {
-                        let shape = call
-                            .args
-                            .first()
-                            .and_then(|&x| store.checked_type(x))
-                            .and_then(|t| t.as_tensor().map(|t| (t.shape.clone(), t.dtype.size_bytes())));
-                        let axis = call.attrs.int("axis").unwrap_or(-1);
-                        shape.is_some_and(|(s, bytes)| {
-                            let last = axis == -1 || axis == s.len() as i64 - 1;
-                            s.len() >= 2 && last && s[s.len() - 1] * bytes <= SOFTMAX_ROW_BYTES
-                        })
-                    };
+                    softmax_rows = def.name == "nn.softmax" && softmax_over_rows(store, call);
                     // A packed dense weight [units / b, in, b]: the schedule's column tile is b.
                     // Dimension `dim` of argument `arg`'s checked type.
                     let dim = |arg: usize, dim: usize| {

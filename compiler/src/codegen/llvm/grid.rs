@@ -199,12 +199,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
         let bit = self.ctx.bool_type();
         let on: Vec<IntValue> = lanes.iter().map(|&l| bit.const_int(l as u64, false)).collect();
-        let mut mask = VectorType::const_vector(&on);
-        if let Some(u) = uniform {
-            let u = self.expr(u)?.into_int_value();
-            let off = mask.get_type().const_zero();
-            mask = self.e(self.b.build_select(u, mask, off, "gridrow"))?.into_vector_value();
-        }
+        let mask = self.lanes_if(uniform, VectorType::const_vector(&on))?;
         self.masked_load_at(ptr, vt, mask, vt.const_zero(), 4)
     }
 }

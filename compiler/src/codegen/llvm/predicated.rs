@@ -44,6 +44,12 @@ fn conjuncts(c: &Expr) -> Vec<(&Expr, bool)> {
     out
 }
 
+/// The conjunction of the conjuncts that are (or are not) the same in every
+/// lane; None where there are none.
+fn conjunction(conjuncts: &[(&Expr, bool)], uniform: bool) -> Option<Expr> {
+    conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and)
+}
+
 /// The comparisons of `conjuncts`, the facts `unclamp` reads.
 fn facts<'e>(conjuncts: &[(&'e Expr, bool)]) -> Vec<&'e Expr> {
     conjuncts.iter().map(|&(e, _)| e).collect()
@@ -160,15 +166,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Ok(None);
         }
         if let (Some(stride), Some(_), true) = (stride, self.grid_row, is_zero(b)) {
-            let all = |uniform: bool| {
-                conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and)
-            };
-            let valid = match all(false) {
+            let valid = match conjunction(&conjuncts, false) {
                 Some(per_lane) => super::grid::constant_lanes(&per_lane, n),
                 None => Some(vec![true; n as usize]),
             };
             if let Some(valid) = valid {
-                if let Some(v) = self.grid_load(buf, (&base, stride), n, all(true).as_ref(), Some(&valid))? {
+                let uniform = conjunction(&conjuncts, true);
+                if let Some(v) = self.grid_load(buf, (&base, stride), n, uniform.as_ref(), Some(&valid))? {
                     return Ok(Some(v.into()));
                 }
             }
@@ -249,17 +253,25 @@ impl<'ctx> FnGen<'_, 'ctx> {
         conjuncts: &[(&Expr, bool)],
         n: u32,
     ) -> Result<inkwell::values::VectorValue<'ctx>, CodegenError> {
-        let all =
-            |uniform: bool| conjuncts.iter().filter(|&&(_, u)| u == uniform).map(|&(e, _)| e.clone()).reduce(Expr::and);
-        let lanes = match all(false) {
+        let lanes = match conjunction(conjuncts, false) {
             Some(p) => self.vexpr_or_splat(&p, n)?.into_vector_value(),
             None => {
                 let on: Vec<_> = (0..n).map(|_| self.ctx.bool_type().const_int(1, false)).collect();
                 VectorType::const_vector(&on)
             }
         };
-        let Some(u) = all(true) else { return Ok(lanes) };
-        let u = self.expr(&u)?.into_int_value();
+        self.lanes_if(conjunction(conjuncts, true).as_ref(), lanes)
+    }
+
+    /// Mask `lanes` where the scalar test `uniform` holds, all lanes off
+    /// where it does not (no test: `lanes`).
+    pub(super) fn lanes_if(
+        &mut self,
+        uniform: Option<&Expr>,
+        lanes: inkwell::values::VectorValue<'ctx>,
+    ) -> Result<inkwell::values::VectorValue<'ctx>, CodegenError> {
+        let Some(u) = uniform else { return Ok(lanes) };
+        let u = self.expr(u)?.into_int_value();
         let off = lanes.get_type().const_zero();
         Ok(self.e(self.b.build_select(u, lanes, off, "rowmask"))?.into_vector_value())
     }
