@@ -50,8 +50,7 @@ impl KernelClass {
 /// `OIHW<k>o`: input channels per group at 1, the window at 2 and 3).
 pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
     let kernel = &plan.kernels[call.kernel];
-    let anchor = kernel.attrs.get("anchor").map_or("", String::as_str);
-    match anchor {
+    match anchor_of(plan, call) {
         "nn.conv2d" => {
             let groups = kernel.attrs.get("conv2d.groups").and_then(|g| g.parse::<usize>().ok()).unwrap_or(1);
             match conv_weight(plan, call).map(|w| (w.shape[1], w.shape[2], w.shape[3])) {
@@ -75,20 +74,56 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
         "nn.contrib_winograd_input_transform"
         | "nn.contrib_winograd_output_transform"
         | "nn.contrib_winograd_tiles_to_nchw" => KernelClass::Winograd,
-        "nn.batch_matmul" | "nn.contrib_batch_matmul_pack" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack" => {
-            let inputs = call_inputs(plan, call);
-            if inputs.iter().any(|&t| produced_by_winograd_transform(plan, t)) {
-                KernelClass::Winograd
-            } else if inputs.iter().any(|&t| matches!(plan.tensors[t].storage, Storage::Constant(_))) {
-                KernelClass::Dense
-            } else {
-                KernelClass::Attention
+        a if is_product(a) => product_class(plan, call),
+        // A softmax is attention's only next to a product of two activations
+        // (YOLO's distribution focal loss has one before a 1 × 1 convolution).
+        "nn.softmax" | "nn.log_softmax" => {
+            let next_to_attention_product = plan.calls.iter().any(|other| {
+                is_product(anchor_of(plan, other))
+                    && product_class(plan, other) == KernelClass::Attention
+                    && (shares_tensor(plan, call_outputs(plan, call), call_inputs(plan, other))
+                        || shares_tensor(plan, call_outputs(plan, other), call_inputs(plan, call)))
+            });
+            match next_to_attention_product {
+                true => KernelClass::Attention,
+                false => KernelClass::Other,
             }
         }
-        "nn.softmax" | "nn.log_softmax" => KernelClass::Attention,
         a if a.contains("pool") => KernelClass::Pooling,
         _ => KernelClass::Other,
     }
+}
+
+/// The anchor operator of `call`'s kernel ("" when it has none).
+fn anchor_of<'p>(plan: &'p ExecutorPlan, call: &KernelCall) -> &'p str {
+    plan.kernels[call.kernel].attrs.get("anchor").map_or("", String::as_str)
+}
+
+/// Whether `anchor` is a matrix product (of a weight or of two activations).
+fn is_product(anchor: &str) -> bool {
+    matches!(
+        anchor,
+        "nn.batch_matmul" | "nn.contrib_batch_matmul_pack" | "nn.matmul" | "nn.dense" | "nn.contrib_dense_pack"
+    )
+}
+
+/// The class of a product call: Winograd's middle step, a product with a
+/// constant weight, or one of two activations (attention).
+fn product_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
+    let inputs = call_inputs(plan, call);
+    if inputs.iter().any(|&t| produced_by_winograd_transform(plan, t)) {
+        KernelClass::Winograd
+    } else if inputs.iter().any(|&t| matches!(plan.tensors[t].storage, Storage::Constant(_))) {
+        KernelClass::Dense
+    } else {
+        KernelClass::Attention
+    }
+}
+
+/// Whether a tensor of `written` (or the one it aliases) is among `read`.
+fn shares_tensor(plan: &ExecutorPlan, written: &[usize], read: &[usize]) -> bool {
+    let root = |t: usize| plan.tensors[t].alias_of.unwrap_or(t);
+    written.iter().any(|&w| read.iter().any(|&r| root(r) == root(w)))
 }
 
 /// The weight of a convolution call: its first constant input of rank 4
@@ -106,6 +141,11 @@ fn call_inputs<'c>(plan: &ExecutorPlan, call: &'c KernelCall) -> &'c [usize] {
     &call.args[..call.args.len().saturating_sub(plan.kernels[call.kernel].num_outputs)]
 }
 
+/// The tensors `call` writes (the kernel's outputs, its last arguments).
+fn call_outputs<'c>(plan: &ExecutorPlan, call: &'c KernelCall) -> &'c [usize] {
+    &call.args[call.args.len().saturating_sub(plan.kernels[call.kernel].num_outputs)..]
+}
+
 /// Whether tensor `t` is written by a Winograd input transform (the batched
 /// product that reads it is the convolution's middle step).
 fn produced_by_winograd_transform(plan: &ExecutorPlan, t: usize) -> bool {
@@ -113,7 +153,7 @@ fn produced_by_winograd_transform(plan: &ExecutorPlan, t: usize) -> bool {
     plan.calls.iter().any(|c| {
         let k = &plan.kernels[c.kernel];
         k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_winograd_input_transform")
-            && c.args[c.args.len().saturating_sub(k.num_outputs)..].contains(&t)
+            && call_outputs(plan, c).contains(&t)
     })
 }
 
@@ -165,4 +205,34 @@ pub fn class_shares(plan: &ExecutorPlan, call_us: &[f64], flops: &[u64]) -> Vec<
     }
     shares.sort_by(|a, b| b.us.total_cmp(&a.us));
     shares
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{kernel_class, KernelClass};
+    use crate::transform::PassContext;
+
+    /// The classes of the softmax calls of a Relay program.
+    fn softmax_classes(text: &str) -> Vec<KernelClass> {
+        let m = crate::relay::parse_module(text).unwrap();
+        let (_, plan) = crate::build::optimize_and_plan(m, Arc::new(PassContext::new().with_opt_level(3))).unwrap();
+        let softmax = |c: &&crate::backend::aot::KernelCall| {
+            plan.kernels[c.kernel].attrs.get("anchor").is_some_and(|a| a == "nn.softmax")
+        };
+        plan.calls.iter().filter(softmax).map(|c| kernel_class(&plan, c)).collect()
+    }
+
+    #[test]
+    fn a_softmax_is_attention_only_between_products_of_activations() {
+        let attention = "def @main(%q: Tensor[(2, 8, 16), float32], %k: Tensor[(2, 8, 16), float32], %v: Tensor[(2, 16, 8), float32]) {
+  %0 = nn.batch_matmul(%q, %k, transpose_b=True);
+  %1 = nn.softmax(%0);
+  nn.batch_matmul(%1, %v, transpose_b=True)
+}";
+        assert_eq!(softmax_classes(attention), [KernelClass::Attention]);
+        let alone = "def @main(%x: Tensor[(4, 16, 32), float32]) {\n  exp(nn.softmax(%x, axis=1))\n}";
+        assert_eq!(softmax_classes(alone), [KernelClass::Other]);
+    }
 }
