@@ -257,9 +257,34 @@ fn polynomial_intrinsics_are_accurate_to_1e_6() {
     let mut xs: Vec<f32> = (0..n).map(|i| (i as f32 / n as f32 - 0.5) * 40.0).collect();
     // Tiny values (tanh's small-input branch), zeros of both signs, the tanh
     // clamp, and both sides of the exp's and the sigmoid's clamps.
-    xs[..20].copy_from_slice(&[
-        1e-8, -3e-5, 3.9e-4, 4.1e-4, -1e-3, 0.0, -0.0, 7.9, -7.91, 9.0, -87.3, -87.4, 87.9, 88.1, 88.7, -88.1, -88.7,
-        -89.0, 100.0, -1000.0,
+    // Around ln(f32::MAX) = 88.72284 exp overflows to +inf by itself.
+    xs[..26].copy_from_slice(&[
+        1e-8,
+        -3e-5,
+        3.9e-4,
+        4.1e-4,
+        -1e-3,
+        0.0,
+        -0.0,
+        7.9,
+        -7.91,
+        9.0,
+        -87.3,
+        -87.4,
+        87.9,
+        88.1,
+        88.7,
+        -88.1,
+        -88.7,
+        -89.0,
+        100.0,
+        -1000.0,
+        88.72,
+        88.7228,
+        88.7229,
+        88.9,
+        89.5,
+        f32::INFINITY,
     ]);
     type Exact = fn(f64) -> f64;
     type Lowering = fn(Expr) -> Expr;

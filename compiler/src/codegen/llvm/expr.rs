@@ -3,7 +3,7 @@
 
 use inkwell::module::Linkage;
 use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, VectorType};
-use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 use kiln_ir::DataType;
 
@@ -30,8 +30,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// max(acc, v)` with `acc` an `alloca`): LLVM 14's vectorizers miscompile
     /// the select form there (an update read the accumulator from before the
     /// previous step's store: an argmax over a middle axis came out wrong),
-    /// so those keep plain `maxnum` and skip NaN. Reductions and pooling into
-    /// the kernel's buffers propagate NaN.
+    /// so those skip NaN: x86's own `maxps(v, acc)` on 16 or 8 lanes (the
+    /// accumulator second: a NaN `v` leaves it; one instruction where
+    /// `maxnum` is three, on a softmax row's critical path), else plain
+    /// `maxnum`. Reductions and pooling into the kernel's buffers propagate
+    /// NaN.
     pub(super) fn nan_minmax(
         &self,
         is_min: bool,
@@ -61,10 +64,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
                     let wins = self.e(self.b.build_float_compare(pred, c.$as(), x.$as(), "wins"))?;
                     return self.e(self.b.build_select(wins, c, x, "minmax"));
                 }
-                let m = $minmax;
                 if plain {
-                    return Ok(m);
+                    if let Some(m) = self.x86_minmax(is_min, if accumulates(ea) { (b, a) } else { (a, b) })? {
+                        return Ok(m);
+                    }
+                    return Ok($minmax);
                 }
+                let m = $minmax;
                 let nan = self.e(self.b.build_float_compare(FloatPredicate::UNO, a.$as(), b.$as(), "nan"))?;
                 let sum: BasicValueEnum<'ctx> = self.e(self.b.build_float_add(a.$as(), b.$as(), "nan_sum"))?.into();
                 self.e(self.b.build_select(nan, sum, m, "minmax"))
@@ -84,6 +90,32 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 pick!(into_vector_value, self.vector_intrinsic(&format!("{name}.v{lanes}f32"), &[a, b])?)
             }
             _ => Err(self.unsupported("min/max of mismatched float operands")),
+        }
+    }
+
+    /// `other` where it is the larger (smaller), else `acc` — a NaN `other`
+    /// too: x86's `maxps`/`minps` on an f32 vector of 16 lanes (AVX-512) or
+    /// 8 (AVX); `None` for other types or targets.
+    fn x86_minmax(
+        &self,
+        is_min: bool,
+        (other, acc): (BasicValueEnum<'ctx>, BasicValueEnum<'ctx>),
+    ) -> Result<Option<BasicValueEnum<'ctx>>, CodegenError> {
+        let BasicValueEnum::VectorValue(v) = other else { return Ok(None) };
+        if v.get_type().get_element_type() != self.ctx.f32_type().into() {
+            return Ok(None);
+        }
+        let op = if is_min { "min" } else { "max" };
+        let current_rounding = self.ctx.i32_type().const_int(4, false).into();
+        match v.get_type().get_size() {
+            16 if self.features.x86_minmax_lanes >= 16 => {
+                let name = format!("llvm.x86.avx512.{op}.ps.512");
+                self.vector_intrinsic(&name, &[other, acc, current_rounding]).map(Some)
+            }
+            8 if self.features.x86_minmax_lanes >= 8 => {
+                self.vector_intrinsic(&format!("llvm.x86.avx.{op}.ps.256"), &[other, acc]).map(Some)
+            }
+            _ => Ok(None),
         }
     }
 
@@ -491,6 +523,13 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
                 Ok(acc.into())
             }
+            (BasicValueEnum::VectorValue(x), BasicValueEnum::VectorValue(n))
+                if self.features.scalef
+                    && x.get_type().get_element_type() == f32t.into()
+                    && x.get_type().get_size() % 16 == 0 =>
+            {
+                self.scalef(x, n)
+            }
             (BasicValueEnum::VectorValue(x), BasicValueEnum::VectorValue(n)) => {
                 let lanes = x.get_type().get_size();
                 let vi = i32t.vec_type(lanes);
@@ -513,6 +552,33 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             _ => Err(self.unsupported("ldexp of mixed scalar and vector operands")),
         }
+    }
+
+    /// `x · 2ⁿ` for f32 vectors of 16 lanes or a multiple as AVX-512's
+    /// `vscalefps`, one per 16 lanes (exact, overflow to ∞ and underflow to 0
+    /// included; `n` is integral here): the `exp` of softmax and SiLU, nine
+    /// instructions fewer. Narrower vectors (Winograd's 5- and 10-lane tile
+    /// rows) keep the exponent-field form: padded to 16 lanes they ran
+    /// 1.01–1.05× slower.
+    fn scalef(&self, x: VectorValue<'ctx>, n: VectorValue<'ctx>) -> Result<BasicValueEnum<'ctx>, CodegenError> {
+        let i32t = self.ctx.i32_type();
+        let (all_lanes, current_rounding) = (self.ctx.i16_type().const_all_ones(), i32t.const_int(4, false));
+        let sixteen = |v: VectorValue<'ctx>, from: u32| {
+            let pick: Vec<IntValue> = (from..from + 16).map(|k| i32t.const_int(k as u64, false)).collect();
+            let undef = v.get_type().get_undef();
+            self.e(self.b.build_shuffle_vector(v, undef, VectorType::const_vector(&pick), "lanes16"))
+        };
+        let lanes = x.get_type().get_size();
+        let mut pieces = Vec::new();
+        for from in (0..lanes).step_by(16) {
+            let (xs, ns) = match lanes {
+                16 => (x, n),
+                _ => (sixteen(x, from)?, sixteen(n, from)?),
+            };
+            let args = [xs.into(), ns.into(), xs.into(), all_lanes.into(), current_rounding.into()];
+            pieces.push(self.vector_intrinsic("llvm.x86.avx512.mask.scalef.ps.512", &args)?.into_vector_value());
+        }
+        Ok(self.concat_vectors(pieces)?.into())
     }
 
     pub(super) fn cast(

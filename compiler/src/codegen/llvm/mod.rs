@@ -233,6 +233,13 @@ struct KernelFeatures {
     /// AVX-512 gathers: a vector load at arbitrary indices is one
     /// `llvm.masked.gather` (else one load per lane).
     gather: bool,
+    /// AVX-512's `vscalefps`: `ldexp` of a 16-lane f32 vector is one
+    /// instruction (else nine: the exponent field built in two factors).
+    scalef: bool,
+    /// The widest f32 vector x86's own `minps`/`maxps` take (16 with
+    /// AVX-512, 8 with AVX, else 0): an accumulator's min/max update as one
+    /// instruction (see `nan_minmax`).
+    x86_minmax_lanes: u32,
     /// AMX tiles (`amx-tile` and `amx-int8`): the `kiln.amx_*` statements.
     amx: bool,
     /// AMX-BF16: `kiln.amx_dot_bf16`.
@@ -360,6 +367,14 @@ fn build_module<'ctx>(
         vnni: target.has_feature("avx512vnni"),
         masked_partial: target.has_feature("avx512f"),
         gather: target.has_feature("avx512f") && fast_gathers(&target.cpu),
+        scalef: target.has_feature("avx512f"),
+        x86_minmax_lanes: if target.has_feature("avx512f") {
+            16
+        } else if target.has_feature("avx") {
+            8
+        } else {
+            0
+        },
         amx: target.has_feature("amx-tile") && target.has_feature("amx-int8"),
         amx_bf16: target.has_feature("amx-tile") && target.has_feature("amx-bf16"),
         transpose_lanes: if target.has_feature("avx512f") {

@@ -251,7 +251,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// The lanes of `vs` (vectors of one type) one after another, joined
     /// pairwise (an odd one out beside an undefined vector).
-    pub(super) fn concat_vectors(&mut self, mut vs: Vec<VectorValue<'ctx>>) -> Result<VectorValue<'ctx>, CodegenError> {
+    pub(super) fn concat_vectors(&self, mut vs: Vec<VectorValue<'ctx>>) -> Result<VectorValue<'ctx>, CodegenError> {
         let i32t = self.ctx.i32_type();
         while vs.len() > 1 {
             let mut next = Vec::with_capacity(vs.len().div_ceil(2));
