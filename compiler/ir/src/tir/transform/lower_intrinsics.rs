@@ -44,7 +44,9 @@ fn exp_reduced(xc: Expr) -> (Expr, Expr) {
         vec![xc.clone() * f(std::f64::consts::LOG2_E) + f(0.5)],
         TirType::scalar(DataType::F32),
     );
-    let r = xc - n.clone() * f(0.693_359_375) - n.clone() * f(-2.121_944_4e-4);
+    // Sums of products (negated constants, exact): each step one FMA where
+    // the backend contracts (LLVM's `fmuladd`).
+    let r = xc + n.clone() * f(-0.693_359_375) + n.clone() * f(2.121_944_4e-4);
     let p = horner(
         &r,
         &[
