@@ -94,8 +94,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// `other` where it is the larger (smaller), else `acc` — a NaN `other`
-    /// too: x86's `maxps`/`minps` on an f32 vector of 16 lanes (AVX-512) or
-    /// 8 (AVX); `None` for other types or targets.
+    /// too: x86's `maxps`/`minps` on an f32 vector of 16 lanes (AVX-512), 8
+    /// or 4 (AVX); `None` for other types or targets.
     fn x86_minmax(
         &self,
         is_min: bool,
@@ -114,6 +114,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             8 if self.features.x86_minmax_lanes >= 8 => {
                 self.vector_intrinsic(&format!("llvm.x86.avx.{op}.ps.256"), &[other, acc]).map(Some)
+            }
+            4 if self.features.x86_minmax_lanes >= 8 => {
+                self.vector_intrinsic(&format!("llvm.x86.sse.{op}.ps"), &[other, acc]).map(Some)
             }
             _ => Ok(None),
         }

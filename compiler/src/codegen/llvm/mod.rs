@@ -237,8 +237,8 @@ struct KernelFeatures {
     /// instruction (else nine: the exponent field built in two factors).
     scalef: bool,
     /// The widest f32 vector x86's own `minps`/`maxps` take (16 with
-    /// AVX-512, 8 with AVX, else 0): an accumulator's min/max update as one
-    /// instruction (see `nan_minmax`).
+    /// AVX-512, 8 with AVX — 4 too —, else 0): an accumulator's min/max
+    /// update as one instruction (see `nan_minmax`).
     x86_minmax_lanes: u32,
     /// AMX tiles (`amx-tile` and `amx-int8`): the `kiln.amx_*` statements.
     amx: bool,
