@@ -3,8 +3,8 @@
 //! a libm call in a loop would block the vectorizer. Each stays within 1e-6
 //! relative error of the exact value over the f32 range (tested against f64).
 //!
-//! Sources of the approximations: Cephes `expf` (Cody–Waite reduction and a
-//! degree-6 minimax polynomial), Eigen's rational `tanh` (clamped, one division),
+//! Sources of the approximations: Cephes `expf`'s Cody–Waite reduction (and
+//! a polynomial of degree 5 fitted here), Eigen's rational `tanh` (clamped, one division),
 //! the Taylor series of erf below 1 and Abramowitz & Stegun 7.1.26 above.
 
 use crate::tir::{BinOp, CmpOp, Expr, Intrinsic, PrimFunc, Stmt, TirType};
@@ -47,16 +47,15 @@ fn exp_reduced(xc: Expr) -> (Expr, Expr) {
     // Sums of products (negated constants, exact): each step one FMA where
     // the backend contracts (LLVM's `fmuladd`).
     let r = xc + n.clone() * f(-0.693_359_375) + n.clone() * f(2.121_944_4e-4);
+    // eʳ ≈ 1 + r + r²·q(r), q of degree 3 fitted for the least relative
+    // error on |r| ≤ ln 2 / 2 (1.1e-7; 1.7e-7 evaluated in f32): within the
+    // 1e-6 this module promises with two FMAs fewer than Cephes' degree-5
+    // q (1 ulp, more than f32 models need) — SiLU epilogues, whose
+    // sigmoid costs as many vector operations as a stem's products, and
+    // softmax rows.
     let p = horner(
         &r,
-        &[
-            1.987_569_150_0e-4,
-            1.398_199_950_7e-3,
-            8.333_451_907_3e-3,
-            4.166_579_589_4e-2,
-            1.666_666_545_9e-1,
-            5.000_000_120_1e-1,
-        ],
+        &[8.312_369_023_698_076e-3, 4.189_135_606_439_805e-2, 1.666_711_992_623_256_5e-1, 4.999_922_334_383_942e-1],
     );
     (p * r.clone() * r.clone() + r + f(1.0), n)
 }
