@@ -84,9 +84,10 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
                     && (shares_tensor(plan, call_outputs(plan, call), call_inputs(plan, other))
                         || shares_tensor(plan, call_outputs(plan, other), call_inputs(plan, call)))
             });
-            match next_to_attention_product {
-                true => KernelClass::Attention,
-                false => KernelClass::Other,
+            if next_to_attention_product {
+                KernelClass::Attention
+            } else {
+                KernelClass::Other
             }
         }
         a if a.contains("pool") => KernelClass::Pooling,

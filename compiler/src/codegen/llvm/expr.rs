@@ -30,11 +30,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// max(acc, v)` with `acc` an `alloca`): LLVM 14's vectorizers miscompile
     /// the select form there (an update read the accumulator from before the
     /// previous step's store: an argmax over a middle axis came out wrong),
-    /// so those skip NaN: x86's own `maxps(v, acc)` on 16 or 8 lanes (the
-    /// accumulator second: a NaN `v` leaves it; one instruction where
-    /// `maxnum` is three, on a softmax row's critical path), else plain
-    /// `maxnum`. Reductions and pooling into the kernel's buffers propagate
-    /// NaN.
+    /// so those skip a NaN value: x86's own `maxps(v, acc)` on 16, 8 or 4
+    /// lanes (the accumulator second: a NaN `v` leaves it, as `maxnum` did,
+    /// and an accumulator that is NaN — one started from a NaN element —
+    /// stays so; one instruction where `maxnum` is three, on a softmax row's
+    /// critical path), else plain `maxnum`. Reductions and pooling into the
+    /// kernel's buffers propagate NaN.
     pub(super) fn nan_minmax(
         &self,
         is_min: bool,
