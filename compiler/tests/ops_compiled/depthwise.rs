@@ -184,11 +184,32 @@ def @main(%x1: Tensor[(1, 2, 112, 112), float32], %w1: Tensor[(2, 1, 3, 3), floa
         } else {
             assert!(stride_two.len() == 1 && stride_two[0][2] == 57, "{} lanes: {stride_two:?}", unit.f32_lanes);
         }
+        // Its register tile: at most four accumulator vectors (with eight, a
+        // 112-wide stride-2 row read on the grid ran 1.3× slower).
+        let tile = (plan.kernels.iter())
+            .filter(|k| k.params[0].shape() == [1, 2, 112, 112] && k.attrs.contains_key("conv2d.groups"))
+            .find(|k| k.params.last().is_some_and(|out| out.shape()[2] == 56))
+            .map(|k| accumulator_elements(&k.body))
+            .expect("the stride-2 depthwise kernel");
+        assert!(tile <= 4 * unit.f32_lanes, "{} lanes: a tile of {tile} accumulators", unit.f32_lanes);
         let jit = kiln::codegen::llvm::Jit::new("depthwise_planes", &plan.kernels).expect("jit");
         for threads in [1, 2] {
             compare("depthwise_planes", "llvm", &host::run(&plan, &jit, &args, threads).expect("run"), &want, false);
         }
     }
+}
+
+/// The elements of a kernel's register tile (its `…_local` allocations).
+fn accumulator_elements(body: &kiln::tir::Stmt) -> usize {
+    let mut n = 0;
+    body.visit(&mut |s| {
+        if let kiln::tir::Stmt::Allocate { buffer, .. } = s {
+            if buffer.name().ends_with("_local") {
+                n = n.max(buffer.shape().iter().product());
+            }
+        }
+    });
+    n
 }
 
 /// The shapes of a kernel's padded images (`pad…` allocations).

@@ -104,7 +104,6 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // 56-wide outputs in 2 (not 1), 1.07–1.26× faster per kernel (`kiln tune`
     // on Sapphire Rapids). Whole-vector rows keep four (two were faster on
     // 112 × 112 there; not taken into the rule).
-    let budget = if !whole && unit.registers >= 32 { WIDE_DEPTHWISE_VECTORS } else { 4 };
     // On 8 lanes a stride-1 plane past L1 (MobileNetV2's 112 × 112) is
     // padded a few rows at a time, two output rows per tile: the padded
     // plane computed once per channel (52 KB) left L1 before its last rows
@@ -151,6 +150,16 @@ pub(super) fn schedule_depthwise(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -
     // 0.92×, 56 → 28 0.77×, 28 → 14 0.84×, 14 → 7 0.90× (two threads
     // 0.76–0.91×); PP-LCNet's 0.78–0.97×.
     let inline_pads = knobs.order.is_none() && unit.masked_loads() && (!stride_one || plane_bytes <= L1_PLANE_BYTES);
+    // A stride-2 plane read in place whose input rows are wider than a
+    // vector keeps four accumulator vectors: each tile row reads two more
+    // input rows on the grid, and eight accumulators over 112-, 56- and
+    // 28-wide input rows ran slower than four (`kiln tune`'s `rows=1` and
+    // `rows=2` on Zen 5; paired in the model, one thread / two: MobileNetV2's
+    // 112 → 56 kernel 0.79× / 0.62× the time in 1-row tiles, 56 → 28 0.87× /
+    // 0.84× and 28 → 14 1.00× / 0.63× in 2-row ones, PP-LCNet's 0.93–1.02× /
+    // 0.93–0.98×).
+    let wide_stride_two = inline_pads && !stride_one && 2 * owe > lanes;
+    let budget = if !whole && unit.registers >= 32 && !wide_stride_two { WIDE_DEPTHWISE_VECTORS } else { 4 };
     let rows_of_plane = !inline_pads
         && knobs.order.is_none()
         && knobs.rows.is_none()
