@@ -46,8 +46,8 @@ def @main(%x: Tensor[(1, 128, 14, 14), float32], %r: Tensor[(1, 64, 14, 14), flo
 /// A packed 3 × 3, stride-2 convolution of 3 input channels to 32 (a
 /// MobileNetV2-style stem) on a 112-wide output row: its 2 channel vectors ×
 /// 4 columns grow to 2 × 6 on 8 lanes, 19 tiles a row, the last overlapping
-/// the one before (its first column clamped with a `min`); 16 lanes keep their
-/// tile. With a bias and a clip; all equal the interpreter on LLVM and C, 1
+/// the one before (its first column clamped with a `min`); 16 lanes take 1
+/// channel vector × 16 columns (a stem's short reduction). With a bias and a clip; all equal the interpreter on LLVM and C, 1
 /// and 2 threads.
 pub(super) fn packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes() {
     let text = r#"#[version = "0.0.5"]
@@ -71,6 +71,8 @@ def @main(%x: Tensor[(1, 3, 224, 224), float32], %w: Tensor[(32, 3, 3, 3), float
             assert!(overlapping, "19 tiles, the last overlapping: {text}");
         } else {
             assert!(!overlapping, "no overlapping tile on 16 lanes: {text}");
+            // A stem's short reduction: a whole vector of columns per tile.
+            assert_eq!(tile, "16, 1, 16", "16 lanes: {text}");
         }
     });
 }

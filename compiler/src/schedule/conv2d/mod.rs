@@ -84,7 +84,15 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
                 // its input in place over fused pixels instead of repacking
                 // every row (YOLOv8n's 32 → 32 on 80 × 80 8 % faster, its other
                 // 1 × 1 ones within noise).
-                if calls_in_epilogue(s.func())
+                // So does a stem's short reduction (3 × 3 over 3 channels):
+                // a whole vector of columns per tile, its write-back whole
+                // vectors after the transpose (`kiln tune`'s find on Zen 5:
+                // MobileNetV2's 3 → 32 stem as 1 × 16 instead of 2 × 14 0.96×
+                // the time at one thread, 0.81× at two; PP-LCNet's 0.94× and
+                // 0.98×; AVX2 code unchanged). ResNet-18's 7 × 7 stem keeps
+                // 2 × 14, which reads its weights half as often.
+                let short_reduction = reduction_extent(s.func()) <= STEM_REDUCTION_STEPS;
+                if (calls_in_epilogue(s.func()) || short_reduction)
                     && owe % lanes == 0
                     && rows_tile.columns % 4 != 0
                     && lanes + 2 <= registers
@@ -575,6 +583,10 @@ fn writeback_along_columns(order: ConvOrder, tile: PackedConvTile, unit: VectorU
         ConvOrder::ChannelsPaddedOnce => false,
     }
 }
+
+/// A packed convolution's reduction of at most this many steps (a 3 × 3
+/// stem over RGB: 27) takes whole-vector rows of columns (see above).
+const STEM_REDUCTION_STEPS: i64 = 32;
 
 /// Above this many bytes of weights a packed convolution keeps each block of
 /// output channels in cache over the whole image (half a 512 KiB L2)...
