@@ -53,6 +53,7 @@ mod matmul;
 pub mod passes;
 mod prefetch;
 pub mod primitives;
+mod softmax_rows;
 mod winograd;
 
 pub use conv2d::pointwise_over_pixels;
@@ -774,7 +775,9 @@ fn strategy(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> Option<Result<PrimF
         "nn.contrib_winograd_tiles_to_nchw" => {
             return winograd::whole_tile_rows(&f, unit).map(|m| winograd::schedule_tiles_to_nchw(f, m))
         }
-        _ if reduction_nest(&f).is_some() => schedule_reduction(f, unit).map(|g| vectorize_rows(g, unit)),
+        _ if reduction_nest(&f).is_some() => {
+            schedule_reduction(f, unit).map(|g| softmax_rows::pair_rows(vectorize_rows(g, unit)))
+        }
         _ => return None,
     })
 }
