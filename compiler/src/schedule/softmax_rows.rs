@@ -30,7 +30,32 @@ fn row_loop(l: &For) -> Option<(i64, i64)> {
     let stages = matches!(&**body, Stmt::Seq(s) if s.len() > 1);
     // (`localize` names its per-row copy `<stage>_at`.)
     let exps = buffer.name().starts_with(crate::topi::SOFTMAX_EXP_STAGE);
-    (l.kind == ForKind::Serial && exps && stages && rows >= 2 && rows % 2 == 0).then_some((min, rows))
+    let shape = l.kind == ForKind::Serial && exps && stages && rows >= 2 && rows % 2 == 0;
+    (shape && rows_apart(body, &l.var, buffer)).then_some((min, rows))
+}
+
+/// Whether every buffer that `body` stores to other than its row of
+/// exponentials `exps` and what it allocates itself (the rows' maxima and
+/// sums, the output) is stored and read at indices of the row `row`: two
+/// rows' stages then touch different elements, and may run in either order.
+fn rows_apart(body: &Stmt, row: &Var, exps: &Buffer) -> bool {
+    let mut inner = vec![exps.id()];
+    let mut stored = Vec::new();
+    body.visit(&mut |s| match s {
+        Stmt::Allocate { buffer, .. } => inner.push(buffer.id()),
+        Stmt::Store { buffer, indices, .. } => stored.push((buffer.id(), indices.iter().any(|i| i.uses_var(row)))),
+        _ => {}
+    });
+    let outside: Vec<u32> = stored.iter().map(|&(b, _)| b).filter(|b| !inner.contains(b)).collect();
+    let stores_apart = stored.iter().all(|&(b, by_row)| inner.contains(&b) || by_row);
+    let mut loads_apart = true;
+    body.clone().map_exprs(&mut |e| {
+        let mut loads = Vec::new();
+        super::collect_loads(&e, &mut loads);
+        loads_apart &= loads.iter().all(|(b, idx)| !outside.contains(&b.id()) || idx.iter().any(|i| i.uses_var(row)));
+        e
+    });
+    stores_apart && loads_apart
 }
 
 /// The row loop `l` over pairs of rows, each stage for both rows in turn.
@@ -73,4 +98,42 @@ fn stores_renamed(s: Stmt, from: &Buffer, to: &Buffer) -> Stmt {
         Stmt::Store { buffer, indices, value } if buffer == *from => Stmt::Store { buffer: to.clone(), indices, value },
         s => s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_loop;
+    use crate::tir::{Buffer, Expr, For, ForKind, Scope, Stmt, Var};
+    use kiln_ir::DataType;
+
+    /// A row loop of 4 rows whose stages store a row's maximum into `max`
+    /// at `index(row)`, then its exponentials.
+    fn rows_storing_max(index: impl Fn(&Var) -> Expr) -> For {
+        let row = Var::index("ax2");
+        let exps = Buffer::new(crate::topi::SOFTMAX_EXP_STAGE, DataType::F32, vec![8], Scope::Local);
+        let max = Buffer::new("softmax_max", DataType::F32, vec![4], Scope::Local);
+        let stages = Stmt::seq(vec![
+            Stmt::Store { buffer: max.clone(), indices: vec![index(&row)], value: Expr::float(0.0, DataType::F32) },
+            Stmt::Store {
+                buffer: exps.clone(),
+                indices: vec![Expr::int(0)],
+                value: Expr::Load(max.clone(), vec![index(&row)]),
+            },
+        ]);
+        For {
+            var: row,
+            min: Expr::int(0),
+            extent: Expr::int(4),
+            kind: ForKind::Serial,
+            body: Stmt::Allocate { buffer: exps, body: Box::new(stages) },
+        }
+    }
+
+    #[test]
+    fn rows_pair_only_where_their_stages_touch_their_own_elements() {
+        assert_eq!(row_loop(&rows_storing_max(|r| Expr::var(r))), Some((0, 4)));
+        // One maximum shared by every row: the second row's would overwrite
+        // the first's before its exponentials read it.
+        assert_eq!(row_loop(&rows_storing_max(|_| Expr::int(0))), None);
+    }
 }
