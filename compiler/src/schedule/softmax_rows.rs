@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn rows_pair_only_where_their_stages_touch_their_own_elements() {
-        assert_eq!(row_loop(&rows_storing_max(|r| Expr::var(r))), Some((0, 4)));
+        assert_eq!(row_loop(&rows_storing_max(Expr::var)), Some((0, 4)));
         // One maximum shared by every row: the second row's would overwrite
         // the first's before its exponentials read it.
         assert_eq!(row_loop(&rows_storing_max(|_| Expr::int(0))), None);
