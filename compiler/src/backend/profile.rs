@@ -79,10 +79,11 @@ pub fn kernel_class(plan: &ExecutorPlan, call: &KernelCall) -> KernelClass {
         // (YOLO's distribution focal loss has one before a 1 × 1 convolution).
         "nn.softmax" | "nn.log_softmax" => {
             let next_to_attention_product = plan.calls.iter().any(|other| {
+                // Neighbours first: a product's class scans the plan's calls.
                 is_product(anchor_of(plan, other))
-                    && product_class(plan, other) == KernelClass::Attention
                     && (shares_tensor(plan, call_outputs(plan, call), call_inputs(plan, other))
                         || shares_tensor(plan, call_outputs(plan, other), call_inputs(plan, call)))
+                    && product_class(plan, other) == KernelClass::Attention
             });
             if next_to_attention_product {
                 KernelClass::Attention

@@ -585,12 +585,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         // The pieces joined pairwise (an odd count padded to a power of two:
         // 48 lanes come back as 64), then cut to the vector's own lanes.
         let joined = self.concat_vectors(pieces)?;
-        if joined.get_type().get_size() == lanes {
-            return Ok(joined.into());
-        }
-        let first: Vec<IntValue> = (0..lanes).map(|k| i32t.const_int(k as u64, false)).collect();
-        let undef = joined.get_type().get_undef();
-        Ok(self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&first), "scalef"))?.into())
+        Ok(self.first_lanes(joined, lanes)?.into())
     }
 
     pub(super) fn cast(

@@ -243,10 +243,20 @@ impl<'ctx> FnGen<'_, 'ctx> {
             pieces.push(self.e(self.b.build_shuffle_vector(low, high, VectorType::const_vector(&mask), "strided"))?);
         }
         let joined = self.concat_vectors(pieces)?;
+        Ok(Some(self.first_lanes(joined, n)?.into()))
+    }
+
+    /// The first `n` lanes of `v` (`v` itself where it has `n`): a
+    /// [`Self::concat_vectors`] of an odd count of pieces cut back to its
+    /// lanes.
+    pub(super) fn first_lanes(&self, v: VectorValue<'ctx>, n: u32) -> Result<VectorValue<'ctx>, CodegenError> {
+        if v.get_type().get_size() == n {
+            return Ok(v);
+        }
+        let i32t = self.ctx.i32_type();
         let first: Vec<IntValue> = (0..n).map(|k| i32t.const_int(k as u64, false)).collect();
-        let undef = joined.get_type().get_undef();
-        let picked = self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&first), "strided"))?;
-        Ok(Some(picked.into()))
+        let undef = v.get_type().get_undef();
+        self.e(self.b.build_shuffle_vector(v, undef, VectorType::const_vector(&first), "first"))
     }
 
     /// The lanes of `vs` (vectors of one type) one after another, joined
