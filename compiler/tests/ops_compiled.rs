@@ -6,6 +6,8 @@
 //! every operator (checked after them).
 
 mod common;
+#[path = "ops_compiled/concatenate.rs"]
+mod concatenate;
 #[path = "ops_compiled/depthwise.rs"]
 mod depthwise;
 #[path = "ops_compiled/low_precision.rs"]
@@ -19,6 +21,7 @@ mod winograd;
 
 use common::sweep::{Completion, Coverage, Failed};
 use common::{compare, interpreted};
+use concatenate::channel_concatenations_copy_each_input_as_vectors_and_match_the_interpreter;
 use depthwise::{depthwise_convolutions_match_the_interpreter, large_depthwise_planes_are_padded_a_few_rows_at_a_time};
 use low_precision::{
     amx_convolutions_match_the_interpreter, bf16_convolutions_match_the_interpreter,
@@ -68,6 +71,7 @@ fn main() {
             large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
             strided_pooling_rows_match_the_interpreter,
             strided_padded_copies_are_vectors_and_match_the_interpreter,
+            channel_concatenations_copy_each_input_as_vectors_and_match_the_interpreter,
             depthwise_convolutions_match_the_interpreter,
             large_depthwise_planes_are_padded_a_few_rows_at_a_time,
             unpacked_convolutions_on_partial_vector_rows_match_the_interpreter,

@@ -54,6 +54,7 @@ pub mod passes;
 mod prefetch;
 pub mod primitives;
 mod softmax_rows;
+mod unswitch;
 mod winograd;
 
 pub use conv2d::pointwise_over_pixels;
@@ -623,6 +624,13 @@ pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
     found
 }
 
+/// Whether `e` selects between values.
+fn selects(e: &crate::tir::Expr) -> bool {
+    let mut found = matches!(e, crate::tir::Expr::Select(..));
+    e.for_each_child(|c| found |= selects(c));
+    found
+}
+
 /// Whether any statement of `f` stores a value that calls an intrinsic (a
 /// SiLU's sigmoid in a convolution's or a Winograd write-back's epilogue),
 /// before a strategy chooses its tile.
@@ -638,12 +646,13 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     // vectors and a tail where whole vectors do not divide them (YOLOv8n's
     // 20- and 40-wide rows).
     let upsampling = f.attrs.get("anchor").is_some_and(|a| a == "nn.upsampling");
-    let mut s = Schedule::new(f);
+    let mut s = Schedule::new(unswitch::unswitch_selects(f));
     let mut candidates = Vec::new();
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {
             if let (ForKind::Serial, Stmt::Store { value, .. }) = (l.kind, &l.body) {
-                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), upsampling || calls_a_function(value)));
+                let worth_a_tail = upsampling || calls_a_function(value) || !selects(value);
+                candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), worth_a_tail));
             }
         }
     });
@@ -658,8 +667,10 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
             // the width where they divide it, else whole ones, and a serial
             // tail — not a scalar row of polynomial exponentials (YOLOv8n's
             // Winograd outputs on 40 × 40 and 20 × 20 maps 2-3× faster).
-            // Other cheap rows stay scalar: a vector of a concatenation
-            // loads every input for every lane.
+            // So is a row without a select (a copy, an element-wise
+            // function; a concatenation's rows once `unswitch` has hoisted
+            // its selects). Other cheap rows stay scalar: a vector of a
+            // concatenation loads every input for every lane.
             let w = if n % (lanes / 2) == 0 && lanes >= 8 { lanes / 2 } else { lanes };
             if n % w == 0 {
                 vectorize_by(&mut s, &v, n, w);
