@@ -646,7 +646,7 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     // vectors and a tail where whole vectors do not divide them (YOLOv8n's
     // 20- and 40-wide rows).
     let upsampling = f.attrs.get("anchor").is_some_and(|a| a == "nn.upsampling");
-    let mut s = Schedule::new(unswitch::unswitch_selects(f));
+    let mut s = Schedule::new(unswitch::fuse_plane_runs_of(unswitch::unswitch_selects(f)));
     let mut candidates = Vec::new();
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {

@@ -5,7 +5,9 @@
 //! each (their indices clamped into range). Hoisted to the channel loop,
 //! each branch's rows are plain copies of one input: the clamps simplify
 //! away under the branch's range of channels, and rows that are contiguous
-//! runs of a plane become one run, a loop of whole vectors.
+//! runs of a plane become one run, a loop of whole vectors — as do the rows
+//! of any element-wise kernel over whole planes (a channel slice's 40-wide
+//! rows, a squeeze-excitation scale over 7 × 7 planes).
 
 use kiln_ir::arith::{simplify_stmt, Bounds, Interval};
 
@@ -159,6 +161,12 @@ fn split_range((lo, hi): (i64, i64), (op, c): (CmpOp, i64)) -> ((i64, i64), (i64
     }
 }
 
+/// `f` with its copies and element-wise rows over whole planes as runs (see [`fuse_plane_runs`]).
+pub(super) fn fuse_plane_runs_of(mut f: PrimFunc) -> PrimFunc {
+    f.body = fuse_plane_runs(std::mem::replace(&mut f.body, Stmt::nop()));
+    f
+}
+
 /// Two innermost loops `for r: for c: out[.., r, c] = f(in[.., r, c], ...)`
 /// over whole rows (the column loop covers each buffer's last axis, the
 /// row loop steps its second-to-last by one) fused into one run of pixels.
@@ -189,7 +197,7 @@ fn fused(outer: &For) -> Option<Stmt> {
         n >= 2
             && shape.len() == n
             && shape[n - 1] as i64 == cols
-            && matches!(&idx[n - 1], Expr::Var(v) if v == c)
+            && contiguous(&idx[n - 1..], c)
             && idx[..n - 1].iter().all(|i| !i.uses_var(c))
             && contiguous(&idx[..n - 1], r)
     };

@@ -117,10 +117,10 @@ fn stores_vectors(k: &PrimFunc) -> bool {
 
 /// A SiLU (`x · sigmoid(x)`) after a Winograd convolution on a 40 × 40 map
 /// is computed in vectors: on 16 lanes one per column of the 10 tiles of a
-/// row, on 8 lanes 8-lane vectors along the rows (10 tiles would take 8 + 2). So is a SiLU on rows of 10 on an
-/// 8-lane unit (a vector and a serial tail of 2); on a 16-lane unit those
-/// rows, shorter than a vector, stay serial. All equal the interpreter on
-/// LLVM and C, 1 and 2 threads.
+/// row, on 8 lanes 8-lane vectors along the rows (10 tiles would take 8 + 2). So is a SiLU on 10 × 10
+/// planes: its rows, shorter than a 16-lane vector, fused into one run of
+/// the plane's 100 elements (vectors and a serial tail on either unit). All
+/// equal the interpreter on LLVM and C, 1 and 2 threads.
 pub(super) fn sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 32, 40, 40), float32], %y: Tensor[(2, 3, 10, 10), float32],
@@ -138,6 +138,6 @@ def @main(%x: Tensor[(1, 32, 40, 40), float32], %y: Tensor[(2, 3, 10, 10), float
         let interleaved = !store_strides(epilogue).is_empty();
         assert_eq!(interleaved, lanes == 16, "{} per column of the tiles with {lanes} lanes", epilogue.name);
         let small = kernels.iter().find(|k| k.params[0].shape() == [2, 3, 10, 10]).expect("the 10-wide SiLU");
-        assert_eq!(stores_vectors(small), lanes <= 8, "{} on 10-wide rows with {lanes} lanes", small.name);
+        assert!(stores_vectors(small), "{} on 10 × 10 planes with {lanes} lanes", small.name);
     });
 }
