@@ -30,6 +30,7 @@ use low_precision::{
 use packed_pixels::{
     packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
     packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
+    stems_prefetch_their_input_rows_ahead_and_match_the_interpreter,
 };
 use pooling::{
     large_pooling_windows_keep_rows_in_vectors_and_match_the_interpreter,
@@ -78,6 +79,7 @@ fn main() {
             weight_stationary_convolutions_on_short_rows_match_the_interpreter,
             packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
             packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
+            stems_prefetch_their_input_rows_ahead_and_match_the_interpreter,
             integer_convolutions_match_the_interpreter,
             amx_convolutions_match_the_interpreter,
             byte_activations_between_kernels_match_the_interpreter,

@@ -72,3 +72,72 @@ fn prefetch_for(l: &For, buffer: &Buffer, ahead: i64) -> Option<Stmt> {
     let load = Expr::Load(buffer.clone(), target);
     Some(Stmt::Evaluate(Expr::call(Intrinsic::Prefetch, vec![load], TirType::scalar(crate::DataType::I32))))
 }
+
+/// Cache lines a prefetch loop asks for per element size (64-byte lines).
+const LINE_BYTES: i64 = 64;
+
+/// Inserts after each loop that copies a run of `source` into a
+/// kernel-local buffer inside the loop over `row` — a padded input row —
+/// a loop of `kiln.prefetch`es of the lines that same copy reads `ahead`
+/// iterations of `row` later. The kernel's values are unchanged.
+pub(super) fn prefetch_rows_ahead(mut f: PrimFunc, row: &Var, source: &Buffer, ahead: i64) -> PrimFunc {
+    let body = std::mem::replace(&mut f.body, Stmt::nop());
+    f.body = body.map_post(&mut |s| match s {
+        Stmt::For(l) if l.kind == ForKind::Serial && l.var != *row => match copy_ahead(&l, row, source, ahead) {
+            Some(p) => Stmt::seq(vec![Stmt::For(l), p]),
+            None => Stmt::For(l),
+        },
+        s => s,
+    });
+    f
+}
+
+/// The prefetch loop for copy loop `l`: its store into a local buffer reads
+/// `source` along a row with `l`'s variable, the row chosen by `row`.
+fn copy_ahead(l: &For, row: &Var, source: &Buffer, ahead: i64) -> Option<Stmt> {
+    let Stmt::Store { buffer, value, .. } = &l.body else { return None };
+    if buffer.scope() != crate::tir::Scope::Local {
+        return None;
+    }
+    let mut loads = Vec::new();
+    super::collect_loads(value, &mut loads);
+    let (_, idx) =
+        loads.into_iter().find(|(b, idx)| b.id() == source.id() && idx.iter().any(|i| i.uses_var(&l.var)))?;
+    // Along a row of the source (its last axis; clamped into the image at
+    // the padding's columns, as the copy reads it), in a row that moves with `row`.
+    let (last, rest) = idx.split_last()?;
+    if !idx.iter().any(|i| i.uses_var(row)) || !last.uses_var(&l.var) || rest.iter().any(|i| i.uses_var(&l.var)) {
+        return None;
+    }
+    let (min, extent) = (l.min.as_int()?, l.extent.as_int()?);
+    let per_line = (LINE_BYTES / source.elem().size_bytes() as i64).max(1);
+    let line = Var::index(&format!("{}_line", l.var.name));
+    let target: Vec<Expr> = idx
+        .iter()
+        .map(|i| {
+            i.substitute(&|v: &Var| {
+                if v == &l.var {
+                    Some(Expr::int(min) + Expr::var(&line) * Expr::int(per_line))
+                } else if v == row {
+                    Some(Expr::var(row) + Expr::int(ahead))
+                } else {
+                    None
+                }
+            })
+        })
+        .collect();
+    let fetch = Stmt::Evaluate(Expr::call(
+        Intrinsic::Prefetch,
+        vec![Expr::Load(source.clone(), target)],
+        TirType::scalar(crate::DataType::I32),
+    ));
+    // Unrolled: each line's address folds to the row's base and a constant
+    // (left a loop, LLVM vectorized the addresses' clamps and extracted them).
+    Some(Stmt::For(Box::new(For {
+        var: line,
+        min: Expr::int(0),
+        extent: Expr::int((extent + per_line - 1) / per_line),
+        kind: ForKind::Unrolled,
+        body: fetch,
+    })))
+}

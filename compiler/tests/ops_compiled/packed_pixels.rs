@@ -2,7 +2,7 @@
 //! ones over fused pixels, and rows of 112 columns.
 
 use super::check_compiled;
-use kiln::tir::PrimFunc;
+use kiln::tir::{Expr, Intrinsic, PrimFunc, Stmt};
 
 /// A 1 × 1 projection on a 14 × 14 map (196 pixels, no whole vectors on 8
 /// lanes: packed, its rows and columns fused into one run of pixels) to 64
@@ -74,5 +74,33 @@ def @main(%x: Tensor[(1, 3, 224, 224), float32], %w: Tensor[(32, 3, 3, 3), float
             // A stem's short reduction: a whole vector of columns per tile.
             assert_eq!(tile, "16, 1, 16", "16 lanes: {text}");
         }
+    });
+}
+
+/// A stem (a 3-channel image, 3 × 3 stride 2, padded, SiLU after it) asks
+/// for its input rows two output rows ahead of each padded row's copy: one
+/// `kiln.prefetch` per 16 columns of a padded input row (50 columns: four,
+/// unrolled) after the copy of each channel's rows; the convolution after it, whose
+/// input has 16 channels, asks for nothing. Both equal the interpreter on
+/// LLVM and C (a prefetch near the image's end reads no element past it).
+pub(super) fn stems_prefetch_their_input_rows_ahead_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 3, 50, 48), float32], %w1: Tensor[(16, 3, 3, 3), float32], %w2: Tensor[(16, 16, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, strides=[2, 2], padding=[1, 1, 1, 1]);
+  %1 = multiply(%0, sigmoid(%0));
+  nn.conv2d(%1, %w2, padding=[1, 1, 1, 1])
+}
+"#;
+    check_compiled(text, &["w1", "w2"], true, &|kernels, lanes| {
+        let prefetches = |k: &PrimFunc| {
+            let mut n = 0;
+            k.body.visit(&mut |s| n += matches!(s, Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, ..))) as usize);
+            n
+        };
+        let stem = kernels.iter().find(|k| k.params[0].shape() == [1, 3, 50, 48]).expect("the stem");
+        // Four lines of a row, in the loops over the channels and rows an output row copies.
+        assert_eq!(prefetches(stem), 4, "{lanes} lanes: {} asks for its input ahead", stem.name);
+        let after = kernels.iter().find(|k| k.params[0].shape() == [1, 16, 25, 24]).expect("the convolution after it");
+        assert_eq!(prefetches(after), 0, "{lanes} lanes: {} prefetches", after.name);
     });
 }
