@@ -624,13 +624,6 @@ pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
     found
 }
 
-/// Whether `e` selects between values.
-fn selects(e: &crate::tir::Expr) -> bool {
-    let mut found = matches!(e, crate::tir::Expr::Select(..));
-    e.for_each_child(|c| found |= selects(c));
-    found
-}
-
 /// Whether any statement of `f` stores a value that calls an intrinsic (a
 /// SiLU's sigmoid in a convolution's or a Winograd write-back's epilogue),
 /// before a strategy chooses its tile.
@@ -651,7 +644,7 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {
             if let (ForKind::Serial, Stmt::Store { value, .. }) = (l.kind, &l.body) {
-                let worth_a_tail = upsampling || calls_a_function(value) || !selects(value);
+                let worth_a_tail = upsampling || calls_a_function(value) || !unswitch::selects(value);
                 candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), worth_a_tail));
             }
         }

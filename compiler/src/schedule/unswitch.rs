@@ -161,6 +161,13 @@ fn split_range((lo, hi): (i64, i64), (op, c): (CmpOp, i64)) -> ((i64, i64), (i64
     }
 }
 
+/// Whether `e` selects between values (a vector of it loads every arm).
+pub(super) fn selects(e: &Expr) -> bool {
+    let mut found = matches!(e, Expr::Select(..));
+    e.for_each_child(|c| found |= selects(c));
+    found
+}
+
 /// `f` with its copies and element-wise rows over whole planes as runs (see [`fuse_plane_runs`]).
 pub(super) fn fuse_plane_runs_of(mut f: PrimFunc) -> PrimFunc {
     f.body = fuse_plane_runs(std::mem::replace(&mut f.body, Stmt::nop()));

@@ -117,26 +117,33 @@ fn stores_vectors(k: &PrimFunc) -> bool {
 
 /// A SiLU (`x · sigmoid(x)`) after a Winograd convolution on a 40 × 40 map
 /// is computed in vectors: on 16 lanes one per column of the 10 tiles of a
-/// row, on 8 lanes 8-lane vectors along the rows (10 tiles would take 8 + 2). So is a SiLU on 10 × 10
+/// row, on 8 lanes 8-lane vectors along the rows (10 tiles would take 8 + 2) — also with a
+/// residual added after the SiLU (on 16 lanes the LLVM backend computes
+/// both on the row's interleaved run, `codegen/llvm/interleave.rs`). So is a SiLU on 10 × 10
 /// planes: its rows, shorter than a 16-lane vector, fused into one run of
 /// the plane's 100 elements (vectors and a serial tail on either unit). All
 /// equal the interpreter on LLVM and C, 1 and 2 threads.
 pub(super) fn sigmoid_rows_off_the_vector_width_vectorize_and_match_the_interpreter() {
     let text = r#"#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 32, 40, 40), float32], %y: Tensor[(2, 3, 10, 10), float32],
-          %w: Tensor[(32, 32, 3, 3), float32], %b: Tensor[(32), float32]) {
+          %z: Tensor[(1, 32, 40, 40), float32],
+          %w: Tensor[(32, 32, 3, 3), float32], %b: Tensor[(32), float32], %w2: Tensor[(32, 32, 3, 3), float32]) {
   %0 = nn.bias_add(nn.conv2d(%x, %w, padding=[1, 1, 1, 1]), %b);
-  (multiply(%0, sigmoid(%0)), multiply(%y, sigmoid(%y)))
+  %1 = nn.conv2d(%z, %w2, padding=[1, 1, 1, 1]);
+  (multiply(%0, sigmoid(%0)), multiply(%y, sigmoid(%y)), add(multiply(%1, sigmoid(%1)), %z))
 }
 "#;
-    check_compiled(text, &["w", "b"], true, &|kernels, lanes| {
-        let epilogue = kernels
+    check_compiled(text, &["w", "b", "w2"], true, &|kernels, lanes| {
+        let epilogues: Vec<&PrimFunc> = kernels
             .iter()
-            .find(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_winograd_tiles_to_nchw"))
-            .expect("a Winograd convolution's output kernel");
-        assert!(stores_vectors(epilogue), "{} stores vectors with {lanes} lanes", epilogue.name);
-        let interleaved = !store_strides(epilogue).is_empty();
-        assert_eq!(interleaved, lanes == 16, "{} per column of the tiles with {lanes} lanes", epilogue.name);
+            .filter(|k| k.attrs.get("anchor").is_some_and(|a| a == "nn.contrib_winograd_tiles_to_nchw"))
+            .collect();
+        assert_eq!(epilogues.len(), 2, "two Winograd outputs with {lanes} lanes");
+        for epilogue in epilogues {
+            assert!(stores_vectors(epilogue), "{} stores vectors with {lanes} lanes", epilogue.name);
+            let interleaved = !store_strides(epilogue).is_empty();
+            assert_eq!(interleaved, lanes == 16, "{} per column of the tiles with {lanes} lanes", epilogue.name);
+        }
         let small = kernels.iter().find(|k| k.params[0].shape() == [2, 3, 10, 10]).expect("the 10-wide SiLU");
         assert!(stores_vectors(small), "{} on 10 × 10 planes with {lanes} lanes", small.name);
     });

@@ -12,7 +12,7 @@ use kiln_ir::DataType;
 
 use super::*;
 use crate::codegen::CodegenError;
-use crate::tir::{BinOp, Buffer, Expr, Stmt};
+use crate::tir::{BinOp, Buffer, Expr, Scope, Stmt};
 
 /// The most vectors interleaved into one run (a power of two).
 const MAX_INTERLEAVED: i64 = 8;
@@ -39,6 +39,102 @@ fn strided_loads(e: &Expr, m: i64, lanes: u16, out: &mut Vec<(Buffer, String, i6
         }
     }
     e.for_each_child(|c| strided_loads(c, m, lanes, out));
+}
+
+/// Whether `e` calls a function (a SiLU's sigmoid): an epilogue that costs
+/// as much per vector as the write-back itself.
+fn calls_a_function(e: &Expr) -> bool {
+    let mut found = matches!(e, Expr::Call(..));
+    e.for_each_child(|c| found |= calls_a_function(c));
+    found
+}
+
+/// A load that differs from one value of a group to the next: read as the
+/// `m` vectors and interleaved (a tile's column), or, where they are
+/// `buf[Ramp(B + c + j, m, L)]`, as the contiguous run they make (a residual).
+enum RunLeaf {
+    Interleaved(Vec<Expr>),
+    Contiguous(Buffer, Expr),
+}
+
+/// The `m` values of an interleaved group (`lanes` lanes each) as one
+/// expression of `width` lanes over pieces of their run: each load that
+/// differs between them becomes a load of a placeholder buffer, the piece
+/// of its run (registered per piece, see `run_epilogue`); broadcasts widen;
+/// everything else must be the same in every value. `None` where they differ
+/// otherwise.
+fn widened(values: &[&Expr], m: i64, lanes: u16, width: u16, leaves: &mut Vec<(Buffer, RunLeaf)>) -> Option<Expr> {
+    let e0 = values[0];
+    let same = values.iter().all(|v| *v == e0);
+    if same && e0.ty().lanes == 1 {
+        return Some(e0.clone());
+    }
+    match e0 {
+        Expr::Broadcast(x, _) if same => Some(Expr::Broadcast(x.clone(), width)),
+        Expr::Load(buf, _) if !same => {
+            let mut indices = Vec::with_capacity(values.len());
+            for v in values {
+                let Expr::Load(b, idx) = v else { return None };
+                let [i] = &idx[..] else { return None };
+                if b.id() != buf.id() || i.ty().lanes != lanes {
+                    return None;
+                }
+                indices.push(i.clone());
+            }
+            // A strided run: `Ramp(B + c + j, m, L)` for j in 0..m.
+            let run = indices.iter().enumerate().all(|(j, i)| match (i, &indices[0]) {
+                (Expr::Ramp { base, stride, .. }, Expr::Ramp { base: b0, .. }) => {
+                    let ((at, c), (at0, c0)) = (constant_offset(base), constant_offset(b0));
+                    stride.as_int() == Some(m) && at == at0 && c == c0 + j as i64
+                }
+                _ => false,
+            });
+            let leaf = match (&indices[0], run) {
+                (Expr::Ramp { base, .. }, true) => {
+                    let run =
+                        Expr::Ramp { base: base.clone(), stride: Box::new(Expr::int(1)), lanes: lanes * m as u16 };
+                    RunLeaf::Contiguous(buf.clone(), run)
+                }
+                _ => RunLeaf::Interleaved(values.iter().map(|v| (*v).clone()).collect()),
+            };
+            let piece =
+                Buffer::new(&format!("run_piece_{}", leaves.len()), buf.elem(), vec![width as usize], Scope::Local);
+            leaves.push((piece.clone(), leaf));
+            Some(Expr::Load(
+                piece,
+                vec![Expr::Ramp { base: Box::new(Expr::int(0)), stride: Box::new(Expr::int(1)), lanes: width }],
+            ))
+        }
+        Expr::Load(..) | Expr::Ramp { .. } | Expr::Broadcast(..) => None,
+        _ => {
+            // The same node in every value, its children widened in turn.
+            let shape = |e: &Expr| e.map_children(|_| Expr::int(0));
+            let s0 = shape(e0);
+            if values.iter().any(|v| shape(v) != s0) {
+                return None;
+            }
+            let children: Vec<Vec<Expr>> = values
+                .iter()
+                .map(|v| {
+                    let mut c = Vec::new();
+                    v.for_each_child(|x| c.push(x.clone()));
+                    c
+                })
+                .collect();
+            let mut wide = Vec::with_capacity(children[0].len());
+            for i in 0..children[0].len() {
+                let column: Vec<&Expr> = children.iter().map(|c| &c[i]).collect();
+                wide.push(widened(&column, m, lanes, width, leaves)?);
+            }
+            let mut next = wide.into_iter();
+            let rebuilt = e0.map_children(|_| next.next().expect("one per child"));
+            Some(match rebuilt {
+                Expr::Call(f, args, t) if t.lanes == lanes => Expr::Call(f, args, t.with_lanes(width)),
+                Expr::Cast(t, x) if t.lanes == lanes => Expr::Cast(t.with_lanes(width), x),
+                e => e,
+            })
+        }
+    }
 }
 
 impl<'ctx> FnGen<'_, 'ctx> {
@@ -89,6 +185,82 @@ impl<'ctx> FnGen<'_, 'ctx> {
         Ok(())
     }
 
+    /// The run of an interleaved group whose values compute a function (a
+    /// SiLU after a Winograd output): computed on the run itself, in whole
+    /// vectors of the unit, where that takes fewer vectors than the `m`
+    /// values of `lanes` lanes each (a 40 × 40 map's rows: 10 tiles a
+    /// vector, four vectors of 16 lanes for 40 elements, three on the run;
+    /// on 8 lanes eight for five). The values' differing loads are
+    /// interleaved (or read as their contiguous run) first.
+    fn run_epilogue(
+        &mut self,
+        values: &[&Expr],
+        m: i64,
+        lanes: u16,
+    ) -> Result<Option<VectorValue<'ctx>>, CodegenError> {
+        let width = self.features.transpose_lanes as u16;
+        let total = lanes as u32 * m as u32;
+        let on_run = total.div_ceil(width as u32);
+        let per_value = m as u32 * (lanes as u32).div_ceil(width as u32);
+        if width < 4 || on_run >= per_value || !calls_a_function(values[0]) {
+            return Ok(None);
+        }
+        let mut leaves = Vec::new();
+        let Some(template) = widened(values, m, lanes, width, &mut leaves) else { return Ok(None) };
+        let i32t = self.ctx.i32_type();
+        let mut runs = Vec::with_capacity(leaves.len());
+        for (_, leaf) in &leaves {
+            let run = match leaf {
+                RunLeaf::Contiguous(buf, idx) => {
+                    let Some((ptr, vt)) = self.contiguous(buf, idx)? else { return Ok(None) };
+                    let v = self.e(compat::load(&self.b, vt, ptr, "run"))?;
+                    if let Some(i) = v.as_instruction_value() {
+                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|e| llvm_err(&self.kernel, e))?;
+                    }
+                    v.into_vector_value()
+                }
+                RunLeaf::Interleaved(loads) => {
+                    let vs = loads
+                        .iter()
+                        .map(|l| Ok(self.vexpr(l)?.into_vector_value()))
+                        .collect::<Result<Vec<_>, CodegenError>>()?;
+                    let joined = self.concat_vectors(vs)?;
+                    let (l, mm) = (lanes as u64, m as u64);
+                    let order: Vec<IntValue> =
+                        (0..mm * l).map(|k| i32t.const_int((k % mm) * l + k / mm, false)).collect();
+                    let undef = joined.get_type().get_undef();
+                    self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&order), "run"))?
+                }
+            };
+            runs.push(run);
+        }
+        let mut pieces = Vec::with_capacity(on_run as usize);
+        for p in 0..on_run {
+            for ((placeholder, _), run) in leaves.iter().zip(&runs) {
+                let pick: Vec<IntValue> = (0..width as u32)
+                    .map(|k| {
+                        let at = p * width as u32 + k;
+                        if at < total {
+                            i32t.const_int(at as u64, false)
+                        } else {
+                            i32t.get_undef()
+                        }
+                    })
+                    .collect();
+                let undef = run.get_type().get_undef();
+                let piece =
+                    self.e(self.b.build_shuffle_vector(*run, undef, VectorType::const_vector(&pick), "piece"))?;
+                let idx = Expr::Ramp { base: Box::new(Expr::int(0)), stride: Box::new(Expr::int(1)), lanes: width };
+                self.deinterleaved.insert((placeholder.id(), format!("{idx:?}")), piece);
+            }
+            let v = self.vexpr(&template);
+            self.deinterleaved.clear();
+            pieces.push(v?.into_vector_value());
+        }
+        let joined = self.concat_vectors(pieces)?;
+        Ok(Some(self.first_lanes(joined, total)?))
+    }
+
     /// `buf[idx]` split from its run by [`Self::deinterleave_loads`], if it was.
     pub(super) fn deinterleaved_load(&self, buf: &Buffer, idx: &Expr) -> Option<BasicValueEnum<'ctx>> {
         if self.deinterleaved.is_empty() {
@@ -134,6 +306,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
         }
         let run = Expr::Ramp { base: base.clone(), stride: Box::new(Expr::int(1)), lanes: lanes * m as u16 };
         let Some((ptr, vt)) = self.contiguous(buffer, &run)? else { return Ok(None) };
+        if let Some(run_value) = self.run_epilogue(&values, m, *lanes)? {
+            self.store_run(buffer, ptr, vt, run_value)?;
+            return Ok(Some(m as usize));
+        }
         self.deinterleave_loads(&values, m, *lanes)?;
         let mut vs: Vec<VectorValue<'ctx>> = Vec::with_capacity(m as usize);
         for v in values {
@@ -154,6 +330,19 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let undef = joined.get_type().get_undef();
         let run_value =
             self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&order), "interleaved"))?;
+        self.store_run(buffer, ptr, vt, run_value)?;
+        Ok(Some(m as usize))
+    }
+
+    /// Stores an interleaved group's run at `ptr` (masked where the unit has
+    /// no vector of its lanes).
+    fn store_run(
+        &mut self,
+        buffer: &Buffer,
+        ptr: inkwell::values::PointerValue<'ctx>,
+        vt: VectorType<'ctx>,
+        run_value: VectorValue<'ctx>,
+    ) -> Result<(), CodegenError> {
         match self.masked_access(buffer, vt) {
             Some(wt) => self.masked_store(buffer, ptr, (vt, wt), run_value)?,
             None => {
@@ -162,6 +351,6 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
         }
         self.forget_transposes_of(buffer);
-        Ok(Some(m as usize))
+        Ok(())
     }
 }

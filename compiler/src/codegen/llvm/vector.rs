@@ -518,6 +518,10 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 }
             }
             Expr::Load(buf, idx) if idx.len() == 1 => {
+                // A piece of an interleaved group's run (`interleave.rs`).
+                if let Some(v) = self.deinterleaved_load(buf, &idx[0]) {
+                    return Ok(v);
+                }
                 if let Some(v) = self.grid_plain_load(buf, &idx[0])? {
                     return Ok(v.into());
                 }
