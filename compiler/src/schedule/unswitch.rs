@@ -51,6 +51,11 @@ fn unswitched(var: &Var, range: (i64, i64), body: &Stmt, copy: &mut usize) -> Op
         return None;
     }
     let Stmt::Store { buffer, indices, value } = store else { return None };
+    // One copy of the nest per range of `var` the tests tell apart: a
+    // concatenation of thousands of inputs stays one nest.
+    if tests_of(value, var) > MAX_UNSWITCHED_TESTS {
+        return None;
+    }
     let (cond, test) = hoistable_test(value, var, &chain)?;
     let (taken, left) = split_range(range, test);
     let mut branch = |arm: usize, part: (i64, i64)| {
@@ -75,6 +80,17 @@ fn unswitched(var: &Var, range: (i64, i64), body: &Stmt, copy: &mut usize) -> Op
             Stmt::If { cond, then_case: Box::new(then_case), else_case: Some(Box::new(else_case)) }
         }
     })
+}
+
+/// The most selects on a loop's variable hoisted out of one nest.
+const MAX_UNSWITCHED_TESTS: usize = 64;
+
+/// How many selects of `e` test `var` against a constant.
+fn tests_of(e: &Expr, var: &Var) -> usize {
+    let here = matches!(e, Expr::Select(c, _, _) if compared_with_constant(c, var).is_some()) as usize;
+    let mut n = here;
+    e.for_each_child(|c| n += tests_of(c, var));
+    n
 }
 
 /// The condition of the first select in `e` (outermost first) that tests
@@ -253,6 +269,44 @@ mod tests {
         let (holds, fails) = split_range((0, 9), (CmpOp::Lt, 12));
         assert_eq!(holds, (0, 9));
         assert!(fails.0 > fails.1);
+    }
+
+    /// A chain of selects on `v` over a nest of one loop: unswitched into
+    /// an `if` chain (no select left) up to [`MAX_UNSWITCHED_TESTS`] tests,
+    /// left alone past them.
+    #[test]
+    fn chains_of_tests_are_unswitched_up_to_the_limit() {
+        let (v, c) = (Var::index("v"), Var::index("c"));
+        let src = crate::tir::Buffer::new("src", crate::DataType::F32, vec![4], crate::tir::Scope::Global);
+        let dst = crate::tir::Buffer::new("dst", crate::DataType::F32, vec![4], crate::tir::Scope::Global);
+        let nest = |tests: i64| {
+            let load = Expr::Load(src.clone(), vec![Expr::var(&c)]);
+            let value = (0..tests).rev().fold(load.clone(), |rest, k| {
+                Expr::select(
+                    Expr::cmp(CmpOp::Lt, Expr::var(&v), Expr::int(k + 1)),
+                    load.clone() * Expr::float(k as f64, crate::DataType::F32),
+                    rest,
+                )
+            });
+            Stmt::For(Box::new(For {
+                var: c.clone(),
+                min: Expr::int(0),
+                extent: Expr::int(4),
+                kind: ForKind::Serial,
+                body: Stmt::Store { buffer: dst.clone(), indices: vec![Expr::var(&c)], value },
+            }))
+        };
+        let unswitched_nest = unswitched(&v, (0, 99), &nest(3), &mut 0).expect("three tests unswitch");
+        let mut ifs = 0;
+        unswitched_nest.visit(&mut |s| match s {
+            Stmt::If { .. } => ifs += 1,
+            Stmt::Store { value, .. } => assert!(!selects(value), "a select is left: {value:?}"),
+            _ => {}
+        });
+        assert_eq!(ifs, 3);
+        let limit = MAX_UNSWITCHED_TESTS as i64;
+        assert!(unswitched(&v, (0, 99), &nest(limit), &mut 0).is_some());
+        assert!(unswitched(&v, (0, 99), &nest(limit + 1), &mut 0).is_none());
     }
 
     /// `c < v` is `v > c`; a test of anything but the loop's variable against a constant is not hoisted.
