@@ -73,7 +73,7 @@ fn prefetch_for(l: &For, buffer: &Buffer, ahead: i64) -> Option<Stmt> {
     Some(Stmt::Evaluate(Expr::call(Intrinsic::Prefetch, vec![load], TirType::scalar(crate::DataType::I32))))
 }
 
-/// Cache lines a prefetch loop asks for per element size (64-byte lines).
+/// The bytes of the cache line each prefetch asks for.
 const LINE_BYTES: i64 = 64;
 
 /// Inserts after each loop that copies a run of `source` into a
