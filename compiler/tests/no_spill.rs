@@ -389,6 +389,30 @@ fn winograd_silu_rows_are_computed_on_the_interleaved_run() {
     assert_eq!(count("vdivps"), 3, "one quotient per 16 elements of a row:\n{asm}");
 }
 
+/// A separable max pooling over windows of several rows on rows of at most
+/// a vector (YOLOv8n's SPPF: 5 × 5, stride 1, on 10 × 10) keeps each row of
+/// vertical maxima — its `-inf` borders and the row, stored in three pieces
+/// and read at the window's five column offsets — in a register
+/// (`codegen/llvm/register_buffer.rs`), not on the stack, where every read
+/// spanned several stores that cannot forward to it (0.60× the time).
+#[test]
+fn pooling_rows_of_a_vector_stay_in_registers() {
+    let relay = "%x: Tensor[(1, 8, 10, 10), float32], %w: Tensor[(1), float32]) {
+           add(nn.max_pool2d(%x, pool_size=[5, 5], padding=[2, 2, 2, 2]), %w)";
+    let asm = assembly(relay, &[1], "llvm -mcpu=x86-64-v4");
+    let stack_vectors = asm
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with('v')
+                && l.contains("(%rsp)")
+                && (l.contains("%xmm") || l.contains("%ymm") || l.contains("%zmm"))
+        })
+        .count();
+    assert_eq!(stack_vectors, 0, "no row of maxima through the stack:\n{asm}");
+    assert!(asm.lines().any(|l| l.trim().starts_with("vmaxps")), "vector maxima:\n{asm}");
+}
+
 /// On AVX-512 a stride-1 depthwise convolution whose padded plane fits L1
 /// reads its input in place: each row of the window is one masked load
 /// (the lanes outside the image — column −1, the columns past a 14-wide

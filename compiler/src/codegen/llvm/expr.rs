@@ -300,6 +300,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 self.cast(v, from, t.elem)?
             }
             Expr::Load(buf, idx) => {
+                if let Some(v) = self.register_load(buf, idx)? {
+                    return Ok(v);
+                }
                 let ptr = self.address(buf, idx)?;
                 let v = self.e(compat::load(&self.b, elem_type(self.ctx, buf.elem()), ptr, "load"))?;
                 if buf.elem() == DataType::Bool {

@@ -32,6 +32,7 @@ mod interleave;
 mod jit;
 mod nvptx;
 mod predicated;
+mod register_buffer;
 mod row_gather;
 mod stmt;
 mod target;
@@ -95,6 +96,8 @@ struct FnGen<'a, 'ctx> {
     /// Strided loads of the interleaved group being stored, split from one
     /// run (see `interleave.rs`), by buffer and index text.
     deinterleaved: HashMap<(u32, String), inkwell::values::VectorValue<'ctx>>,
+    /// Kernel-local buffers kept as one vector value (see `register_buffer.rs`).
+    register_buffers: HashMap<u32, inkwell::values::VectorValue<'ctx>>,
     /// The row length of [`crate::codegen::GRID_ROW_ATTR`], where the kernel has one.
     grid_row: Option<i64>,
 }
@@ -216,6 +219,7 @@ fn start_kernel<'a, 'ctx>(
         row_plan: HashMap::new(),
         row_gathers: HashMap::new(),
         deinterleaved: HashMap::new(),
+        register_buffers: HashMap::new(),
         grid_row: f.attrs.get(crate::codegen::GRID_ROW_ATTR).and_then(|w| w.parse().ok()).filter(|&w: &i64| w > 0),
     })
 }

@@ -63,6 +63,11 @@ impl<'ctx> FnGen<'_, 'ctx> {
 
     /// Every statement but sequences and lets (see `stmt`).
     fn statement(&mut self, s: &Stmt) -> Result<(), CodegenError> {
+        if let Stmt::Store { buffer, indices, value } = s {
+            if self.register_store(buffer, indices, value)? {
+                return Ok(());
+            }
+        }
         match s {
             Stmt::For(l) => self.for_loop(&l.var, &l.min, &l.extent, l.kind, &l.body),
             Stmt::Store { buffer, indices, value }
@@ -102,6 +107,15 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 ))?;
                 self.buffers.insert(buffer.id(), ptr);
                 self.stmt(body)
+            }
+            Stmt::Allocate { buffer, body }
+                if register_buffer::fits_a_register(buffer, body, self.features.transpose_lanes) =>
+            {
+                let t = self.ctx.f32_type().vec_type(buffer.numel() as u32);
+                self.register_buffers.insert(buffer.id(), t.get_undef());
+                let done = self.stmt(body);
+                self.register_buffers.remove(&buffer.id());
+                done
             }
             Stmt::Allocate { buffer, body } => {
                 let bytes = buffer.numel() * buffer.elem().size_bytes();

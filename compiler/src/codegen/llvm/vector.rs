@@ -522,6 +522,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 if let Some(v) = self.deinterleaved_load(buf, &idx[0]) {
                     return Ok(v);
                 }
+                if let Some(v) = self.register_load(buf, idx)? {
+                    return Ok(v);
+                }
                 if let Some(v) = self.grid_plain_load(buf, &idx[0])? {
                     return Ok(v.into());
                 }
