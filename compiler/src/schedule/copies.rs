@@ -117,7 +117,7 @@ fn strided_copy(e: &Expr, written: &Buffer, v: &Var) -> bool {
         .filter(|(_, idx)| idx.iter().any(|i| i.uses_var(v)))
         .map(|(_, idx)| (1..=4).find(|&stride| steps_by(idx, v, stride)))
         .collect();
-    !super::calls_a_function(e)
+    !e.calls_a_function()
         && loads.iter().all(|(b, _)| b != written)
         && strides.is_some_and(|s| s.iter().any(|&stride| stride > 1))
 }

@@ -616,19 +616,11 @@ pub(crate) const POOL_PLANE_BYTES: usize = 16 * 1024;
 /// The largest pooling window unrolled (a 3 × 3 or 4 × 4 window).
 const MAX_UNROLLED_WINDOW: i64 = 16;
 
-/// Whether `e` calls an intrinsic (a transcendental function, before
-/// LowerIntrinsics makes it a polynomial).
-pub(crate) fn calls_a_function(e: &crate::tir::Expr) -> bool {
-    let mut found = matches!(e, crate::tir::Expr::Call(..));
-    e.for_each_child(|c| found |= calls_a_function(c));
-    found
-}
-
 /// Whether any statement of `f` stores a value that calls an intrinsic (a
 /// SiLU's sigmoid in a convolution's or a Winograd write-back's epilogue),
 /// before a strategy chooses its tile.
 pub(crate) fn calls_in_epilogue(f: &PrimFunc) -> bool {
-    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
+    contains(&f.body, |st| matches!(st, Stmt::Store { value, .. } if value.calls_a_function()))
 }
 
 /// Split every innermost loop that stores one element per iteration by the
@@ -644,7 +636,7 @@ fn vectorize_inner(f: PrimFunc, unit: VectorUnit) -> PrimFunc {
     s.func().body.visit(&mut |st| {
         if let Stmt::For(l) = st {
             if let (ForKind::Serial, Stmt::Store { value, .. }) = (l.kind, &l.body) {
-                let worth_a_tail = upsampling || calls_a_function(value) || !unswitch::selects(value);
+                let worth_a_tail = upsampling || value.calls_a_function() || !unswitch::selects(value);
                 candidates.push((l.var.clone(), l.extent.as_int().unwrap_or(0), worth_a_tail));
             }
         }

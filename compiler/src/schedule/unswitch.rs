@@ -12,15 +12,14 @@
 use kiln_ir::arith::{simplify_stmt, Bounds, Interval};
 
 use super::primitives::fresh_loop_vars;
-use super::{collect_loads, contiguous};
+use super::{collect_loads, contiguous, Schedule};
 use crate::tir::{CmpOp, Expr, For, ForKind, PrimFunc, Stmt, Var};
 
 /// `f` with every loop whose perfect nest of serial loops ends in one store
 /// of a chain of selects on that loop's variable (compared with constants)
 /// rewritten as an `if` chain around one copy of the nest per arm, each
-/// simplified under its range of the variable; then, in each copy, two
-/// loops that walk the rows and columns of whole planes (the store and
-/// every load contiguous across them) fused into one.
+/// simplified under its range of the variable (its rows then fused into
+/// runs by [`fuse_plane_runs_of`], as every injective kernel's are).
 pub(super) fn unswitch_selects(mut f: PrimFunc) -> PrimFunc {
     let mut copy = 0usize;
     f.body = std::mem::replace(&mut f.body, Stmt::nop()).map_post(&mut |s| match s {
@@ -65,8 +64,7 @@ fn unswitched(var: &Var, range: (i64, i64), body: &Stmt, copy: &mut usize) -> Op
         let mut bounds = Bounds::new();
         bounds.bind(var, Interval::new(part.0, part.1));
         let nest = simplify_stmt(fresh_loop_vars(nest, &format!("u{copy}")), &mut bounds);
-        let nest = unswitched(var, part, &nest, copy).unwrap_or(nest);
-        fuse_plane_runs(nest)
+        unswitched(var, part, &nest, copy).unwrap_or(nest)
     };
     let empty = |(lo, hi): (i64, i64)| lo > hi;
     // A test the range decides keeps one arm, untested.
@@ -184,35 +182,40 @@ pub(super) fn selects(e: &Expr) -> bool {
     found
 }
 
-/// `f` with its copies and element-wise rows over whole planes as runs (see [`fuse_plane_runs`]).
-pub(super) fn fuse_plane_runs_of(mut f: PrimFunc) -> PrimFunc {
-    f.body = fuse_plane_runs(std::mem::replace(&mut f.body, Stmt::nop()));
-    f
-}
-
-/// Two innermost loops `for r: for c: out[.., r, c] = f(in[.., r, c], ...)`
-/// over whole rows (the column loop covers each buffer's last axis, the
-/// row loop steps its second-to-last by one) fused into one run of pixels.
-fn fuse_plane_runs(s: Stmt) -> Stmt {
-    s.map_post(&mut |s| {
-        let Stmt::For(outer) = s else { return s };
-        match fused(&outer) {
-            Some(run) => run,
-            None => Stmt::For(outer),
+/// `f` with every pair of innermost loops `for r: for c: out[.., r, c] =
+/// f(in[.., r, c], ...)` over whole rows (the column loop covers each
+/// buffer's last axis, the row loop steps its second-to-last by one) fused
+/// ([`Schedule::fuse`]) into one run of the plane.
+pub(super) fn fuse_plane_runs_of(f: PrimFunc) -> PrimFunc {
+    let mut pairs = Vec::new();
+    f.body.visit(&mut |s| {
+        if let Stmt::For(outer) = s {
+            if walks_whole_rows(outer) {
+                let Stmt::For(inner) = &outer.body else { return };
+                pairs.push((outer.var.clone(), inner.var.clone()));
+            }
         }
-    })
+    });
+    let mut s = Schedule::new(f);
+    for (r, c) in pairs {
+        // The pair is directly nested with constant extents (checked): fusing cannot fail.
+        let fused = s.fuse(&r, &c);
+        debug_assert!(fused.is_ok(), "{fused:?}");
+    }
+    s.into_func()
 }
 
-fn fused(outer: &For) -> Option<Stmt> {
-    let Stmt::For(inner) = &outer.body else { return None };
-    let Stmt::Store { buffer, indices, value } = &inner.body else { return None };
-    let (rows, cols) = (outer.extent.as_int()?, inner.extent.as_int()?);
+/// Whether `outer` and the loop directly inside it store and read whole rows.
+fn walks_whole_rows(outer: &For) -> bool {
+    let Stmt::For(inner) = &outer.body else { return false };
+    let Stmt::Store { buffer, indices, value } = &inner.body else { return false };
+    let (Some(_), Some(cols)) = (outer.extent.as_int(), inner.extent.as_int()) else { return false };
     if outer.kind != ForKind::Serial
         || inner.kind != ForKind::Serial
-        || outer.min.as_int()? != 0
-        || inner.min.as_int()? != 0
+        || outer.min.as_int() != Some(0)
+        || inner.min.as_int() != Some(0)
     {
-        return None;
+        return false;
     }
     let (r, c) = (&outer.var, &inner.var);
     let whole_rows = |shape: &[usize], idx: &[Expr]| -> bool {
@@ -229,29 +232,7 @@ fn fused(outer: &For) -> Option<Stmt> {
     let every_read = loads
         .iter()
         .all(|(b, idx)| (!idx.iter().any(|i| i.uses_var(r) || i.uses_var(c))) || whole_rows(b.shape(), idx));
-    if !whole_rows(buffer.shape(), indices) || !every_read {
-        return None;
-    }
-    let run = Var::index(&format!("{}_{}_run", r.name, c.name));
-    let at = |e: &Expr| {
-        e.substitute(&|w| {
-            if w == r {
-                Some(Expr::bin(crate::tir::BinOp::FloorDiv, Expr::var(&run), Expr::int(cols)))
-            } else if w == c {
-                Some(Expr::bin(crate::tir::BinOp::FloorMod, Expr::var(&run), Expr::int(cols)))
-            } else {
-                None
-            }
-        })
-    };
-    let store = Stmt::Store { buffer: buffer.clone(), indices: indices.iter().map(at).collect(), value: at(value) };
-    Some(Stmt::For(Box::new(For {
-        var: run,
-        min: Expr::int(0),
-        extent: Expr::int(rows * cols),
-        kind: ForKind::Serial,
-        body: store,
-    })))
+    whole_rows(buffer.shape(), indices) && every_read
 }
 
 #[cfg(test)]

@@ -685,6 +685,14 @@ impl Expr {
         }
     }
 
+    /// Whether the expression calls an intrinsic (a transcendental function
+    /// before LowerIntrinsics makes it a polynomial, a SiLU's sigmoid).
+    pub fn calls_a_function(&self) -> bool {
+        let mut found = matches!(self, Expr::Call(..));
+        self.for_each_child(|c| found |= c.calls_a_function());
+        found
+    }
+
     /// Whether `v` occurs in the expression.
     pub fn uses_var(&self, v: &Var) -> bool {
         match self {

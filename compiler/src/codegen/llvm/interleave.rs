@@ -41,20 +41,18 @@ fn strided_loads(e: &Expr, m: i64, lanes: u16, out: &mut Vec<(Buffer, String, i6
     e.for_each_child(|c| strided_loads(c, m, lanes, out));
 }
 
-/// Whether `e` calls a function (a SiLU's sigmoid): an epilogue that costs
-/// as much per vector as the write-back itself.
-fn calls_a_function(e: &Expr) -> bool {
-    let mut found = matches!(e, Expr::Call(..));
-    e.for_each_child(|c| found |= calls_a_function(c));
-    found
-}
-
 /// A load that differs from one value of a group to the next: read as the
 /// `m` vectors and interleaved (a tile's column), or, where they are
 /// `buf[Ramp(B + c + j, m, L)]`, as the contiguous run they make (a residual).
 enum RunLeaf {
     Interleaved(Vec<Expr>),
     Contiguous(Buffer, Expr),
+}
+
+/// The index of a placeholder load in [`widened`]'s expression: a whole
+/// piece of `width` lanes.
+fn piece_index(width: u16) -> Expr {
+    Expr::Ramp { base: Box::new(Expr::int(0)), stride: Box::new(Expr::int(1)), lanes: width }
 }
 
 /// The `m` values of an interleaved group (`lanes` lanes each) as one
@@ -100,10 +98,7 @@ fn widened(values: &[&Expr], m: i64, lanes: u16, width: u16, leaves: &mut Vec<(B
             let piece =
                 Buffer::new(&format!("run_piece_{}", leaves.len()), buf.elem(), vec![width as usize], Scope::Local);
             leaves.push((piece.clone(), leaf));
-            Some(Expr::Load(
-                piece,
-                vec![Expr::Ramp { base: Box::new(Expr::int(0)), stride: Box::new(Expr::int(1)), lanes: width }],
-            ))
+            Some(Expr::Load(piece, vec![piece_index(width)]))
         }
         Expr::Load(..) | Expr::Ramp { .. } | Expr::Broadcast(..) => None,
         _ => {
@@ -166,12 +161,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
             let Some(indices) = indices.into_iter().collect::<Option<Vec<Expr>>>() else { continue };
             let Expr::Ramp { base, .. } = &indices[0] else { continue };
             let run = Expr::Ramp { base: base.clone(), stride: Box::new(Expr::int(1)), lanes: lanes * m as u16 };
-            let Some((ptr, vt)) = self.contiguous(&buf, &run)? else { continue };
-            let whole = self.e(compat::load(&self.b, vt, ptr, "run"))?;
-            if let Some(i) = whole.as_instruction_value() {
-                i.set_alignment(buf.elem().size_bytes() as u32).map_err(|e| llvm_err(&self.kernel, e))?;
-            }
-            let whole = whole.into_vector_value();
+            let Some(whole) = self.load_run(&buf, &run)? else { continue };
             let i32t = self.ctx.i32_type();
             for (j, idx) in indices.iter().enumerate() {
                 let picks: Vec<IntValue> =
@@ -202,7 +192,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let total = lanes as u32 * m as u32;
         let on_run = total.div_ceil(width as u32);
         let per_value = m as u32 * (lanes as u32).div_ceil(width as u32);
-        if width < 4 || on_run >= per_value || !calls_a_function(values[0]) {
+        if width < 4 || on_run >= per_value || !values[0].calls_a_function() {
             return Ok(None);
         }
         let mut leaves = Vec::new();
@@ -211,29 +201,21 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let mut runs = Vec::with_capacity(leaves.len());
         for (_, leaf) in &leaves {
             let run = match leaf {
-                RunLeaf::Contiguous(buf, idx) => {
-                    let Some((ptr, vt)) = self.contiguous(buf, idx)? else { return Ok(None) };
-                    let v = self.e(compat::load(&self.b, vt, ptr, "run"))?;
-                    if let Some(i) = v.as_instruction_value() {
-                        i.set_alignment(buf.elem().size_bytes() as u32).map_err(|e| llvm_err(&self.kernel, e))?;
-                    }
-                    v.into_vector_value()
-                }
+                RunLeaf::Contiguous(buf, idx) => match self.load_run(buf, idx)? {
+                    Some(v) => v,
+                    None => return Ok(None),
+                },
                 RunLeaf::Interleaved(loads) => {
                     let vs = loads
                         .iter()
                         .map(|l| Ok(self.vexpr(l)?.into_vector_value()))
                         .collect::<Result<Vec<_>, CodegenError>>()?;
-                    let joined = self.concat_vectors(vs)?;
-                    let (l, mm) = (lanes as u64, m as u64);
-                    let order: Vec<IntValue> =
-                        (0..mm * l).map(|k| i32t.const_int((k % mm) * l + k / mm, false)).collect();
-                    let undef = joined.get_type().get_undef();
-                    self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&order), "run"))?
+                    self.interleave(vs, m, lanes)?
                 }
             };
             runs.push(run);
         }
+        let piece_key = format!("{:?}", piece_index(width));
         let mut pieces = Vec::with_capacity(on_run as usize);
         for p in 0..on_run {
             for ((placeholder, _), run) in leaves.iter().zip(&runs) {
@@ -250,8 +232,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
                 let undef = run.get_type().get_undef();
                 let piece =
                     self.e(self.b.build_shuffle_vector(*run, undef, VectorType::const_vector(&pick), "piece"))?;
-                let idx = Expr::Ramp { base: Box::new(Expr::int(0)), stride: Box::new(Expr::int(1)), lanes: width };
-                self.deinterleaved.insert((placeholder.id(), format!("{idx:?}")), piece);
+                self.deinterleaved.insert((placeholder.id(), piece_key.clone()), piece);
             }
             let v = self.vexpr(&template);
             self.deinterleaved.clear();
@@ -322,16 +303,31 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
         }
         self.deinterleaved.clear();
-        // Vector `j` at lanes `j·L…`; element `t·m + j` of the run is lane `t` of vector `j`.
+        let run_value = self.interleave(vs, m, *lanes)?;
+        self.store_run(buffer, ptr, vt, run_value)?;
+        Ok(Some(m as usize))
+    }
+
+    /// The `m` vectors of `lanes` lanes as their run: element `t·m + j` is
+    /// lane `t` of vector `j`.
+    fn interleave(&self, vs: Vec<VectorValue<'ctx>>, m: i64, lanes: u16) -> Result<VectorValue<'ctx>, CodegenError> {
+        // Vector `j` at lanes `j·L…` of the joined vector.
         let joined = self.concat_vectors(vs)?;
-        let (l, m) = (*lanes as u64, m as u64);
+        let (l, m) = (lanes as u64, m as u64);
         let i32t = self.ctx.i32_type();
         let order: Vec<IntValue> = (0..m * l).map(|k| i32t.const_int((k % m) * l + k / m, false)).collect();
         let undef = joined.get_type().get_undef();
-        let run_value =
-            self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&order), "interleaved"))?;
-        self.store_run(buffer, ptr, vt, run_value)?;
-        Ok(Some(m as usize))
+        self.e(self.b.build_shuffle_vector(joined, undef, VectorType::const_vector(&order), "interleaved"))
+    }
+
+    /// `buf[idx]` as one load where `idx` is contiguous (element-aligned).
+    fn load_run(&mut self, buf: &Buffer, idx: &Expr) -> Result<Option<VectorValue<'ctx>>, CodegenError> {
+        let Some((ptr, vt)) = self.contiguous(buf, idx)? else { return Ok(None) };
+        let v = self.e(compat::load(&self.b, vt, ptr, "run"))?;
+        if let Some(i) = v.as_instruction_value() {
+            i.set_alignment(buf.elem().size_bytes() as u32).map_err(|e| llvm_err(&self.kernel, e))?;
+        }
+        Ok(Some(v.into_vector_value()))
     }
 
     /// Stores an interleaved group's run at `ptr` (masked where the unit has

@@ -665,8 +665,8 @@ impl<'ctx> FnGen<'_, 'ctx> {
     }
 
     /// `e`, a load of `buf` at `idx` (not contiguous), by the first way that
-    /// applies: split from an interleaved group's run, a transposed tile, a
-    /// strided row, per-lane loads, a row gather, constant offsets, a
+    /// applies (a piece of an interleaved group's run is taken before, for
+    /// every load): a transposed tile, a strided row, per-lane loads, a row gather, constant offsets, a
     /// hardware gather, else lane by lane.
     fn scattered_load(
         &mut self,
@@ -675,9 +675,6 @@ impl<'ctx> FnGen<'_, 'ctx> {
         idx: &Expr,
         lanes: u32,
     ) -> Result<BasicValueEnum<'ctx>, CodegenError> {
-        if let Some(v) = self.deinterleaved_load(buf, idx) {
-            return Ok(v);
-        }
         if let Some(v) = self.transposed_read(buf, idx)? {
             return Ok(v);
         }

@@ -7,8 +7,8 @@
 use super::prefetch::prefetch_rows_ahead;
 use super::primitives::ReductionTile;
 use super::{
-    calls_a_function, calls_in_epilogue, contains, divisor_at_most, extent, fuse_parallel, materialized,
-    reduction_extent, reduction_loops, reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
+    calls_in_epilogue, contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent,
+    reduction_loops, reduction_nest, tile_kinds, ConvOrder, Knobs, Schedule, ScheduleError,
 };
 use crate::target::VectorUnit;
 use crate::tir::{PrimFunc, Stmt, Var};
@@ -526,7 +526,7 @@ fn with_batch_loop(s: &Schedule, batch: Option<&Var>, first: &Var) -> Result<Vec
 /// division by a constant (hardswish, which measured no better).
 fn heavy_epilogue(s: &Schedule, tile: &ReductionTile) -> bool {
     let Some(Ok(wb)) = tile.writeback_loops.first().map(|v| s.loop_of(v)) else { return false };
-    contains(&wb.body, |st| matches!(st, Stmt::Store { value, .. } if calls_a_function(value)))
+    contains(&wb.body, |st| matches!(st, Stmt::Store { value, .. } if value.calls_a_function()))
 }
 
 /// The write-back of a channel-vectorized tile (`columns × channel vectors ×
