@@ -480,3 +480,25 @@ fn wide_depthwise_rows_are_read_once_on_the_grid() {
     let stack = lines().filter(|l| is_vector_spill(l)).count();
     assert!(stack * 10 <= fmas, "{stack} stack accesses:\n{avx512}");
 }
+
+/// A stride-2 depthwise row wider than a vector (MobileNetV2's 112 → 56)
+/// takes three permutes per window row and output vector: the even and the
+/// odd lanes of two grid vectors, and for the window's left column the odd
+/// lanes again with one lane of the vector before in front — the odd lanes
+/// shared with the right column (`codegen/llvm/grid.rs`). The even lanes of
+/// two shifted windows took four or five (51 permutes to 36 FMAs a row).
+#[test]
+fn stride_two_depthwise_rows_take_three_permutes_per_window_row() {
+    let relay = "%x: Tensor[(1, 16, 112, 112), float32], %w: Tensor[(16, 1, 3, 3), float32]) {
+           clip(nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1], groups=16), a_min=0f, a_max=6f)";
+    let avx512 = assembly(relay, &[16, 1, 3, 3], "llvm -mcpu=skylake-avx512");
+    let permutes = ["vpermt2ps", "vpermi2ps", "vpermps", "valignd", "vexpandps"];
+    let loops = hot_loops(&avx512);
+    assert!(!loops.is_empty(), "no loop with FMAs:\n{avx512}");
+    for body in loops {
+        let fmas = body.iter().filter(|l| is_fma(l) && l.contains("%zmm")).count();
+        let shuffles = body.iter().filter(|l| permutes.iter().any(|p| l.starts_with(p))).count();
+        assert!(fmas >= 36, "a row of four output vectors, nine taps each:\n{}", body.join("\n"));
+        assert!(shuffles <= fmas, "{shuffles} permutes for {fmas} FMAs:\n{}", body.join("\n"));
+    }
+}

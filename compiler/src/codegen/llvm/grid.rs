@@ -13,9 +13,10 @@
 //! were. MobileNetV2's 56 × 56 kernel 0.87× the time at one thread, 0.85× at
 //! two (Zen 5, `scripts/ab_kernels.py`; a C model of the same loop 0.67×),
 //! its 28 × 28 ones 0.98–0.99×, PP-LCNet's 0.96–1.01×; rows of one vector
-//! (14 × 14, 7 × 7) keep their loads. A stride-2 read is the even lanes of
-//! the two windows its span covers, each a grid vector or a shift of two
-//! (the schedule's figures in `schedule/conv2d/depthwise.rs`).
+//! (14 × 14, 7 × 7) keep their loads. A stride-2 read is every other lane
+//! of the grid vectors its span covers: three permutes per window row and
+//! output vector (see [`FnGen::grid_stride_two`]; the schedule's figures in
+//! `schedule/conv2d/depthwise.rs`).
 
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, IntValue, VectorValue};
@@ -57,6 +58,16 @@ fn multiple_of(e: &Expr, w: i64) -> bool {
         e => e.as_int().is_some_and(|k| k % w == 0),
     }
 }
+
+/// How many stride-2 reads a kernel keeps for reuse, the latest first: a
+/// read's permute is shared with the window column two columns on (see
+/// [`FnGen::grid_stride_two`]), twice as many reads later as the tile has
+/// vectors — up to a wide stride-2 tile's four. A tile of seven rows (a
+/// 14 → 7 plane) re-reads instead: kept until its next window row reads the
+/// same input row, each row's permute stayed live through the tile and
+/// spilled (MobileNetV2's 14 → 7 kernel 1.10–1.20× slower, PP-LCNet's 5 × 5
+/// one 1.13×).
+const GRID_REUSE_READS: usize = 8;
 
 impl<'ctx> FnGen<'_, 'ctx> {
     /// `buf[base + stride·lane]` for `n` lanes (stride 1 or 2), each lane
@@ -108,13 +119,7 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let Some(col) = [near, near - w].into_iter().find(|&c| fits(c)) else { return Ok(None) };
         let row = (&row, offset - col);
         if stride == 2 {
-            // The even lanes of the two windows the lanes span.
-            let lo = self.grid_window(buf, row, col, n, uniform)?;
-            let hi = self.grid_window(buf, row, col + n64, n, uniform)?;
-            let i32t = self.ctx.i32_type();
-            let evens: Vec<IntValue> = (0..n64).map(|k| i32t.const_int((2 * k) as u64, false)).collect();
-            let v = self.b.build_shuffle_vector(lo, hi, VectorType::const_vector(&evens), "gridevens");
-            return Ok(Some(self.e(v)?));
+            return self.grid_stride_two(buf, row, col, n, uniform).map(Some);
         }
         // A shift in of zeros (a row's column −1, the columns past its end)
         // stays the one masked load it was: as a shift of one grid vector
@@ -126,6 +131,74 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return Ok(None);
         }
         self.grid_window(buf, row, col, n, uniform).map(Some)
+    }
+
+    /// Every other element of the row from column `col` (`n` of them), from
+    /// the grid vectors `v0, v1, v2` at the multiples of `n` from `col`'s.
+    /// Starting in `v0`'s first two columns it is one permute of `v0` and
+    /// `v1`. Starting later, the lanes past `v0` are the stride-2 read that
+    /// starts in `v1`'s first two columns — the permute another window
+    /// column of the tile builds (a 3 × 3 window at stride 2 reads columns
+    /// `2x − 1`, `2x` and `2x + 1`: the odd lanes of the pair are both the
+    /// right column's read and most of the left one's), kept from one to the
+    /// other (LLVM narrowed each to the lanes it used, and merged neither) —
+    /// and one more permute takes `v0`'s lanes in front. Three permutes per
+    /// window row and output vector where the even lanes of two shifted
+    /// windows took four or five: the permutes, one a cycle, bound
+    /// MobileNetV2's 112 → 56 kernel (51 per output row to 36 FMAs). Zen 5,
+    /// per kernel in the model (`scripts/ab_kernels.py`, one thread): its
+    /// 112 → 56 kernel 0.78–0.86×, 56 → 28 0.86–0.88×, 28 → 14 0.95×;
+    /// PP-LCNet's 3 × 3 ones 0.78×, 0.85× and 0.91× (its kernel linked into a
+    /// C harness, data in cache: 70 → 54–60 µs).
+    fn grid_stride_two(
+        &mut self,
+        buf: &Buffer,
+        row: (&Expr, i64),
+        col: i64,
+        n: u32,
+        uniform: Option<&Expr>,
+    ) -> Result<VectorValue<'ctx>, CodegenError> {
+        let n64 = n as i64;
+        let shift = col.rem_euclid(n64);
+        let at = col - shift;
+        let i32t = self.ctx.i32_type();
+        let mask = |lanes: Vec<i64>| {
+            let m: Vec<IntValue> = lanes.into_iter().map(|k| i32t.const_int(k as u64, false)).collect();
+            VectorType::const_vector(&m)
+        };
+        if shift <= 1 {
+            let key = self.grid_key(buf, row, col, n, uniform);
+            if let Some(v) = self.grid_value(&key) {
+                return Ok(v);
+            }
+            let v0 = self.grid_vector(buf, row, at, n, uniform)?;
+            let v1 = self.grid_vector(buf, row, at + n64, n, uniform)?;
+            let v = self.b.build_shuffle_vector(v0, v1, mask((0..n64).map(|k| shift + 2 * k).collect()), "gridevens");
+            let v = self.e(v)?;
+            return Ok(self.keep_grid_value(key, v));
+        }
+        let w = self.grid_row.unwrap_or(0);
+        let outside = |c: i64| c + n64 <= 0 || c >= w;
+        if [at, at + n64, at + 2 * n64].into_iter().filter(|&c| !outside(c)).count() <= 1 {
+            // One grid vector holds every lane (a row of one vector's column
+            // −1): one permute of it with zeros, as the even lanes of the two
+            // windows the lanes span. Through the read at `v1` below, the
+            // permute of a tile row stays live from the window's right column
+            // to its left one: MobileNetV2's 14 → 7 kernel (seven rows a tile)
+            // spilled, 1.10–1.20× slower.
+            let lo = self.grid_window(buf, row, col, n, uniform)?;
+            let hi = self.grid_window(buf, row, col + n64, n, uniform)?;
+            let v = self.b.build_shuffle_vector(lo, hi, mask((0..n64).map(|k| 2 * k).collect()), "gridevens");
+            return self.e(v);
+        }
+        // Lanes `0..from_v0` come from v0; the rest are the read at `v1`'s column `later`.
+        let from_v0 = (n64 - shift + 1) / 2;
+        let later = shift + 2 * from_v0 - n64;
+        let v0 = self.grid_vector(buf, row, at, n, uniform)?;
+        let rest = self.grid_stride_two(buf, row, at + n64 + later, n, uniform)?;
+        let front = (0..n64).map(|k| if k < from_v0 { n64 + shift + 2 * k } else { k - from_v0 }).collect();
+        let v = self.b.build_shuffle_vector(rest, v0, mask(front), "gridfront");
+        self.e(v)
     }
 
     /// The `n` elements of the row from column `col` (zero outside the row):
@@ -165,6 +238,37 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             _ => Ok(None),
         }
+    }
+
+    /// What a stride-2 read reads, as a key of [`FnGen::grid_values`]: the
+    /// same text is the same value while no store intervenes — the kernel
+    /// stores to none of the buffers a grid serves.
+    fn grid_key(
+        &self,
+        buf: &Buffer,
+        (row, row_start): (&Expr, i64),
+        col: i64,
+        n: u32,
+        uniform: Option<&Expr>,
+    ) -> String {
+        format!("{} {row:?} {} {n} {uniform:?}", buf.id(), row_start + col)
+    }
+
+    /// The value built for `key` in the block being emitted, among the last
+    /// [`GRID_REUSE_READS`] kept.
+    fn grid_value(&self, key: &str) -> Option<VectorValue<'ctx>> {
+        let block = self.b.get_insert_block()?;
+        self.grid_values.iter().find(|(b, k, _)| *b == block && k == key).map(|&(_, _, v)| v)
+    }
+
+    fn keep_grid_value(&mut self, key: String, v: VectorValue<'ctx>) -> VectorValue<'ctx> {
+        if let Some(block) = self.b.get_insert_block() {
+            if self.grid_values.len() == GRID_REUSE_READS {
+                self.grid_values.pop_front();
+            }
+            self.grid_values.push_back((block, key, v));
+        }
+        v
     }
 
     /// The grid vector of `buf` at column `col` of the row starting at

@@ -100,6 +100,13 @@ struct FnGen<'a, 'ctx> {
     register_buffers: HashMap<u32, inkwell::values::VectorValue<'ctx>>,
     /// The row length of [`crate::codegen::GRID_ROW_ATTR`], where the kernel has one.
     grid_row: Option<i64>,
+    /// The latest stride-2 grid reads, by the block they were built in and
+    /// what they read (see `grid.rs`): reused only in that block.
+    grid_values: std::collections::VecDeque<(
+        inkwell::basic_block::BasicBlock<'ctx>,
+        String,
+        inkwell::values::VectorValue<'ctx>,
+    )>,
 }
 
 fn llvm_err(kernel: &str, e: impl std::fmt::Display) -> CodegenError {
@@ -221,6 +228,7 @@ fn start_kernel<'a, 'ctx>(
         deinterleaved: HashMap::new(),
         register_buffers: HashMap::new(),
         grid_row: f.attrs.get(crate::codegen::GRID_ROW_ATTR).and_then(|w| w.parse().ok()).filter(|&w: &i64| w > 0),
+        grid_values: std::collections::VecDeque::new(),
     })
 }
 
