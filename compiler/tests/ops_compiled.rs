@@ -28,6 +28,7 @@ use low_precision::{
     byte_activations_between_kernels_match_the_interpreter, integer_convolutions_match_the_interpreter,
 };
 use packed_pixels::{
+    packed_convolutions_prefetch_the_next_blocks_weights_and_match_the_interpreter,
     packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
     packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
     stems_prefetch_their_input_rows_ahead_and_match_the_interpreter,
@@ -80,6 +81,7 @@ fn main() {
             packed_projections_on_14_by_14_maps_take_overlapping_two_by_six_tiles_on_8_lanes,
             packed_rows_112_wide_take_overlapping_two_by_six_tiles_on_8_lanes,
             stems_prefetch_their_input_rows_ahead_and_match_the_interpreter,
+            packed_convolutions_prefetch_the_next_blocks_weights_and_match_the_interpreter,
             integer_convolutions_match_the_interpreter,
             amx_convolutions_match_the_interpreter,
             byte_activations_between_kernels_match_the_interpreter,

@@ -326,7 +326,7 @@ impl Emitter<'_> {
                 self.line(depth, "/* barrier */");
             }
             Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, args, _)) => {
-                let Some((buf, clamped)) = super::clamped_prefetch(args) else {
+                let Some((buf, clamped)) = super::prefetch_operand(args, true) else {
                     return Err(self.unsupported("kiln.prefetch without one flat element operand"));
                 };
                 let (b, i) = (self.buffer(buf), self.expr(&clamped)?);

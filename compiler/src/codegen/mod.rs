@@ -29,11 +29,22 @@ pub use kiln_runtime::PackedKernel;
 
 /// The operand of `kiln.prefetch(b[i])` after FlattenBuffer: the buffer and
 /// the element index clamped into it, `min(i, len - 1)` (a prefetch may run
-/// ahead past the buffer's end; its address must not). None for another shape.
-pub(crate) fn clamped_prefetch(args: &[crate::tir::Expr]) -> Option<(&crate::tir::Buffer, crate::tir::Expr)> {
+/// ahead past the buffer's end; its address must not) — unclamped where the
+/// call says the address may lie past the buffer (`kiln.prefetch(b[i], 1)`)
+/// and `clamp_anyway` does not insist (C: a pointer past an array is
+/// undefined there). None for another shape.
+pub(crate) fn prefetch_operand(
+    args: &[crate::tir::Expr],
+    clamp_anyway: bool,
+) -> Option<(&crate::tir::Buffer, crate::tir::Expr)> {
     use crate::tir::{BinOp, Expr};
-    let [Expr::Load(buf, idx)] = args else { return None };
+    let (Expr::Load(buf, idx), past_allowed) = (args.first()?, args.get(1).and_then(Expr::as_int) == Some(1)) else {
+        return None;
+    };
     let [i] = &idx[..] else { return None };
+    if args.len() > 2 || (past_allowed && !clamp_anyway) {
+        return (args.len() <= 2).then(|| (buf, i.clone()));
+    }
     let last = Expr::int(buf.numel().saturating_sub(1) as i64);
     Some((buf, Expr::bin(BinOp::Min, i.clone(), last)))
 }

@@ -104,3 +104,40 @@ def @main(%x: Tensor[(1, 3, 50, 48), float32], %w1: Tensor[(16, 3, 3, 3), float3
         assert_eq!(prefetches(after), 0, "{lanes} lanes: {} prefetches", after.name);
     });
 }
+
+/// A packed convolution whose parallel loop walks blocks of output channels
+/// asks, in its reduction loop, for the weights the next block reads
+/// (`kiln.prefetch(w[…], 1)`: the address may run past the weights in the
+/// last block) — MobileNetV2's 160 → 960 on a 7 × 7 map. A 1 × 1 map (a
+/// squeeze-excitation: each weight read once) asks for nothing, nor does a
+/// convolution whose blocks are too large for two to stay in L2 (512 → 32,
+/// 3 × 3: 147 KB a block of 8 channels, 295 KB of 16). All equal the interpreter on LLVM and C (which
+/// clamps the address into the weights).
+pub(super) fn packed_convolutions_prefetch_the_next_blocks_weights_and_match_the_interpreter() {
+    let text = r#"#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 160, 7, 7), float32], %y: Tensor[(1, 512, 1, 1), float32], %z: Tensor[(1, 512, 4, 4), float32],
+          %w1: Tensor[(960, 160, 1, 1), float32], %w2: Tensor[(1280, 512, 1, 1), float32], %w3: Tensor[(32, 512, 3, 3), float32]) {
+  (clip(nn.conv2d(%x, %w1), a_min=0f, a_max=6f), nn.conv2d(%y, %w2), nn.conv2d(%z, %w3, padding=[1, 1, 1, 1]))
+}
+"#;
+    check_compiled(text, &["w1", "w2", "w3"], false, &|kernels, lanes| {
+        let prefetches = |input: &[usize]| {
+            let k = kernels.iter().find(|k| k.params[0].shape() == input).expect("the convolution");
+            let mut found = Vec::new();
+            k.body.visit(&mut |s| {
+                if let Stmt::Evaluate(Expr::Call(Intrinsic::Prefetch, args, _)) = s {
+                    found.push(args.clone());
+                }
+            });
+            (k.attrs.contains_key("conv2d.weight_block"), found)
+        };
+        let (packed, ahead) = prefetches(&[1, 160, 7, 7]);
+        assert!(packed, "{lanes} lanes: the 160 → 960 convolution is packed");
+        assert!(!ahead.is_empty(), "{lanes} lanes: the 160 → 960 convolution asks for the next block's weights");
+        for args in &ahead {
+            assert!(matches!(&args[..], [Expr::Load(w, _), Expr::Int(1, _)] if w.shape().len() == 5), "{args:?}");
+        }
+        assert!(prefetches(&[1, 512, 1, 1]).1.is_empty(), "{lanes} lanes: a 1 × 1 map prefetches");
+        assert!(prefetches(&[1, 512, 4, 4]).1.is_empty(), "{lanes} lanes: blocks of 147 KB or more prefetch");
+    });
+}

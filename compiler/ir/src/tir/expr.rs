@@ -361,8 +361,10 @@ intrinsics! {
         /// `kiln.prefetch(b[i])`: a hint to bring the cache line holding
         /// element `b[i]` into the first-level cache (the load is not
         /// performed: its address is the operand). An index past the buffer
-        /// is clamped to its last element; backends without a prefetch
-        /// instruction emit nothing. No value.
+        /// is clamped to its last element; `kiln.prefetch(b[i], 1)` allows
+        /// the address past the buffer (a hint nothing dereferences: no
+        /// clamp to compute in a hot loop; C clamps anyway). Backends without
+        /// a prefetch instruction emit nothing. No value.
         Prefetch,
     }
 }

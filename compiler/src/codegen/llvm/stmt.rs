@@ -345,13 +345,17 @@ impl FnGen<'_, '_> {
     /// `kiln.prefetch(b[i])`: `llvm.prefetch` (read, keep in all cache
     /// levels, data) of element `min(i, len - 1)`. Nothing on the GPU.
     fn prefetch(&mut self, args: &[Expr]) -> Result<(), CodegenError> {
-        let Some((buf, clamped)) = crate::codegen::clamped_prefetch(args) else {
+        let Some((buf, index)) = crate::codegen::prefetch_operand(args, false) else {
             return Err(self.unsupported("kiln.prefetch without one flat element operand"));
         };
         if self.gpu {
             return Ok(());
         }
-        let addr = self.address(buf, &[clamped])?;
+        // Not `inbounds`: an address allowed past the buffer (see
+        // `Intrinsic::Prefetch`) is a hint nothing dereferences.
+        let i = self.expr(&index)?.into_int_value();
+        let base = self.buffer_base(buf)?;
+        let addr = self.e(compat::gep(&self.b, elem_type(self.ctx, buf.elem()), base, &[i], "prefetchaddr"))?;
         let addr = self.byte_pointer(addr)?;
         let i32t = self.ctx.i32_type();
         let [read, locality, data] = [0, 3, 1].map(|v| i32t.const_int(v, false).into());
