@@ -414,11 +414,12 @@ fn pooling_rows_of_a_vector_stay_in_registers() {
 }
 
 /// On AVX-512 a stride-1 depthwise convolution whose padded plane fits L1
-/// reads its input in place: each row of the window is one masked load
-/// (the lanes outside the image — column −1, the columns past a 14-wide
-/// row — neither read nor stored; the rows above and below, known in the
-/// two unrolled row tiles, not loaded), the tile's accumulators whole
-/// 16-lane vectors. No padded copy stored per channel
+/// reads its input in place: each input row one masked load (the lanes
+/// outside the image — the columns past a 14-wide row — neither read nor
+/// stored; the rows above and below, known in the two unrolled row tiles,
+/// not loaded) and two permutes with zeros for the window's side columns
+/// (`codegen/llvm/grid.rs`; a masked load per window column before), the
+/// tile's accumulators whole 16-lane vectors. No padded copy stored per channel
 /// and read back at once (a 16-lane load over the several stores of a
 /// padded row cannot forward from them), no gathers, no spills; AVX2 keeps
 /// the padded image (no masked loads there).
@@ -429,8 +430,11 @@ fn small_depthwise_planes_are_read_in_place_on_avx512() {
     let avx512 = assembly(relay, &[32, 1, 3, 3], "llvm -mcpu=skylake-avx512");
     let lines = || avx512.lines().map(str::trim);
     let masked_loads = lines().filter(|l| l.starts_with("vmovups") && l.contains("{z}")).count();
-    // Two tiles of seven rows, nine input rows each read at three columns.
-    assert!(masked_loads >= 27, "input rows read by masked loads:\n{avx512}");
+    let shifts = lines().filter(|l| l.starts_with("vpermt2ps") || l.starts_with("vpermi2ps")).count();
+    // Two tiles of seven output rows over the 14 input rows: each row loaded
+    // once (not once per window column) and shifted twice.
+    assert!((14..=18).contains(&masked_loads), "{masked_loads} masked loads of input rows:\n{avx512}");
+    assert!(shifts >= 2 * 14, "{shifts} shifts of the input rows:\n{avx512}");
     let gathers = lines().filter(|l| l.starts_with("vgather") || l.starts_with("vinsertps")).count();
     assert_eq!(gathers, 0, "no lane-by-lane reads:\n{avx512}");
     let full_fmas = lines().filter(|l| is_fma(l) && l.contains("%zmm")).count();

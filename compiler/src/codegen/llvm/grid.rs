@@ -10,10 +10,11 @@
 //! window column and output vector that covers it (LLVM merges the
 //! identical loads) — and a shift of two of them (one permute). Shifts in of
 //! zeros (column −1, the columns past the row) stay the masked load they
-//! were. MobileNetV2's 56 × 56 kernel 0.87× the time at one thread, 0.85× at
-//! two (Zen 5, `scripts/ab_kernels.py`; a C model of the same loop 0.67×),
-//! its 28 × 28 ones 0.98–0.99×, PP-LCNet's 0.96–1.01×; rows of one vector
-//! (14 × 14, 7 × 7) keep their loads. A stride-2 read is every other lane
+//! were, except on a row of one vector filled more than half (14 × 14): a
+//! permute of it with zeros. MobileNetV2's 56 × 56 kernel 0.87× the time at
+//! one thread, 0.85× at two (Zen 5, `scripts/ab_kernels.py`; a C model of
+//! the same loop 0.67×), its 28 × 28 ones 0.98–0.99×, PP-LCNet's
+//! 0.96–1.01×; 7 × 7 rows keep their loads. A stride-2 read is every other lane
 //! of the grid vectors its span covers: three permutes per window row and
 //! output vector (see [`FnGen::grid_stride_two`]; the schedule's figures in
 //! `schedule/conv2d/depthwise.rs`).
@@ -122,13 +123,37 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return self.grid_stride_two(buf, row, col, n, uniform).map(Some);
         }
         // A shift in of zeros (a row's column −1, the columns past its end)
-        // stays the one masked load it was: as a shift of one grid vector
-        // (`vexpandps`, a permute with zero), rows of one vector (14 × 14,
-        // 7 × 7) ran 1.10–1.24× slower.
+        // stays the one masked load it was, but on a row of one vector (below).
         let at = col - col.rem_euclid(n64);
         let reaches = |c: i64| (0..n64).any(|k| inside(c + k));
         if at != col && !(reaches(at) && reaches(at + n64)) {
-            return Ok(None);
+            if n != 16 || w > n64 || 2 * w <= n64 {
+                return Ok(None);
+            }
+            // A row of one vector, more than half of it (14 × 14): its vector
+            // shifted with zeros by one permute (`vpermt2ps`; for a generic
+            // shuffle with zeros LLVM picks `vexpandps` or `valignd`, and rows
+            // so ran 1.10–1.24× slower than masked loads) instead of a masked
+            // load per window column. Zen 5, per kernel in the model, one
+            // thread: PP-LCNet's 5 × 5 14 × 14 kernels 0.89×, MobileNetV2's
+            // 3 × 3 ones 0.97–0.99×; 7-wide rows (7 × 7) 1.03–1.04× slower
+            // (kept as masked loads).
+            let inside_at = if reaches(at) { at } else { at + n64 };
+            let v = self.grid_vector(buf, row, inside_at, n, uniform)?;
+            let zero = v.get_type().const_zero();
+            let i32t = self.ctx.i32_type();
+            // Lane k takes column col + k: from `v` (operand 0) or zeros (operand 1).
+            let pick: Vec<IntValue> = (0..n64)
+                .map(|k| {
+                    let c = col + k - inside_at;
+                    i32t.const_int(if (0..n64).contains(&c) { c } else { n64 } as u64, false)
+                })
+                .collect();
+            let shifted = self.vector_intrinsic(
+                "llvm.x86.avx512.vpermi2var.ps.512",
+                &[v.into(), VectorType::const_vector(&pick).into(), zero.into()],
+            )?;
+            return Ok(Some(shifted.into_vector_value()));
         }
         self.grid_window(buf, row, col, n, uniform).map(Some)
     }
