@@ -10,8 +10,8 @@
 //! window column and output vector that covers it (LLVM merges the
 //! identical loads) — and a shift of two of them (one permute). Shifts in of
 //! zeros (column −1, the columns past the row) stay the masked load they
-//! were, except on a row of one vector filled more than half (14 × 14): a
-//! permute of it with zeros. MobileNetV2's 56 × 56 kernel 0.87× the time at
+//! were, except on rows of one or two vectors, more than half of one
+//! filled (14 × 14, 28 × 28): a permute with zeros. MobileNetV2's 56 × 56 kernel 0.87× the time at
 //! one thread, 0.85× at two (Zen 5, `scripts/ab_kernels.py`; a C model of
 //! the same loop 0.67×), its 28 × 28 ones 0.98–0.99×, PP-LCNet's
 //! 0.96–1.01×; 7 × 7 rows keep their loads. A stride-2 read is every other lane
@@ -123,21 +123,22 @@ impl<'ctx> FnGen<'_, 'ctx> {
             return self.grid_stride_two(buf, row, col, n, uniform).map(Some);
         }
         // A shift in of zeros (a row's column −1, the columns past its end)
-        // stays the one masked load it was, but on a row of one vector (below).
+        // stays the one masked load it was, but on short rows (below).
         let at = col - col.rem_euclid(n64);
         let reaches = |c: i64| (0..n64).any(|k| inside(c + k));
         if at != col && !(reaches(at) && reaches(at + n64)) {
-            if n != 16 || w > n64 || 2 * w <= n64 {
+            if n != 16 || 2 * w <= n64 || w > 2 * n64 {
                 return Ok(None);
             }
-            // A row of one vector, more than half of it (14 × 14): its vector
-            // shifted with zeros by one permute (`vpermt2ps`; for a generic
-            // shuffle with zeros LLVM picks `vexpandps` or `valignd`, and rows
-            // so ran 1.10–1.24× slower than masked loads) instead of a masked
-            // load per window column. Zen 5, per kernel in the model, one
-            // thread: PP-LCNet's 5 × 5 14 × 14 kernels 0.89×, MobileNetV2's
-            // 3 × 3 ones 0.97–0.99×; 7-wide rows (7 × 7) 1.03–1.04× slower
-            // (kept as masked loads).
+            // A row of one or two vectors, more than half of one (14 × 14,
+            // 28 × 28): the grid vector shifted with zeros by one permute
+            // (`vpermt2ps`; for a generic shuffle with zeros LLVM picks
+            // `vexpandps` or `valignd`, and rows so ran 1.10–1.24× slower than
+            // masked loads) instead of a masked load of its own. Zen 5, per
+            // kernel in the model, one thread: PP-LCNet's 5 × 5 14 × 14 kernels
+            // 0.89–0.91×, MobileNetV2's 3 × 3 ones 0.94–0.99×, 28 × 28 ones
+            // 0.95–0.96× (both models); 7-wide rows 1.03–1.04× slower and
+            // 56-wide 1.00–1.02× (kept as masked loads).
             let inside_at = if reaches(at) { at } else { at + n64 };
             let v = self.grid_vector(buf, row, inside_at, n, uniform)?;
             let zero = v.get_type().const_zero();
