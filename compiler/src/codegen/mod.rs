@@ -38,12 +38,16 @@ pub(crate) fn prefetch_operand(
     clamp_anyway: bool,
 ) -> Option<(&crate::tir::Buffer, crate::tir::Expr)> {
     use crate::tir::{BinOp, Expr};
-    let (Expr::Load(buf, idx), past_allowed) = (args.first()?, args.get(1).and_then(Expr::as_int) == Some(1)) else {
+    let (Expr::Load(buf, idx), flag) = (match args {
+        [load] => (load, None),
+        [load, flag] => (load, flag.as_int()),
+        _ => return None,
+    }) else {
         return None;
     };
     let [i] = &idx[..] else { return None };
-    if args.len() > 2 || (past_allowed && !clamp_anyway) {
-        return (args.len() <= 2).then(|| (buf, i.clone()));
+    if flag == Some(1) && !clamp_anyway {
+        return Some((buf, i.clone()));
     }
     let last = Expr::int(buf.numel().saturating_sub(1) as i64);
     Some((buf, Expr::bin(BinOp::Min, i.clone(), last)))

@@ -227,6 +227,7 @@ fn next_iteration_reads(l: &For, buffer: &Buffer, parallel: &Var) -> Vec<Stmt> {
     }
     fetches
 }
+
 /// A vector index's first lane (a scalar index as it is).
 fn first_lane(e: &Expr) -> Expr {
     match e {

@@ -10,14 +10,14 @@
 //! window column and output vector that covers it (LLVM merges the
 //! identical loads) — and a shift of two of them (one permute). Shifts in of
 //! zeros (column −1, the columns past the row) stay the masked load they
-//! were, except on rows of one or two vectors, more than half of one
-//! filled (14 × 14, 28 × 28): a permute with zeros. MobileNetV2's 56 × 56 kernel 0.87× the time at
-//! one thread, 0.85× at two (Zen 5, `scripts/ab_kernels.py`; a C model of
-//! the same loop 0.67×), its 28 × 28 ones 0.98–0.99×, PP-LCNet's
-//! 0.96–1.01×; 7 × 7 rows keep their loads. A stride-2 read is every other lane
-//! of the grid vectors its span covers: three permutes per window row and
-//! output vector (see [`FnGen::grid_stride_two`]; the schedule's figures in
-//! `schedule/conv2d/depthwise.rs`).
+//! were, except on rows of one or two vectors, more than half of one filled
+//! (14 × 14, 28 × 28): a permute with zeros. MobileNetV2's 56 × 56 kernel
+//! 0.87× the time at one thread, 0.85× at two (Zen 5, `scripts/ab_kernels.py`;
+//! a C model of the same loop 0.67×), its 28 × 28 ones 0.98–0.99×,
+//! PP-LCNet's 0.96–1.01×; 7 × 7 rows keep their loads. A stride-2 read is
+//! every other lane of the grid vectors its span covers: three permutes per
+//! window row and output vector (see [`FnGen::grid_stride_two`]; the
+//! schedule's figures in `schedule/conv2d/depthwise.rs`).
 
 use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, IntValue, VectorValue};
@@ -138,7 +138,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
             // kernel in the model, one thread: PP-LCNet's 5 × 5 14 × 14 kernels
             // 0.89–0.91×, MobileNetV2's 3 × 3 ones 0.94–0.99×, 28 × 28 ones
             // 0.95–0.96× (both models); 7-wide rows 1.03–1.04× slower and
-            // 56-wide 1.00–1.02× (kept as masked loads).
+            // 56-wide 1.00–1.02× (kept as masked loads). (LLVM 19 folds the
+            // intrinsic into a generic shuffle and emits half of these shifts
+            // as `vexpandps`: not measured.)
             let inside_at = if reaches(at) { at } else { at + n64 };
             let v = self.grid_vector(buf, row, inside_at, n, uniform)?;
             let zero = v.get_type().const_zero();

@@ -343,7 +343,9 @@ impl FnGen<'_, '_> {
 
 impl FnGen<'_, '_> {
     /// `kiln.prefetch(b[i])`: `llvm.prefetch` (read, keep in all cache
-    /// levels, data) of element `min(i, len - 1)`. Nothing on the GPU.
+    /// levels, data) of element `min(i, len - 1)`, or of element `i` where
+    /// the call allows it past the buffer (`kiln.prefetch(b[i], 1)`).
+    /// Nothing on the GPU.
     fn prefetch(&mut self, args: &[Expr]) -> Result<(), CodegenError> {
         let Some((buf, index)) = crate::codegen::prefetch_operand(args, false) else {
             return Err(self.unsupported("kiln.prefetch without one flat element operand"));
