@@ -153,12 +153,7 @@ fn copy_ahead(l: &For, row: &Var, source: &Buffer, ahead: i64) -> Option<Stmt> {
 /// fraction of the FMA rate; the next block's lines now arrive during this
 /// block's passes. The kernel's values are unchanged.
 pub(super) fn prefetch_next_parallel_iteration(mut f: PrimFunc, buffer: &Buffer) -> PrimFunc {
-    let mut parallel = None;
-    f.body.visit(&mut |s| match s {
-        Stmt::For(l) if l.kind == ForKind::Parallel && parallel.is_none() => parallel = Some(l.var.clone()),
-        _ => {}
-    });
-    let Some(parallel) = parallel else { return f };
+    let Some(parallel) = parallel_loop(&f).map(|l| l.var.clone()) else { return f };
     let stepping = |s: &Stmt| matches!(s, Stmt::For(l) if matches!(l.kind, ForKind::Serial | ForKind::Parallel));
     let body = std::mem::replace(&mut f.body, Stmt::nop());
     f.body = body.map_post(&mut |s| match s {
@@ -175,6 +170,21 @@ pub(super) fn prefetch_next_parallel_iteration(mut f: PrimFunc, buffer: &Buffer)
         s => s,
     });
     f
+}
+
+/// The kernel's (first) parallel loop.
+pub(super) fn parallel_loop(f: &PrimFunc) -> Option<&For> {
+    fn find(s: &Stmt) -> Option<&For> {
+        match s {
+            Stmt::For(l) if l.kind == ForKind::Parallel => Some(l),
+            Stmt::For(l) => find(&l.body),
+            Stmt::Allocate { body, .. } | Stmt::Let { body, .. } => find(body),
+            Stmt::If { then_case, else_case, .. } => find(then_case).or_else(|| else_case.as_deref().and_then(find)),
+            Stmt::Seq(v) => v.iter().find_map(find),
+            _ => None,
+        }
+    }
+    find(&f.body)
 }
 
 /// The prefetches of [`prefetch_next_parallel_iteration`] for loop `l`.

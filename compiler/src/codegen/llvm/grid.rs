@@ -118,9 +118,9 @@ impl<'ctx> FnGen<'_, 'ctx> {
         };
         let near = offset.rem_euclid(w);
         let Some(col) = [near, near - w].into_iter().find(|&c| fits(c)) else { return Ok(None) };
-        let row = (&row, offset - col);
+        let row = GridRow { buf, start: (&row, offset - col), n, uniform };
         if stride == 2 {
-            return self.grid_stride_two(buf, row, col, n, uniform).map(Some);
+            return self.grid_stride_two(row, col).map(Some);
         }
         // A shift in of zeros (a row's column −1, the columns past its end)
         // stays the one masked load it was, but on short rows (below).
@@ -130,35 +130,45 @@ impl<'ctx> FnGen<'_, 'ctx> {
             if n != 16 || 2 * w <= n64 || w > 2 * n64 {
                 return Ok(None);
             }
-            // A row of one or two vectors, more than half of one (14 × 14,
-            // 28 × 28): the grid vector shifted with zeros by one permute
-            // (`vpermt2ps`; for a generic shuffle with zeros LLVM picks
-            // `vexpandps` or `valignd`, and rows so ran 1.10–1.24× slower than
-            // masked loads) instead of a masked load of its own. Zen 5, per
-            // kernel in the model, one thread: PP-LCNet's 5 × 5 14 × 14 kernels
-            // 0.89–0.91×, MobileNetV2's 3 × 3 ones 0.94–0.99×, 28 × 28 ones
-            // 0.95–0.96× (both models); 7-wide rows 1.03–1.04× slower and
-            // 56-wide 1.00–1.02× (kept as masked loads). (LLVM 19 folds the
-            // intrinsic into a generic shuffle and emits half of these shifts
-            // as `vexpandps`: not measured.)
             let inside_at = if reaches(at) { at } else { at + n64 };
-            let v = self.grid_vector(buf, row, inside_at, n, uniform)?;
-            let zero = v.get_type().const_zero();
-            let i32t = self.ctx.i32_type();
-            // Lane k takes column col + k: from `v` (operand 0) or zeros (operand 1).
-            let pick: Vec<IntValue> = (0..n64)
-                .map(|k| {
-                    let c = col + k - inside_at;
-                    i32t.const_int(if (0..n64).contains(&c) { c } else { n64 } as u64, false)
-                })
-                .collect();
-            let shifted = self.vector_intrinsic(
-                "llvm.x86.avx512.vpermi2var.ps.512",
-                &[v.into(), VectorType::const_vector(&pick).into(), zero.into()],
-            )?;
-            return Ok(Some(shifted.into_vector_value()));
+            return self.grid_shift_with_zeros(row, inside_at, col).map(Some);
         }
-        self.grid_window(buf, row, col, n, uniform).map(Some)
+        self.grid_window(row, col).map(Some)
+    }
+
+    /// The `n` elements of a row of one or two vectors, more than half of
+    /// one (14 × 14, 28 × 28), from column `col`: the grid vector at
+    /// `inside_at` — the one of the two the lanes span that reaches into the
+    /// row — shifted with zeros by one permute (`vpermt2ps`; for a generic
+    /// shuffle with zeros LLVM picks `vexpandps` or `valignd`, and rows so
+    /// ran 1.10–1.24× slower than masked loads) instead of a masked load of
+    /// its own. Zen 5, per kernel in the model, one thread: PP-LCNet's 5 × 5
+    /// 14 × 14 kernels 0.89–0.91×, MobileNetV2's 3 × 3 ones 0.94–0.99×,
+    /// 28 × 28 ones 0.95–0.96× (both models); 7-wide rows 1.03–1.04× slower
+    /// and 56-wide 1.00–1.02× (kept as masked loads). (LLVM 19 folds the
+    /// intrinsic into a generic shuffle and emits half of these shifts as
+    /// `vexpandps`: not measured.)
+    fn grid_shift_with_zeros(
+        &mut self,
+        row: GridRow,
+        inside_at: i64,
+        col: i64,
+    ) -> Result<VectorValue<'ctx>, CodegenError> {
+        let n64 = row.n as i64;
+        let v = self.grid_vector(row, inside_at)?;
+        let zero = v.get_type().const_zero();
+        // Lane k takes column col + k: from `v` (operand 0) or zeros (operand 1).
+        let pick = self.shuffle_mask((0..n64).map(|k| {
+            let c = col + k - inside_at;
+            if (0..n64).contains(&c) {
+                c
+            } else {
+                n64
+            }
+        }));
+        let shifted =
+            self.vector_intrinsic("llvm.x86.avx512.vpermi2var.ps.512", &[v.into(), pick.into(), zero.into()])?;
+        Ok(shifted.into_vector_value())
     }
 
     /// Every other element of the row from column `col` (`n` of them), from
@@ -178,30 +188,19 @@ impl<'ctx> FnGen<'_, 'ctx> {
     /// 112 → 56 kernel 0.78–0.86×, 56 → 28 0.86–0.88×, 28 → 14 0.95×;
     /// PP-LCNet's 3 × 3 ones 0.78×, 0.85× and 0.91× (its kernel linked into a
     /// C harness, data in cache: 70 → 54–60 µs).
-    fn grid_stride_two(
-        &mut self,
-        buf: &Buffer,
-        row: (&Expr, i64),
-        col: i64,
-        n: u32,
-        uniform: Option<&Expr>,
-    ) -> Result<VectorValue<'ctx>, CodegenError> {
-        let n64 = n as i64;
+    fn grid_stride_two(&mut self, row: GridRow, col: i64) -> Result<VectorValue<'ctx>, CodegenError> {
+        let n64 = row.n as i64;
         let shift = col.rem_euclid(n64);
         let at = col - shift;
-        let i32t = self.ctx.i32_type();
-        let mask = |lanes: Vec<i64>| {
-            let m: Vec<IntValue> = lanes.into_iter().map(|k| i32t.const_int(k as u64, false)).collect();
-            VectorType::const_vector(&m)
-        };
         if shift <= 1 {
-            let key = self.grid_key(buf, row, col, n, uniform);
+            let key = row.key(col);
             if let Some(v) = self.grid_value(&key) {
                 return Ok(v);
             }
-            let v0 = self.grid_vector(buf, row, at, n, uniform)?;
-            let v1 = self.grid_vector(buf, row, at + n64, n, uniform)?;
-            let v = self.b.build_shuffle_vector(v0, v1, mask((0..n64).map(|k| shift + 2 * k).collect()), "gridevens");
+            let v0 = self.grid_vector(row, at)?;
+            let v1 = self.grid_vector(row, at + n64)?;
+            let v =
+                self.b.build_shuffle_vector(v0, v1, self.shuffle_mask((0..n64).map(|k| shift + 2 * k)), "gridevens");
             let v = self.e(v)?;
             return Ok(self.keep_grid_value(key, v));
         }
@@ -214,43 +213,41 @@ impl<'ctx> FnGen<'_, 'ctx> {
             // permute of a tile row stays live from the window's right column
             // to its left one: MobileNetV2's 14 → 7 kernel (seven rows a tile)
             // spilled, 1.10–1.20× slower.
-            let lo = self.grid_window(buf, row, col, n, uniform)?;
-            let hi = self.grid_window(buf, row, col + n64, n, uniform)?;
-            let v = self.b.build_shuffle_vector(lo, hi, mask((0..n64).map(|k| 2 * k).collect()), "gridevens");
+            let lo = self.grid_window(row, col)?;
+            let hi = self.grid_window(row, col + n64)?;
+            let v = self.b.build_shuffle_vector(lo, hi, self.shuffle_mask((0..n64).map(|k| 2 * k)), "gridevens");
             return self.e(v);
         }
         // Lanes `0..from_v0` come from v0; the rest are the read at `v1`'s column `later`.
         let from_v0 = (n64 - shift + 1) / 2;
         let later = shift + 2 * from_v0 - n64;
-        let v0 = self.grid_vector(buf, row, at, n, uniform)?;
-        let rest = self.grid_stride_two(buf, row, at + n64 + later, n, uniform)?;
-        let front = (0..n64).map(|k| if k < from_v0 { n64 + shift + 2 * k } else { k - from_v0 }).collect();
-        let v = self.b.build_shuffle_vector(rest, v0, mask(front), "gridfront");
+        let v0 = self.grid_vector(row, at)?;
+        let rest = self.grid_stride_two(row, at + n64 + later)?;
+        let front = self.shuffle_mask((0..n64).map(|k| if k < from_v0 { n64 + shift + 2 * k } else { k - from_v0 }));
+        let v = self.b.build_shuffle_vector(rest, v0, front, "gridfront");
         self.e(v)
     }
 
     /// The `n` elements of the row from column `col` (zero outside the row):
     /// the grid vector there, or a shift of the two it spans.
-    fn grid_window(
-        &mut self,
-        buf: &Buffer,
-        row: (&Expr, i64),
-        col: i64,
-        n: u32,
-        uniform: Option<&Expr>,
-    ) -> Result<VectorValue<'ctx>, CodegenError> {
-        let n64 = n as i64;
+    fn grid_window(&mut self, row: GridRow, col: i64) -> Result<VectorValue<'ctx>, CodegenError> {
+        let n64 = row.n as i64;
         let shift = col.rem_euclid(n64);
         let at = col - shift;
-        let lo = self.grid_vector(buf, row, at, n, uniform)?;
+        let lo = self.grid_vector(row, at)?;
         if shift == 0 {
             return Ok(lo);
         }
-        let hi = self.grid_vector(buf, row, at + n64, n, uniform)?;
-        let i32t = self.ctx.i32_type();
-        let pick: Vec<IntValue> = (0..n64).map(|k| i32t.const_int((shift + k) as u64, false)).collect();
-        let v = self.b.build_shuffle_vector(lo, hi, VectorType::const_vector(&pick), "gridshift");
+        let hi = self.grid_vector(row, at + n64)?;
+        let v = self.b.build_shuffle_vector(lo, hi, self.shuffle_mask((0..n64).map(|k| shift + k)), "gridshift");
         self.e(v)
+    }
+
+    /// A constant shuffle mask of these lane indices.
+    fn shuffle_mask(&self, lanes: impl Iterator<Item = i64>) -> VectorValue<'ctx> {
+        let i32t = self.ctx.i32_type();
+        let m: Vec<IntValue> = lanes.map(|k| i32t.const_int(k as u64, false)).collect();
+        VectorType::const_vector(&m)
     }
 
     /// A plain contiguous read `buf[Ramp(base, 1, n)]` as grid vectors (see
@@ -266,20 +263,6 @@ impl<'ctx> FnGen<'_, 'ctx> {
             }
             _ => Ok(None),
         }
-    }
-
-    /// What a stride-2 read reads, as a key of [`FnGen::grid_values`]: the
-    /// same text is the same value while no store intervenes — the kernel
-    /// stores to none of the buffers a grid serves.
-    fn grid_key(
-        &self,
-        buf: &Buffer,
-        (row, row_start): (&Expr, i64),
-        col: i64,
-        n: u32,
-        uniform: Option<&Expr>,
-    ) -> String {
-        format!("{} {row:?} {} {n} {uniform:?}", buf.id(), row_start + col)
     }
 
     /// The value built for `key` in the block being emitted, among the last
@@ -299,18 +282,12 @@ impl<'ctx> FnGen<'_, 'ctx> {
         v
     }
 
-    /// The grid vector of `buf` at column `col` of the row starting at
-    /// `row + row_start`: its lanes inside the row
-    /// (columns `0..w`) under `uniform`, zero elsewhere — a plain load where
-    /// every lane is read, a masked one where some are, none where none are.
-    fn grid_vector(
-        &mut self,
-        buf: &Buffer,
-        (row, row_start): (&Expr, i64),
-        col: i64,
-        n: u32,
-        uniform: Option<&Expr>,
-    ) -> Result<VectorValue<'ctx>, CodegenError> {
+    /// The grid vector of `row` at column `col`: its lanes inside the row
+    /// (columns `0..w`) under the row's `uniform` test, zero elsewhere — a
+    /// plain load where every lane is read, a masked one where some are,
+    /// none where none are.
+    fn grid_vector(&mut self, row: GridRow, col: i64) -> Result<VectorValue<'ctx>, CodegenError> {
+        let GridRow { buf, start: (row, row_start), n, uniform } = row;
         let w = self.grid_row.unwrap_or(0);
         let vt = self.vector_type(DataType::F32, n);
         let lanes: Vec<bool> = (0..n as i64).map(|k| (0..w).contains(&(col + k))).collect();
@@ -333,6 +310,27 @@ impl<'ctx> FnGen<'_, 'ctx> {
         let on: Vec<IntValue> = lanes.iter().map(|&l| bit.const_int(l as u64, false)).collect();
         let mask = self.lanes_if(uniform, VectorType::const_vector(&on))?;
         self.masked_load_at(ptr, vt, mask, vt.const_zero(), 4)
+    }
+}
+
+/// The rows a grid read reads from: `buf`'s row starting at
+/// `start.0 + start.1` (a multiple of the row and a constant), read `n` lanes
+/// at a time, each load also under the `uniform` (same in every lane) test.
+#[derive(Clone, Copy)]
+struct GridRow<'e> {
+    buf: &'e Buffer,
+    start: (&'e Expr, i64),
+    n: u32,
+    uniform: Option<&'e Expr>,
+}
+
+impl GridRow<'_> {
+    /// What a stride-2 read from column `col` reads, as a key of
+    /// [`FnGen::grid_values`]: the same text is the same value while no store
+    /// intervenes — the kernel stores to none of the buffers a grid serves.
+    fn key(&self, col: i64) -> String {
+        let (row, row_start) = self.start;
+        format!("{} {row:?} {} {} {:?}", self.buf.id(), row_start + col, self.n, self.uniform)
     }
 }
 

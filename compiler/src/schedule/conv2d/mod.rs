@@ -4,7 +4,7 @@
 //! [`depthwise`]; each takes its register tile and loop order from the rule
 //! or from tuning [`Knobs`].
 
-use super::prefetch::{prefetch_next_parallel_iteration, prefetch_rows_ahead};
+use super::prefetch::{parallel_loop, prefetch_next_parallel_iteration, prefetch_rows_ahead};
 use super::primitives::ReductionTile;
 use super::{
     calls_in_epilogue, contains, divisor_at_most, extent, fuse_parallel, materialized, reduction_extent,
@@ -442,7 +442,8 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
         // The weights one parallel iteration reads (`[O / k, I, kh, kw, k]`:
         // one or more blocks of `k` output channels; rows fused into the
         // parallel loop share their block's).
-        let per_iteration = bytes / parallel_extent(&f).min(weights.shape()[0] as i64).max(1);
+        let iterations = parallel_loop(&f).and_then(|l| l.extent.as_int()).unwrap_or(1);
+        let per_iteration = bytes / iterations.min(weights.shape()[0] as i64).max(1);
         if bytes >= STREAMED_WEIGHT_BYTES && per_iteration <= PREFETCHED_BLOCK_BYTES {
             f = prefetch_next_parallel_iteration(f, &weights);
         }
@@ -451,16 +452,6 @@ pub(super) fn schedule_conv2d(f: PrimFunc, unit: VectorUnit, knobs: &Knobs) -> R
         f.attrs.insert("keep_materialized".into(), "the padded image".into());
     }
     Ok(f)
-}
-
-/// The extent of `f`'s parallel loop (1 where it has none).
-fn parallel_extent(f: &PrimFunc) -> i64 {
-    let mut extent = None;
-    f.body.visit(&mut |s| match s {
-        Stmt::For(l) if l.kind == crate::tir::ForKind::Parallel && extent.is_none() => extent = l.extent.as_int(),
-        _ => {}
-    });
-    extent.unwrap_or(1)
 }
 
 /// Channel tiles in parallel, fused with the rows below them where there are
